@@ -1,0 +1,45 @@
+"""The client actor: hosts one or more clients (shards, state, random streams)."""
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import ray
+
+from fedray.client import ClientHost
+
+
+@ray.remote
+class ClientActor:
+    """A Ray actor around :class:`~fedray.client.ClientHost`.
+
+    Shards are built from their recipes here, inside the actor, so the driver
+    never holds the federation's rows.
+    """
+
+    def __init__(self, specs: list, seed: int, supervised: bool, sample_shape: tuple[int, ...]) -> None:
+        self._host = ClientHost(specs, seed, supervised, sample_shape)  # private: shards and client state
+
+    def ready(self) -> int:
+        return os.getpid()
+
+    def node_id(self) -> str:
+        return ray.get_runtime_context().get_node_id()
+
+    def describe(self) -> list[dict[str, Any]]:
+        return self._host.describe()
+
+    def apply_scaler(self, shift, scale) -> int:
+        return self._host.apply_scaler(shift, scale)
+
+    def run(self, round_: int, tasks: list, *shared: Any) -> list:
+        return self._host.run(round_, tasks, *shared)
+
+    def get_state(self, client_ids: list[int]) -> dict:
+        return self._host.get_state(client_ids)
+
+    def set_state(self, states: dict) -> None:
+        self._host.set_state(states)
+
+    def gather_data(self, labels: bool = True) -> list:
+        return self._host.gather_data(labels)

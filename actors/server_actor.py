@@ -1,0 +1,41 @@
+"""The server actor: runs :class:`fedray.server.Server` (the round loop) inside Ray."""
+from __future__ import annotations
+
+from typing import Any
+
+import ray
+
+from fedray.server import Server
+
+
+@ray.remote(num_cpus=0)
+class ServerActor:
+    """Holds the algorithm's state and drives rounds; the driver polls :meth:`step` for progress."""
+
+    def __init__(self, algorithm: Any, executor: Any, kwargs: dict[str, Any]) -> None:
+        self._server = Server(algorithm, executor, **kwargs)  # private: algorithm state, history
+
+    def step(self) -> dict[str, Any] | None:
+        return self._server.step()
+
+    def run_until(self, n_rounds: int) -> list[dict[str, Any]]:
+        """Up to ``n_rounds`` rounds in one call (fewer remote calls on long runs)."""
+        rows = []
+        for _ in range(n_rounds):
+            row = self._server.step()
+            if row is None:
+                break
+            rows.append(row)
+        return rows
+
+    def evaluate(self) -> dict[str, Any]:
+        return self._server.evaluate()
+
+    def result(self) -> dict[str, Any]:
+        return self._server.result()
+
+    def state(self) -> dict[str, Any]:
+        return self._server.state()
+
+    def algorithm(self) -> Any:
+        return self._server.algorithm

@@ -1,0 +1,1 @@
+"""Algorithms of fedray, one module per method. Importing a module registers it."""

@@ -1,0 +1,192 @@
+"""Shared pieces of centre-based clustering algorithms: initialisation and evaluation.
+
+Initialisation (``init``):
+
+* ``"kfed"`` (default) — every client runs k-means++ and Lloyd on its own shard
+  and sends its local centres with their counts; the server clusters the local
+  centres (weighted k-means). No raw point leaves a client.
+* ``"random-box"`` — uniform in the federated bounding box.
+* an explicit array of shape (n_clusters, n_features).
+
+Evaluation runs once after training, in two passes over the clients: (1) the
+contingency table against the true labels, per-cluster sums and counts and the
+objective; (2) mean distances to the resulting cluster means, for the crisp
+Davies–Bouldin index. Only these tables reach the server.
+"""
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import Field, field_validator
+
+from fedray.algorithm import Algorithm, Params, Reply, RoundContext, Task
+from fedray.errors import ConfigError, DataError
+from fedray.metrics import acc_from_table, ari_from_table, davies_bouldin_from_stats, nmi_from_table
+from fedray.ops import assign, cluster_sums, kmeans, kmeans_plusplus, lloyd, sq_distances
+from fedray.stats import Stats, total
+
+
+class CenterParams(Params):
+    n_clusters: int = Field(default=3, ge=1, description="number of clusters K")
+    init: Literal["kfed", "random-box"] | list[list[float]] = "kfed"
+    max_rounds: int = Field(default=100, ge=1)
+
+    @field_validator("init", mode="before")
+    @classmethod
+    def _init(cls, v: Any) -> Any:
+        if isinstance(v, np.ndarray):
+            return v.tolist()
+        return v
+
+
+# --- client functions -------------------------------------------------------
+def local_centers(payload: dict, shared: Any, client: Any) -> dict[str, np.ndarray]:
+    """k-means++ and Lloyd on the client's shard; returns local centres and their sizes."""
+    X = client.data.X
+    k = min(int(payload["k"]), _n_distinct_upto(X, int(payload["k"])))
+    if k == 0:
+        return {"centers": np.zeros((0, X.shape[1])), "counts": np.zeros(0)}
+    C, labels, _ = lloyd(X, kmeans_plusplus(X, k, client.rng), max_iter=100)
+    return {"centers": C, "counts": np.bincount(labels, minlength=k).astype(float)}
+
+
+def _n_distinct_upto(X: np.ndarray, k: int) -> int:
+    if X.shape[0] == 0:
+        return 0
+    return int(min(k, np.unique(X[: max(10 * k, 1000)], axis=0).shape[0] if X.shape[0] > 0 else 0)) or 1
+
+
+def evaluate_pass1(payload: dict, centers: np.ndarray, client: Any) -> Stats:
+    """Contingency with the true labels, per-cluster sums/counts and the objective."""
+    X = client.data.X
+    labels, d2 = assign(X, centers)
+    k = centers.shape[0]
+    stats = {"sums": cluster_sums(X, labels, k), "counts": np.bincount(labels, minlength=k).astype(float),
+             "sse": np.array(d2.sum())}
+    m = payload.get("m")
+    if m is not None:
+        from fedray.ops import fcm_memberships
+
+        U = fcm_memberships(X, centers, m)
+        stats["fuzzy_obj"] = np.array(np.sum((U ** m) * sq_distances(X, centers)))
+    n_classes = payload.get("n_classes")
+    if n_classes and client.labels is not None:
+        t = np.zeros((k, n_classes))
+        y = client.labels
+        ok = (y >= 0) & (y < n_classes)
+        np.add.at(t, (labels[ok], y[ok]), 1.0)
+        stats["table"] = t
+    return Stats(**stats)
+
+
+def evaluate_pass2(payload: dict, shared: dict, client: Any) -> Stats:
+    """Sum of distances of each point to the mean of its cluster (for Davies–Bouldin)."""
+    X = client.data.X
+    labels, _ = assign(X, shared["centers"])
+    means = shared["means"]
+    dist = np.sqrt(np.sum((X - means[labels]) ** 2, axis=1))
+    return Stats(dist=np.bincount(labels, weights=dist, minlength=means.shape[0]))
+
+
+class CenterAlgorithm(Algorithm):
+    """Base of algorithms whose model is a set of centres."""
+
+    Params = CenterParams
+    fuzzy: bool = False
+
+    def __init__(self, params: CenterParams, info, seed: int) -> None:
+        super().__init__(params, info, seed)
+        self.centers: np.ndarray | None = None
+        self.rounds_done = 0
+        self._converged = False
+        init = params.init
+        if isinstance(init, list):
+            self.centers = self._explicit_init(init)
+        elif init == "random-box":
+            rng = np.random.default_rng(np.random.SeedSequence([self.seed, 0, 10**6]))
+            self.centers = rng.uniform(info.feature_min, info.feature_max, size=(params.n_clusters, info.n_features))
+        self.phase = "train" if self.centers is not None else "init"
+        self.initial_centers = None if self.centers is None else self.centers.copy()
+
+    def validate(self) -> None:
+        k, n = self.params.n_clusters, self.info.total_samples
+        if k > n:
+            raise DataError(f"algorithm.params.n_clusters: n_samples={n} should be >= n_clusters={k}")
+
+    def _explicit_init(self, init: list) -> np.ndarray:
+        C = np.asarray(init, dtype=np.float64)
+        want = (self.params.n_clusters, self.info.n_features)
+        if C.shape != want:
+            raise ConfigError(f"algorithm.params.init: explicit centres must have shape {want}; got {C.shape}")
+        if not np.all(np.isfinite(C)):
+            raise ConfigError("algorithm.params.init: explicit centres contain NaN or infinite values")
+        return C
+
+    # --- init phase -----------------------------------------------------
+    def init_tasks(self, ctx: RoundContext) -> dict[int, Task]:
+        task = Task(local_centers, {"k": self.params.n_clusters})
+        return {cid: task for cid in ctx.all_clients}
+
+    def aggregate_init(self, ctx: RoundContext, replies: list[Reply]) -> dict[str, float]:
+        cents = [r.update["centers"] for r in replies if len(r.update["centers"])]
+        counts = [r.update["counts"] for r in replies if len(r.update["centers"])]
+        k = self.params.n_clusters
+        if not cents:
+            raise DataError("init 'kfed': no client returned local centres")
+        C = np.vstack(cents)
+        w = np.concatenate(counts)
+        if np.unique(C, axis=0).shape[0] < k:
+            raise DataError(f"init 'kfed': only {np.unique(C, axis=0).shape[0]} distinct local centres for "
+                            f"n_clusters={k}; use init='random-box' or fewer clusters")
+        self.centers = kmeans(C, k, ctx.rng(1), n_init=3, weights=w)
+        self.initial_centers = self.centers.copy()
+        self.phase = "train"
+        return {"local_centers": float(C.shape[0])}
+
+    # --- evaluation -----------------------------------------------------
+    def evaluation_task(self, stage: int, previous: list[Reply] | None) -> Task | None:
+        if self.centers is None:
+            return None
+        if stage == 0:
+            payload = {"n_classes": self.info.n_classes if self.info.has_labels else None,
+                       "m": getattr(self.params, "m", None) if self.fuzzy else None}
+            return Task(evaluate_pass1, payload, self.centers, evaluation=True)
+        if stage == 1:
+            t = total(r.update for r in previous)
+            self._eval1 = t
+            counts = t["counts"]
+            means = np.where(counts[:, None] > 0, t["sums"] / np.maximum(counts, 1)[:, None], self.centers)
+            self._eval_means = means
+            return Task(evaluate_pass2, None, {"centers": self.centers, "means": means}, evaluation=True)
+        return None
+
+    def summarize_evaluation(self, stages: list[list[Reply]]) -> dict[str, Any]:
+        t1 = self._eval1
+        dist = total(r.update for r in stages[1])["dist"]
+        counts = t1["counts"]
+        mean_dist = np.where(counts > 0, dist / np.maximum(counts, 1), 0.0)
+        out: dict[str, Any] = {
+            "objective": float(t1["fuzzy_obj"]) if "fuzzy_obj" in t1 else float(t1["sse"]),
+            "sse": float(t1["sse"]),
+            "davies_bouldin": davies_bouldin_from_stats(self._eval_means, mean_dist, counts),
+            "cluster_sizes": counts.astype(int).tolist(),
+        }
+        if "table" in t1:
+            table = t1["table"]
+            out.update(ari=ari_from_table(table), nmi=nmi_from_table(table), acc=acc_from_table(table))
+        return out
+
+    def result(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"centers": self.centers}
+        if self.initial_centers is not None:
+            out["initial_centers"] = self.initial_centers
+        return out
+
+    @staticmethod
+    def predict(model: dict[str, Any], X: np.ndarray) -> np.ndarray:
+        return assign(np.asarray(X, dtype=np.float64), model["centers"])[0]
+
+
+def run_rounds_cap(alg: CenterAlgorithm) -> bool:
+    return alg.rounds_done >= alg.params.max_rounds

@@ -1,0 +1,72 @@
+"""Exact federated k-means (federated Lloyd).
+
+Each round every sampled client assigns its points to the nearest current
+centre and sends, per cluster, the sum of its points and their count (a
+:class:`~fedray.stats.Stats`); the server sets each centre to
+sum(sums) / sum(counts). With every client taking part, a round is exactly one
+Lloyd step on the union of the shards. An empty cluster keeps its centre and
+raises :class:`~fedray.errors.EmptyClusterWarning`.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from pydantic import Field
+
+from fedray.algorithms._centers import CenterAlgorithm, CenterParams
+from fedray.algorithm import Reply, RoundContext, Task, register
+from fedray.ops import assign, cluster_sums, warn_empty
+from fedray.stats import Stats, total
+
+
+class KMeansParams(CenterParams):
+    tol: float = Field(default=1e-6, gt=0, description="stop when ||C_t - C_{t-1}||_F <= tol")
+
+
+def lloyd_stats(payload: Any, centers: np.ndarray, client: Any) -> Stats:
+    """Per-cluster sums (k, d), counts (k,) and the sum of squared distances for ``centers``."""
+    X = client.data.X
+    labels, d2 = assign(X, centers)
+    k = centers.shape[0]
+    return Stats(sums=cluster_sums(X, labels, k), counts=np.bincount(labels, minlength=k).astype(float),
+                 sse=np.array(d2.sum()))
+
+
+@register
+class FederatedKMeans(CenterAlgorithm):
+    """Federated Lloyd k-means (exact)."""
+
+    name = "kmeans"
+    Params = KMeansParams
+    description = "exact federated Lloyd k-means (per-cluster sums and counts)"
+
+    def configure_round(self, ctx: RoundContext) -> dict[int, Task] | None:
+        if self.phase == "init":
+            return self.init_tasks(ctx)
+        if self._converged or self.rounds_done >= self.params.max_rounds:
+            return None
+        task = Task(lloyd_stats, None, self.centers)
+        return {cid: task for cid in ctx.sampled}
+
+    def aggregate(self, ctx: RoundContext, replies: list[Reply]) -> dict[str, float]:
+        if self.phase == "init":
+            return self.aggregate_init(ctx, replies)
+        t = total(r.update for r in replies)
+        counts = t["counts"]
+        new = self.centers.copy()
+        nz = counts > 0
+        new[nz] = t["sums"][nz] / counts[nz, None]
+        warn_empty(~nz, ctx.round)
+        shift = float(np.linalg.norm(new - self.centers))
+        self.centers = new
+        self.rounds_done += 1
+        self._converged = shift <= self.params.tol
+        return {"center_shift": shift, "objective": float(t["sse"]), "empty_clusters": float((~nz).sum())}
+
+    @staticmethod
+    def central(X: np.ndarray, C0: np.ndarray, params: KMeansParams, rounds: int) -> np.ndarray:
+        """The central algorithm on the union from the same start (for baselines)."""
+        from fedray.ops import lloyd
+
+        return lloyd(X, C0, max_iter=rounds, tol=params.tol ** 2)[0]

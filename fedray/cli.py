@@ -1,0 +1,131 @@
+"""Command line: ``fedray run | quickstart | list`` (and commands other modules add).
+
+Errors a user can cause (:class:`~fedray.errors.FedrayError`) print one clear
+message and exit with status 2, without a traceback.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import logging
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from fedray.errors import FedrayError
+
+log = logging.getLogger("fedray.cli")
+
+# Modules that add sub-commands with ``add_cli(subparsers)``; each is optional.
+_PLUGINS = ("fedray.kselect", "fedray.sweep", "fedray.cluster", "fedray.checkpoint")
+
+QUICKSTART = {
+    "seed": 0,
+    "algorithm": {"name": "federated-fcm", "params": {"n_clusters": 3}},
+    "data": {"dataset": "sklearn:iris", "scale": "standard", "partition": {"name": "dirichlet", "alpha": 1.0}},
+    "federation": {"n_clients": 8, "fraction": 1.0},
+    "runtime": {"backend": "ray", "num_cpus": 2},
+    "evaluation": {"central_baseline": True},
+}
+
+
+def _default_out(name: str) -> Path:
+    return Path("fedray-output") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    import fedray
+
+    if getattr(args, "resume", None):
+        from fedray.checkpoint import resume  # provided by the checkpoint module
+
+        result = resume(args.resume, progress=not args.quiet)
+    else:
+        cfg = fedray.make_config(args.config, overrides=args.set or [])
+        if args.central_baseline:
+            cfg = fedray.make_config(cfg, overrides=["evaluation.central_baseline=true"])
+        out = args.out or cfg.output.directory or _default_out(cfg.algorithm.name)
+        result = fedray.run(cfg, output=out, progress=None if not args.quiet else False)
+    print(result.table())
+    print(f"outputs: {result.output_dir}")
+    return 0
+
+
+def cmd_quickstart(args: argparse.Namespace) -> int:
+    import fedray
+
+    cfg = fedray.make_config(QUICKSTART, overrides=args.set or [])
+    out = args.out or Path("fedray-output") / "quickstart"
+    print("fedray quickstart: federated fuzzy c-means on scikit-learn's iris, 8 clients with label skew, on Ray")
+    result = fedray.run(cfg, output=out, progress=None if not args.quiet else False)
+    print(result.table())
+    print(f"outputs: {result.output_dir} (summary.json, rounds.parquet, clients.parquet, model.npz, plots/)")
+    return 0
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from fedray.algorithm import available_algorithms
+    from fedray.data import available_datasets, available_partitions
+
+    print("algorithms:")
+    for name, cls in available_algorithms().items():
+        print(f"  {name:<16} {cls.description}")
+    print("datasets:")
+    for d in available_datasets():
+        print(f"  {d}")
+    print("partitions:")
+    for p in available_partitions():
+        print(f"  {p}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="fedray", description="Federated clustering and clustered FL simulated on Ray")
+    p.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv for debug)")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    r = sub.add_parser("run", help="run an experiment from a YAML config")
+    r.add_argument("config", nargs="?", help="YAML config (optional; defaults apply)")
+    r.add_argument("--set", action="append", metavar="KEY=VALUE", help="override, e.g. federation.n_clients=100")
+    r.add_argument("--out", help="output folder (default: fedray-output/NAME-TIMESTAMP)")
+    r.add_argument("--central-baseline", action="store_true", help="also run the central algorithm on the union")
+    r.add_argument("--resume", metavar="DIR", help="continue an interrupted run from its output folder")
+    r.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    r.set_defaults(func=cmd_run)
+
+    q = sub.add_parser("quickstart", help="run the embedded example (no files needed)")
+    q.add_argument("--set", action="append", metavar="KEY=VALUE")
+    q.add_argument("--out", help="output folder (default: fedray-output/quickstart)")
+    q.add_argument("-q", "--quiet", action="store_true")
+    q.set_defaults(func=cmd_quickstart)
+
+    lst = sub.add_parser("list", help="list algorithms, datasets and partitions")
+    lst.set_defaults(func=cmd_list)
+
+    for mod in _PLUGINS:
+        if importlib.util.find_spec(mod) is not None:
+            m = importlib.import_module(mod)
+            if hasattr(m, "add_cli"):
+                m.add_cli(sub)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    level = logging.WARNING - 10 * min(args.verbose + 1, 2)
+    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        return int(args.func(args) or 0)
+    except FedrayError as exc:
+        print(f"fedray: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("fedray: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

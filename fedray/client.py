@@ -1,0 +1,200 @@
+"""Clients and the host that keeps them.
+
+A :class:`ClientHost` owns one or more clients: their shards (built from their
+recipes), persistent state and random streams. The local runtime uses one host
+in-process; the Ray runtime wraps hosts in actors (:mod:`fedray.actors`). The
+host never knows what an algorithm computes: it calls the task's function.
+"""
+from __future__ import annotations
+
+import logging
+import time
+import traceback
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from fedray.algorithm import Task
+from fedray.data.federation import ClientSpec, materialize
+from fedray.errors import DataError, FedrayError
+from fedray.seeding import client_rng
+from fedray.sizes import nbytes_of
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ClientData:
+    """A client's shard. ``y`` is None unless the task may see labels."""
+
+    X: np.ndarray
+    y: np.ndarray | None
+    sample_shape: tuple[int, ...]
+
+    @property
+    def n(self) -> int:
+        return int(self.X.shape[0])
+
+
+class Client:
+    """What a client function sees: ``id``, ``data``, ``state``, ``rng``, ``round``."""
+
+    __slots__ = ("id", "name", "_X", "_y", "_supervised", "sample_shape", "state", "rng", "round", "seed")
+
+    def __init__(self, spec: ClientSpec, X: np.ndarray, y: np.ndarray | None, seed: int,
+                 supervised: bool, sample_shape: tuple[int, ...]) -> None:
+        self.id = spec.client_id
+        self.name = spec.name
+        self._X = X
+        self._y = y
+        self._supervised = supervised
+        self.sample_shape = sample_shape
+        self.state: dict[str, Any] = {}
+        self.seed = seed
+        self.round = -1
+        self.rng = client_rng(seed, self.id, -1)
+
+    @property
+    def data(self) -> ClientData:
+        return ClientData(self._X, self._y if self._supervised else None, self.sample_shape)
+
+    @property
+    def labels(self) -> np.ndarray | None:
+        """Ground truth, for evaluation tasks only (training tasks get a view without it)."""
+        return self._y
+
+
+class _TrainingView:
+    """The client as a training task of an unsupervised algorithm sees it: no labels."""
+
+    __slots__ = ("_c",)
+
+    def __init__(self, client: Client) -> None:
+        self._c = client
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("labels", "_y"):
+            raise AttributeError("labels are not available to training tasks of unsupervised algorithms")
+        return getattr(self._c, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "_c":
+            object.__setattr__(self, name, value)
+        else:
+            setattr(self._c, name, value)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What the host returns for one client and one task."""
+
+    client_id: int
+    update: Any = None
+    seconds: float = 0.0
+    nbytes: int = 0
+    error: str | None = None
+    user_error: bool = False
+
+
+class ClientHost:
+    """Holds clients; runs tasks on them in client-id order.
+
+    Parameters
+    ----------
+    specs : list of ClientSpec
+    seed : int
+    supervised : bool
+        Whether training tasks may read labels.
+    sample_shape : tuple of int
+    """
+
+    def __init__(self, specs: list[ClientSpec], seed: int, supervised: bool, sample_shape: tuple[int, ...]) -> None:
+        self.seed = int(seed)
+        self.clients: dict[int, Client] = {}
+        self.build_errors: dict[int, str] = {}  # client id -> why its shard could not be built
+        for spec in specs:
+            try:
+                X, y, names = materialize(spec)
+                X = np.ascontiguousarray(X, dtype=np.float64)
+            except FedrayError as exc:
+                self.build_errors[spec.client_id] = str(exc)
+                X, y, names = np.zeros((0, 0)), None, ()
+            except Exception as exc:  # noqa: BLE001 - e.g. an unreadable file
+                self.build_errors[spec.client_id] = f"{type(exc).__name__}: {exc}"
+                X, y, names = np.zeros((0, 0)), None, ()
+            self.clients[spec.client_id] = Client(spec, X, y, seed, supervised, tuple(sample_shape))
+            self.clients[spec.client_id].state["_feature_names"] = names
+
+    # --- set-up ---------------------------------------------------------
+    def describe(self) -> list[dict[str, Any]]:
+        """Per-client facts the server may know: size, dimension, column sums, bounds, bad values."""
+        out = []
+        for cid in sorted(self.clients):
+            c = self.clients[cid]
+            X = c._X
+            names = c.state.get("_feature_names", ())
+            d: dict[str, Any] = {"client_id": cid, "name": c.name, "n": int(X.shape[0]),
+                                 "n_features": int(X.shape[1]) if X.ndim == 2 else -1}
+            if cid in self.build_errors:
+                d["error"] = self.build_errors[cid]
+                out.append(d)
+                continue
+            finite = np.isfinite(X)
+            if X.size and not finite.all():
+                col = int(np.flatnonzero(~finite.all(axis=0))[0])
+                row = int(np.flatnonzero(~finite[:, col])[0])
+                colname = names[col] if col < len(names) else f"column {col}"
+                d["bad_value"] = f"{X[row, col]!r} in column {colname!r} (row {row} of the client's shard)"
+            elif X.shape[0]:
+                d["sum"] = X.sum(axis=0)
+                d["sumsq"] = (X * X).sum(axis=0)
+                d["min"] = X.min(axis=0)
+                d["max"] = X.max(axis=0)
+            if c._y is not None:
+                d["classes"] = np.unique(c._y)
+            out.append(d)
+        return out
+
+    def apply_scaler(self, shift: np.ndarray, scale: np.ndarray) -> int:
+        """Transform every shard to (X - shift) / scale."""
+        for c in self.clients.values():
+            c._X = (c._X - shift) / scale
+        return len(self.clients)
+
+    # --- rounds ---------------------------------------------------------
+    def run(self, round_: int, tasks: list[tuple[int, Task, int]], *shared: Any) -> list[Outcome]:
+        """Run ``tasks`` = [(client_id, task, shared_index)] and return their outcomes."""
+        out = []
+        for cid, task, sidx in tasks:
+            client = self.clients[cid]
+            client.round = round_
+            client.rng = client_rng(self.seed, cid, round_)
+            view = client if (task.evaluation or client._supervised) else _TrainingView(client)
+            t0 = time.perf_counter()
+            try:
+                update = task.fn(task.payload, shared[sidx] if sidx >= 0 else None, view)
+            except FedrayError as exc:
+                out.append(Outcome(cid, error=f"client {client.name or cid}: {exc}", user_error=True))
+                continue
+            except Exception:  # noqa: BLE001 - reported to the server with the traceback
+                out.append(Outcome(cid, error=f"client {cid}: {traceback.format_exc()}"))
+                continue
+            out.append(Outcome(cid, update, time.perf_counter() - t0, nbytes_of(update)))
+        return out
+
+    def get_state(self, client_ids: list[int]) -> dict[int, dict[str, Any]]:
+        return {cid: self.clients[cid].state for cid in client_ids}
+
+    def set_state(self, states: dict[int, dict[str, Any]]) -> None:
+        for cid, st in states.items():
+            self.clients[cid].state = st
+
+    def gather_data(self, labels: bool = True) -> list[tuple[int, np.ndarray, np.ndarray | None]]:
+        """The shards themselves — only for central baselines in simulations."""
+        return [(cid, c._X, c._y if labels else None) for cid, c in sorted(self.clients.items())]
+
+
+def check_shape(X: np.ndarray, where: str) -> None:
+    if X.ndim != 2:
+        raise DataError(f"{where}: expected a 2-D array, got shape {X.shape}")

@@ -1,0 +1,276 @@
+"""Loaders for the data sets a federation can be built from.
+
+``data.dataset`` is one string:
+
+* ``blobs`` — Gaussian blobs generated per client (see :mod:`fedray.data.federation`);
+* ``sklearn:NAME`` — scikit-learn's bundled ``iris``, ``wine``, ``digits``, ``breast_cancer``;
+* ``benchmark:BATTERY/NAME`` — ``NAME.data.gz`` / ``NAME.labels0.gz`` files under
+  ``data.data_dir`` (or ``$FEDRAY_DATA_DIR``), e.g. ``benchmark:sipu/s1``;
+* ``csv:PATH`` and ``parquet:PATH`` — the user's own table;
+* ``mnist`` — the MNIST IDX files under ``data.data_dir`` (``mnist/`` sub-folder
+  or the folder itself);
+* ``scenario:NAME`` — named scenarios registered by :func:`register_scenario`.
+
+Loaded arrays are cached per process, so many clients hosted by one actor read a
+file once.
+"""
+from __future__ import annotations
+
+import functools
+import gzip
+import os
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fedray.errors import ConfigError, DataError
+
+DATA_DIR_ENV = "FEDRAY_DATA_DIR"
+SKLEARN_SETS = ("iris", "wine", "digits", "breast_cancer")
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """A pooled data set (features flattened to 2-D).
+
+    Attributes
+    ----------
+    X : ndarray of shape (n_samples, n_features)
+    y : ndarray of shape (n_samples,) or None
+    feature_names : tuple of str
+    sample_shape : tuple of int
+        Shape of one sample before flattening (``(1, 8, 8)`` for digits images).
+    name : str
+    """
+
+    X: np.ndarray
+    y: np.ndarray | None
+    feature_names: tuple[str, ...]
+    sample_shape: tuple[int, ...]
+    name: str = ""
+    groups: np.ndarray | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def n_samples(self) -> int:
+        return int(self.X.shape[0])
+
+
+def resolve_data_dir(data_dir: str | os.PathLike | None) -> Path | None:
+    """The data directory: the given one, else ``$FEDRAY_DATA_DIR``, else None."""
+    if data_dir:
+        return Path(data_dir).expanduser()
+    env = os.environ.get(DATA_DIR_ENV)
+    return Path(env).expanduser() if env else None
+
+
+_SCENARIOS: dict[str, Callable[..., Dataset]] = {}
+
+
+def register_scenario(name: str) -> Callable:
+    """Register ``fn(seed, **options) -> Dataset`` as ``scenario:NAME``."""
+
+    def deco(fn: Callable[..., Dataset]) -> Callable[..., Dataset]:
+        _SCENARIOS[name] = fn
+        return fn
+
+    return deco
+
+
+def available_datasets() -> list[str]:
+    _load_scenarios()
+    return (
+        ["blobs"]
+        + [f"sklearn:{n}" for n in SKLEARN_SETS]
+        + ["benchmark:BATTERY/NAME", "csv:PATH", "parquet:PATH", "mnist"]
+        + [f"scenario:{n}" for n in sorted(_SCENARIOS)]
+    )
+
+
+def _load_scenarios() -> None:
+    import importlib
+    import importlib.util
+
+    if importlib.util.find_spec("fedray.data.scenarios") is not None:
+        importlib.import_module("fedray.data.scenarios")
+
+
+def check_dataset_name(name: str) -> None:
+    """Raise :class:`ConfigError` for a dataset string fedray cannot read."""
+    if name in ("blobs", "mnist"):
+        return
+    kind, _, rest = name.partition(":")
+    if kind == "sklearn" and rest in SKLEARN_SETS:
+        return
+    if kind == "benchmark" and "/" in rest:
+        return
+    if kind in ("csv", "parquet") and rest:
+        return
+    if kind == "scenario":
+        _load_scenarios()
+        if rest in _SCENARIOS:
+            return
+        raise ConfigError(f"data.dataset: unknown scenario {rest!r}; choose one of {', '.join(sorted(_SCENARIOS)) or 'none'}")
+    raise ConfigError(
+        f"data.dataset: unknown dataset {name!r}; expected one of {', '.join(available_datasets())}"
+    )
+
+
+def load_dataset(name: str, data_dir: str | None = None, seed: int = 0, **options: Any) -> Dataset:
+    """Load a pooled data set by its ``data.dataset`` string (cached per process)."""
+    key = tuple(sorted((k, _hashable(v)) for k, v in options.items()))
+    return _load_cached(name, str(resolve_data_dir(data_dir) or ""), int(seed), key)
+
+
+def _hashable(v: Any) -> Any:
+    if isinstance(v, (list, tuple)):
+        return tuple(_hashable(x) for x in v)
+    if isinstance(v, dict):
+        return tuple(sorted((k, _hashable(x)) for k, x in v.items()))
+    return v
+
+
+@functools.lru_cache(maxsize=8)
+def _load_cached(name: str, data_dir: str, seed: int, key: tuple) -> Dataset:
+    options = {k: v for k, v in key}
+    kind, _, rest = name.partition(":")
+    ddir = Path(data_dir) if data_dir else None
+    if kind == "sklearn":
+        return _load_sklearn(rest)
+    if kind == "benchmark":
+        return _load_benchmark(rest, ddir)
+    if kind == "mnist":
+        return load_mnist(ddir)
+    if kind in ("csv", "parquet"):
+        return load_table(rest, kind, **options)
+    if kind == "scenario":
+        _load_scenarios()
+        if rest not in _SCENARIOS:
+            raise ConfigError(f"data.dataset: unknown scenario {rest!r}")
+        return _SCENARIOS[rest](seed=seed, **options)
+    raise ConfigError(f"data.dataset: {name!r} cannot be loaded as a pooled data set")
+
+
+def _load_sklearn(name: str) -> Dataset:
+    from sklearn import datasets as skd
+
+    if name not in SKLEARN_SETS:
+        raise ConfigError(f"data.dataset: unknown scikit-learn data set {name!r}; choose one of {', '.join(SKLEARN_SETS)}")
+    bunch = getattr(skd, f"load_{name}")()
+    X = np.asarray(bunch.data, dtype=np.float64)
+    names = tuple(str(n) for n in getattr(bunch, "feature_names", [f"x{i}" for i in range(X.shape[1])]))
+    shape = (1, 8, 8) if name == "digits" else (X.shape[1],)
+    if name == "digits":
+        X = X / 16.0
+    return Dataset(X, np.asarray(bunch.target, dtype=np.int64), names, shape, f"sklearn:{name}")
+
+
+def _require_dir(ddir: Path | None, what: str) -> Path:
+    if ddir is None:
+        raise DataError(
+            f"data.data_dir: {what} needs a data directory; pass data.data_dir=... or set ${DATA_DIR_ENV}"
+        )
+    if not ddir.is_dir():
+        raise DataError(f"data.data_dir: {str(ddir)!r} is not a directory")
+    return ddir
+
+
+def _load_benchmark(rest: str, ddir: Path | None) -> Dataset:
+    root = _require_dir(ddir, f"benchmark:{rest}")
+    battery, _, name = rest.partition("/")
+    data_file = root / battery / f"{name}.data.gz"
+    if not data_file.exists():
+        raise DataError(f"data.dataset: benchmark file {str(data_file)!r} does not exist")
+    X = np.loadtxt(data_file, dtype=np.float64, ndmin=2)
+    label_file = root / battery / f"{name}.labels0.gz"
+    y = np.loadtxt(label_file, dtype=np.int64) if label_file.exists() else None
+    if y is not None and y.shape[0] != X.shape[0]:
+        raise DataError(f"{label_file}: {y.shape[0]} labels for {X.shape[0]} rows")
+    names = tuple(f"x{i}" for i in range(X.shape[1]))
+    return Dataset(X, y, names, (X.shape[1],), f"benchmark:{rest}")
+
+
+def _read_idx(path: Path) -> np.ndarray:
+    with gzip.open(path, "rb") as fh:
+        raw = fh.read()
+    zero, dtype_code, ndim = struct.unpack(">HBB", raw[:4])
+    if zero != 0 or dtype_code != 0x08:
+        raise DataError(f"{path}: not an unsigned-byte IDX file")
+    dims = struct.unpack(">" + "I" * ndim, raw[4 : 4 + 4 * ndim])
+    return np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims)
+
+
+def load_mnist(ddir: Path | None) -> Dataset:
+    """MNIST test images (scaled to [0, 1]) and labels from the IDX files."""
+    root = _require_dir(ddir, "mnist")
+    for cand in (root / "mnist", root):
+        img = cand / "t10k-images-idx3-ubyte.gz"
+        if img.exists():
+            images = _read_idx(img)
+            labels = _read_idx(cand / "t10k-labels-idx1-ubyte.gz").astype(np.int64)
+            X = images.reshape(images.shape[0], -1).astype(np.float64) / 255.0
+            names = tuple(f"px{i}" for i in range(X.shape[1]))
+            return Dataset(X, labels, names, (1, images.shape[1], images.shape[2]), "mnist")
+    raise DataError(f"data.dataset: no MNIST IDX files (t10k-images-idx3-ubyte.gz) under {str(root)!r}")
+
+
+def read_table(path: str, kind: str, columns: list[str] | None = None, filters: Any = None):
+    """Read a CSV or Parquet table into pandas (only ``columns``, rows matching ``filters``)."""
+    import pandas as pd
+
+    p = Path(path).expanduser()
+    if not p.exists():
+        raise DataError(f"data.dataset: file {str(p)!r} does not exist")
+    if kind == "parquet":
+        import pyarrow.parquet as pq
+
+        return pq.read_table(p, columns=columns, filters=filters).to_pandas()
+    df = pd.read_csv(p, usecols=columns)
+    if filters:
+        for col, op, val in filters:
+            df = df[df[col] == val]
+    return df
+
+
+def table_feature_columns(df_columns: list[str], dtypes: Any, feature_columns: list[str] | None,
+                          label_column: str | None, client_column: str | None) -> list[str]:
+    """The feature columns: the given ones, or every numeric column but label and client."""
+    if feature_columns:
+        missing = [c for c in feature_columns if c not in df_columns]
+        if missing:
+            raise DataError(f"data.feature_columns: columns {missing} are not in the table (it has {list(df_columns)})")
+        return list(feature_columns)
+    skip = {label_column, client_column}
+    cols = [c for c in df_columns if c not in skip and np.issubdtype(dtypes[c], np.number)]
+    if not cols:
+        raise DataError("data.feature_columns: the table has no numeric feature columns")
+    return cols
+
+
+def load_table(path: str, kind: str, feature_columns: Any = None, label_column: str | None = None,
+               client_column: str | None = None, filters: Any = None) -> Dataset:
+    """Load a user's CSV / Parquet table as a :class:`Dataset` (``groups`` = client column)."""
+    df = read_table(path, kind, filters=filters)
+    for col, what in ((label_column, "label_column"), (client_column, "client_column")):
+        if col is not None and col not in df.columns:
+            raise DataError(f"data.{what}: column {col!r} is not in {path!r} (it has {list(df.columns)})")
+    feats = table_feature_columns(list(df.columns), df.dtypes, list(feature_columns) if feature_columns else None,
+                                  label_column, client_column)
+    bad = [c for c in feats if not np.issubdtype(df[c].dtype, np.number)]
+    if bad:
+        raise DataError(f"data.feature_columns: columns {bad} are not numeric")
+    X = df[feats].to_numpy(dtype=np.float64)
+    y = None
+    if label_column is not None:
+        y = _encode(df[label_column].to_numpy())
+    groups = df[client_column].to_numpy() if client_column is not None else None
+    return Dataset(X, y, tuple(map(str, feats)), (len(feats),), f"{kind}:{path}", groups=groups)
+
+
+def _encode(values: np.ndarray) -> np.ndarray:
+    _, codes = np.unique(values, return_inverse=True)
+    return codes.astype(np.int64)

@@ -1,0 +1,186 @@
+"""Federations: one :class:`ClientSpec` (a recipe) per client.
+
+The driver decides *which* rows each client gets (from labels or sizes only) and
+ships a small recipe; the client actor builds its shard from the recipe with
+:func:`materialize`. Generated data (``blobs``) never exists outside the client
+that owns it, and a Parquet source with ``by_column`` reads only that client's rows.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from fedray.data.datasets import check_dataset_name, load_dataset, read_table, resolve_data_dir, table_feature_columns
+from fedray.data.partitions import partition_indices
+from fedray.errors import ConfigError, DataError
+from fedray.seeding import data_rng
+
+
+@dataclass(frozen=True)
+class ClientSpec:
+    """Recipe for one client's shard.
+
+    Attributes
+    ----------
+    client_id : int
+    source : dict
+        ``{"kind": "blobs" | "pooled" | "table", ...}`` — how to build the shard.
+    indices : ndarray or None
+        Rows of the pooled data set (kind ``pooled``).
+    name : str
+        A display name (the value of the client column for ``by_column``).
+    """
+
+    client_id: int
+    source: dict[str, Any]
+    indices: np.ndarray | None = None
+    name: str = ""
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Federation:
+    specs: list[ClientSpec]
+    feature_names: tuple[str, ...]
+    sample_shape: tuple[int, ...]
+    has_labels: bool
+    n_classes: int | None
+    notes: tuple[str, ...] = ()
+    extras: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def n_clients(self) -> int:
+        return len(self.specs)
+
+
+BLOBS_DEFAULTS = {"points_per_client": 200, "n_features": 2, "n_centers": 5, "cluster_std": 1.0,
+                  "center_box": (-10.0, 10.0), "weights": None}
+
+
+def build_federation(data: Any, n_clients: int | None, seed: int) -> Federation:
+    """Build client recipes from a validated ``data`` config section."""
+    name = data.dataset
+    check_dataset_name(name)
+    options = dict(data.options or {})
+    part = dict(data.partition or {})
+    pname = part.pop("name", None)
+    rng = data_rng(seed, 1)
+    if name == "blobs":
+        return _blobs_federation(options, n_clients or 10, seed, pname, part)
+    kind, _, rest = name.partition(":")
+    if kind in ("csv", "parquet") and (pname == "by_column" or (pname is None and data.client_column)):
+        return _table_by_column(rest, kind, data)
+    ddir = str(resolve_data_dir(data.data_dir) or "") or None
+    if kind in ("csv", "parquet"):
+        options.update(feature_columns=data.feature_columns, label_column=data.label_column,
+                       client_column=data.client_column)
+    ds = load_dataset(name, ddir, seed=seed, **options)
+    if pname is None:
+        pname = "by_column" if ds.groups is not None else "iid"
+    if pname == "by_column":
+        if ds.groups is None:
+            raise ConfigError("data.partition.name: 'by_column' needs a client column (data.client_column)")
+        part["groups"] = ds.groups
+        parts = partition_indices(pname, ds.n_samples, ds.y, 0, rng, **part)
+    else:
+        if n_clients is None:
+            n_clients = 10
+        if n_clients > ds.n_samples:
+            raise DataError(f"federation.n_clients: {n_clients} clients but {name} has only {ds.n_samples} samples")
+        parts = partition_indices(pname, ds.n_samples, ds.y, n_clients, rng, **part)
+    source = {"kind": "pooled", "dataset": name, "data_dir": ddir, "seed": seed, "options": options}
+    names = [str(v) for v in np.unique(ds.groups)] if pname == "by_column" else [f"client-{i}" for i in range(len(parts))]
+    specs = [ClientSpec(i, source, p, names[i]) for i, p in enumerate(parts)]
+    n_classes = int(len(np.unique(ds.y))) if ds.y is not None else None
+    return Federation(specs, ds.feature_names, ds.sample_shape, ds.y is not None, n_classes,
+                      extras=dict(ds.meta))
+
+
+def _blobs_federation(options: dict, n_clients: int, seed: int, pname: str | None, part: dict) -> Federation:
+    unknown = set(options) - set(BLOBS_DEFAULTS)
+    if unknown:
+        raise ConfigError(f"data.options: unknown option(s) {sorted(unknown)} for blobs; allowed: {sorted(BLOBS_DEFAULTS)}")
+    opts = {**BLOBS_DEFAULTS, **options}
+    for key in ("points_per_client", "n_features", "n_centers"):
+        if int(opts[key]) < 1:
+            raise ConfigError(f"data.options.{key}: must be >= 1; got {opts[key]!r}")
+    if not float(opts["cluster_std"]) > 0:
+        raise ConfigError(f"data.options.cluster_std: must be > 0; got {opts['cluster_std']!r}")
+    if pname not in (None, "iid", "dirichlet"):
+        raise ConfigError(f"data.partition.name: blobs supports 'iid' and 'dirichlet'; got {pname!r}")
+    alpha = float(part.get("alpha", 0.5)) if pname == "dirichlet" else None
+    source = {"kind": "blobs", "seed": seed, "alpha": alpha, **{k: opts[k] for k in BLOBS_DEFAULTS}}
+    specs = [ClientSpec(i, source, None, f"client-{i}") for i in range(n_clients)]
+    d = int(opts["n_features"])
+    return Federation(specs, tuple(f"x{i}" for i in range(d)), (d,), True, int(opts["n_centers"]))
+
+
+def blob_centers(source: dict) -> np.ndarray:
+    lo, hi = source["center_box"]
+    rng = data_rng(source["seed"], 2)
+    return rng.uniform(lo, hi, size=(int(source["n_centers"]), int(source["n_features"])))
+
+
+def _generate_blobs(source: dict, client_id: int) -> tuple[np.ndarray, np.ndarray]:
+    centers = blob_centers(source)
+    rng = data_rng(source["seed"], 3, client_id)
+    k, n = centers.shape[0], int(source["points_per_client"])
+    if source.get("alpha"):
+        w = rng.dirichlet(np.full(k, source["alpha"]))
+    elif source.get("weights") is not None:
+        w = np.asarray(source["weights"], dtype=float) / np.sum(source["weights"])
+    else:
+        w = np.full(k, 1.0 / k)
+    y = rng.choice(k, size=n, p=w)
+    X = centers[y] + rng.normal(scale=float(source["cluster_std"]), size=(n, centers.shape[1]))
+    return X, y.astype(np.int64)
+
+
+def _table_by_column(path: str, kind: str, data: Any) -> Federation:
+    if not data.client_column:
+        raise ConfigError("data.client_column: 'by_column' needs the name of the column that names the client")
+    df = read_table(path, kind)
+    if data.client_column not in df.columns:
+        raise DataError(f"data.client_column: column {data.client_column!r} is not in {path!r} (it has {list(df.columns)})")
+    if data.label_column is not None and data.label_column not in df.columns:
+        raise DataError(f"data.label_column: column {data.label_column!r} is not in {path!r} (it has {list(df.columns)})")
+    feats = table_feature_columns(list(df.columns), df.dtypes, data.feature_columns, data.label_column, data.client_column)
+    values = sorted(df[data.client_column].dropna().unique().tolist(), key=str)
+    label_values = None
+    if data.label_column is not None:
+        label_values = sorted(df[data.label_column].dropna().unique().tolist(), key=str)
+    source = {"kind": "table", "path": path, "format": kind, "features": feats, "label_column": data.label_column,
+              "client_column": data.client_column, "label_values": label_values}
+    specs = [ClientSpec(i, {**source, "value": v}, None, str(v)) for i, v in enumerate(values)]
+    return Federation(specs, tuple(feats), (len(feats),), label_values is not None,
+                      len(label_values) if label_values is not None else None)
+
+
+def materialize(spec: ClientSpec) -> tuple[np.ndarray, np.ndarray | None, tuple[str, ...]]:
+    """Build a client's shard from its recipe: ``(X, y, feature_names)``."""
+    src = spec.source
+    kind = src["kind"]
+    if kind == "blobs":
+        X, y = _generate_blobs(src, spec.client_id)
+        return X, y, tuple(f"x{i}" for i in range(X.shape[1]))
+    if kind == "pooled":
+        ds = load_dataset(src["dataset"], src["data_dir"], seed=src["seed"], **src["options"])
+        idx = spec.indices if spec.indices is not None else np.arange(ds.n_samples)
+        y = ds.y[idx] if ds.y is not None else None
+        return ds.X[idx], y, ds.feature_names
+    if kind == "table":
+        cols = list(src["features"]) + [c for c in (src["label_column"],) if c]
+        df = read_table(src["path"], src["format"], columns=cols + [src["client_column"]],
+                        filters=[(src["client_column"], "==", src["value"])])
+        bad = [c for c in src["features"] if not np.issubdtype(df[c].dtype, np.number)]
+        if bad:
+            raise DataError(f"client {spec.name!r}: columns {bad} are not numeric")
+        X = df[src["features"]].to_numpy(dtype=np.float64)
+        y = None
+        if src["label_column"]:
+            lookup = {v: i for i, v in enumerate(src["label_values"])}
+            y = np.array([lookup.get(v, -1) for v in df[src["label_column"]]], dtype=np.int64)
+        return X, y, tuple(src["features"])
+    raise DataError(f"unknown shard recipe {kind!r}")

@@ -1,0 +1,151 @@
+"""Numerical building blocks shared by the clustering algorithms.
+
+Everything here is deterministic numpy (no BLAS reductions whose order depends
+on thread counts), so a client computes the same bits in any process.
+"""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+
+from fedray.errors import EmptyClusterWarning
+
+_CHUNK = 1 << 20  # elements of the (rows x centres x features) difference block
+
+
+def sq_distances(X: np.ndarray, C: np.ndarray) -> np.ndarray:
+    """Squared Euclidean distances, shape (n_samples, n_centres)."""
+    n, d = X.shape
+    k = C.shape[0]
+    out = np.empty((n, k), dtype=np.float64)
+    step = max(1, _CHUNK // max(1, k * d))
+    for s in range(0, n, step):
+        diff = X[s : s + step, None, :] - C[None, :, :]
+        np.einsum("nkd,nkd->nk", diff, diff, out=out[s : s + step], optimize=False)
+    return out
+
+
+def assign(X: np.ndarray, C: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Nearest centre of every row and the squared distance to it."""
+    d2 = sq_distances(X, C)
+    lab = np.argmin(d2, axis=1)
+    return lab, d2[np.arange(X.shape[0]), lab]
+
+
+def cluster_sums(X: np.ndarray, labels: np.ndarray, k: int, weights: np.ndarray | None = None) -> np.ndarray:
+    """Per-cluster (weighted) sums of rows, shape (k, n_features)."""
+    out = np.zeros((k, X.shape[1]))
+    for j in range(X.shape[1]):
+        w = X[:, j] if weights is None else X[:, j] * weights
+        out[:, j] = np.bincount(labels, weights=w, minlength=k)
+    return out
+
+
+def fcm_memberships(X: np.ndarray, C: np.ndarray, m: float) -> np.ndarray:
+    """Fuzzy c-means memberships u[j, c] = 1 / sum_l (d_jc / d_jl)^(2/(m-1)), shape (n, k).
+
+    A point lying on a centre gets its zero distance replaced by machine epsilon
+    (as in Corcuera Bárcena et al.'s reference code).
+    """
+    d2 = sq_distances(X, C)
+    np.maximum(d2, np.finfo(np.float64).eps, out=d2)
+    p = 1.0 / (m - 1.0)
+    inv = d2 ** (-p)  # (d^2)^(-1/(m-1)) = d^(-2/(m-1))
+    return inv / inv.sum(axis=1, keepdims=True)
+
+
+def kmeans_plusplus(X: np.ndarray, k: int, rng: np.random.Generator, weights: np.ndarray | None = None) -> np.ndarray:
+    """k-means++ seeding (Arthur & Vassilvitskii), optionally weighted; shape (k, n_features)."""
+    n = X.shape[0]
+    w = np.ones(n) if weights is None else np.asarray(weights, dtype=float)
+    first = rng.choice(n, p=w / w.sum())
+    centers = [X[first]]
+    closest = sq_distances(X, X[first][None])[:, 0]
+    for _ in range(1, k):
+        pot = closest * w
+        total = pot.sum()
+        idx = rng.choice(n, p=pot / total) if total > 0 else rng.integers(n)
+        centers.append(X[idx])
+        closest = np.minimum(closest, sq_distances(X, X[idx][None])[:, 0])
+    return np.array(centers)
+
+
+def lloyd(X: np.ndarray, C0: np.ndarray, max_iter: int = 300, tol: float = 1e-8,
+          weights: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, int]:
+    """Plain (weighted) Lloyd iterations from ``C0``; empty clusters keep their centre.
+
+    Returns (centres, labels, iterations).
+    """
+    C = np.array(C0, dtype=np.float64, copy=True)
+    k = C.shape[0]
+    w = np.ones(X.shape[0]) if weights is None else np.asarray(weights, dtype=float)
+    labels = np.zeros(X.shape[0], dtype=np.int64)
+    it = 0
+    for it in range(1, max_iter + 1):
+        labels, _ = assign(X, C)
+        sums = cluster_sums(X, labels, k, w)
+        counts = np.bincount(labels, weights=w, minlength=k)
+        new = C.copy()
+        nz = counts > 0
+        new[nz] = sums[nz] / counts[nz, None]
+        shift = float(np.sum((new - C) ** 2))
+        C = new
+        if shift <= tol:
+            break
+    labels, _ = assign(X, C)
+    return C, labels, it
+
+
+def kmeans(X: np.ndarray, k: int, rng: np.random.Generator, n_init: int = 3, max_iter: int = 300,
+           weights: np.ndarray | None = None) -> np.ndarray:
+    """Best-of-``n_init`` k-means++ + Lloyd (deterministic given ``rng``); centres (k, n_features)."""
+    if X.shape[0] < k:
+        raise ValueError(f"n_samples={X.shape[0]} should be >= n_clusters={k}")
+    best, best_obj = None, np.inf
+    w = np.ones(X.shape[0]) if weights is None else weights
+    for _ in range(n_init):
+        C, lab, _ = lloyd(X, kmeans_plusplus(X, k, rng, weights), max_iter=max_iter, weights=weights)
+        obj = float(np.sum(w * sq_distances(X, C)[np.arange(X.shape[0]), lab]))
+        if obj < best_obj:
+            best, best_obj = C, obj
+    return best
+
+
+def fcm(X: np.ndarray, C0: np.ndarray, m: float = 2.0, tol: float = 1e-3, max_iter: int = 300
+        ) -> tuple[np.ndarray, np.ndarray, int]:
+    """Central fuzzy c-means from ``C0``; stops when the Frobenius change of centres < ``tol``.
+
+    Returns (centres, memberships (n, k), iterations).
+    """
+    C = np.array(C0, dtype=np.float64, copy=True)
+    it = 0
+    for it in range(1, max_iter + 1):
+        U = fcm_memberships(X, C, m)
+        W = U ** m
+        den = W.sum(axis=0)
+        num = _weighted_sums(X, W)
+        new = C.copy()
+        nz = den > 0
+        new[nz] = num[nz] / den[nz, None]
+        shift = float(np.linalg.norm(new - C))
+        C = new
+        if shift < tol:
+            break
+    return C, fcm_memberships(X, C, m), it
+
+
+def _weighted_sums(X: np.ndarray, W: np.ndarray) -> np.ndarray:
+    """sum_j W[j, c] * X[j, :] for every c, shape (k, n_features), without BLAS."""
+    return np.einsum("nk,nd->kd", W, X, optimize=False)
+
+
+weighted_sums = _weighted_sums
+
+
+def warn_empty(empty: np.ndarray, round_: int, what: str = "cluster") -> None:
+    """Warn once about clusters that got no points in a round."""
+    idx = np.flatnonzero(empty)
+    if idx.size:
+        warnings.warn(f"round {round_}: {what}(s) {idx.tolist()} received no points and keep their centre",
+                      EmptyClusterWarning, stacklevel=3)

@@ -1,0 +1,236 @@
+"""Results of a run: history, per-client table, model, summary, and the output folder.
+
+Output folder layout::
+
+    summary.json      config, final metrics, rounds, converged, wall time, failures
+    rounds.parquet    one row a round (``wall_s`` = seconds of that round)
+    clients.parquet   one row a client (samples, rounds taken part in, bytes sent)
+    model.npz         the model's arrays (``centers``; ``m`` where fuzzy)
+    config.yaml       the validated configuration
+    plots/*.png       convergence, and centres over the data density for 2-D data
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import platform
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+if TYPE_CHECKING:  # pragma: no cover
+    from fedray.session import Session
+
+log = logging.getLogger(__name__)
+
+
+def peak_memory_mb() -> float:
+    """Resident memory of this process and its children (Ray workers included when local), in MB."""
+    try:
+        import psutil
+
+        proc = psutil.Process(os.getpid())
+        rss = proc.memory_info().rss
+        for ch in proc.children(recursive=True):
+            try:
+                rss += ch.memory_info().rss
+            except psutil.Error:
+                pass
+        return rss / 2**20
+    except Exception:  # noqa: BLE001
+        return float("nan")
+
+
+@dataclass
+class Result:
+    """What a run produced.
+
+    Attributes
+    ----------
+    config : ExperimentConfig
+    history : DataFrame — one row per round
+    clients : DataFrame — one row per client
+    model : dict — arrays of the model (``centers`` for clustering)
+    summary : dict — what ``summary.json`` holds
+    output_dir : Path or None
+    """
+
+    config: Any
+    history: pd.DataFrame
+    clients: pd.DataFrame
+    model: dict[str, Any]
+    summary: dict[str, Any]
+    algorithm_cls: Any = None
+    scaler: tuple[np.ndarray, np.ndarray] | None = None
+    output_dir: Path | None = None
+    peak_memory_mb: float | None = None
+    extras: dict[str, Any] = field(default_factory=dict)
+
+    # --- construction ---------------------------------------------------------
+    @classmethod
+    def build(cls, cfg: Any, alg: Any, session: "Session", state: dict[str, Any], model: dict[str, Any],
+              final: dict[str, Any], wall_s: float) -> "Result":
+        history = pd.DataFrame(state["history"])
+        rows = []
+        for d in session.descriptions:
+            cr = state["client_rows"].get(d["client_id"], {})
+            rows.append({"client_id": d["client_id"], "name": d.get("name", ""), "n_samples": d["n"],
+                         "rounds": int(cr.get("rounds", 0)), "bytes_up": int(cr.get("bytes_up", 0)),
+                         "compute_s": float(cr.get("compute_s", 0.0))})
+        clients = pd.DataFrame(rows)
+        failures = int(history["clients_failed"].sum()) if len(history) else 0
+        late = int(history["clients_late"].sum()) if len(history) else 0
+        summary = {
+            "algorithm": alg.name,
+            "dataset": cfg.data.dataset,
+            "n_clients": session.info.n_clients,
+            "n_samples": session.info.total_samples,
+            "n_features": session.info.n_features,
+            "backend": cfg.runtime.backend,
+            "seed": cfg.seed,
+            "rounds": int(len(history)),
+            "converged": bool(state.get("converged", False)),
+            "wall_time_s": float(wall_s),
+            "startup_s": float(session.startup_s),
+            "failures": {"failed": failures, "late": late},
+            "bytes": {"down": int(history["bytes_down"].sum()) if len(history) else 0,
+                      "up": int(history["bytes_up"].sum()) if len(history) else 0},
+            "final": _jsonable(final),
+            "config": cfg.to_dict(),
+            "versions": _versions(),
+        }
+        if session.executor.backend == "ray":
+            summary["actors"] = session.executor.n_actors
+        return cls(cfg, history, clients, model, summary, type(alg), session.scaler)
+
+    # --- model access ------------------------------------------------------
+    @property
+    def centers(self) -> np.ndarray | None:
+        """Centres in the original feature space (scaling undone)."""
+        c = self.model.get("centers")
+        if c is None or self.scaler is None:
+            return c
+        return c * self.scaler[1] + self.scaler[0]
+
+    @property
+    def final(self) -> dict[str, Any]:
+        return self.summary["final"]
+
+    def _scaled(self, X: np.ndarray) -> np.ndarray:
+        X = np.asarray(X, dtype=np.float64)
+        return X if self.scaler is None else (X - self.scaler[0]) / self.scaler[1]
+
+    def predict(self, X: np.ndarray) -> np.ndarray:
+        """Cluster of each row of ``X`` (original feature space)."""
+        fn = getattr(self.algorithm_cls, "predict", None)
+        if fn is None:
+            raise NotImplementedError(f"{self.summary['algorithm']} has no predict")
+        return fn(self.model, self._scaled(X))
+
+    def predict_proba(self, X: np.ndarray) -> np.ndarray:
+        fn = getattr(self.algorithm_cls, "predict_proba", None)
+        if fn is None:
+            raise NotImplementedError(f"{self.summary['algorithm']} gives crisp assignments only")
+        return fn(self.model, self._scaled(X))
+
+    # --- central baseline ----------------------------------------------------
+    def add_central_baseline(self, session: "Session") -> None:
+        """Run the central algorithm on the union of the shards from the same initial centres."""
+        from fedray.metrics import best_permutation_distance
+        from fedray.ops import assign
+        from sklearn.metrics import adjusted_rand_score
+
+        central = getattr(self.algorithm_cls, "central", None)
+        start = self.model.get("initial_centers")
+        if central is None or start is None:
+            log.warning("%s has no central baseline", self.summary["algorithm"])
+            return
+        parts = session.executor.gather_data(labels=True)
+        X = np.vstack([p[1] for p in parts])
+        rounds = int((self.history["phase"] == "train").sum()) if len(self.history) else 1
+        params = session.make_algorithm(self.summary["algorithm"], self.config.algorithm.params).params
+        C = central(X, start, params, max(1, rounds))
+        self.model["central_centers"] = C
+        fin = self.summary["final"]
+        fin["center_distance_to_central"] = best_permutation_distance(C, self.model["centers"])
+        if all(p[2] is not None for p in parts):
+            y = np.concatenate([p[2] for p in parts])
+            fin["central_ari"] = float(adjusted_rand_score(y, assign(X, C)[0]))
+
+    # --- saving ---------------------------------------------------------------
+    def save(self, directory: str | Path, plots: bool = True, session: "Session | None" = None) -> Path:
+        """Write the output folder (see module docstring); returns its path."""
+        out = Path(directory)
+        out.mkdir(parents=True, exist_ok=True)
+        self.history.to_parquet(out / "rounds.parquet", index=False)
+        self.clients.to_parquet(out / "clients.parquet", index=False)
+        arrays = {k: np.asarray(v) for k, v in self.model.items() if _is_arraylike(v)}
+        if self.scaler is not None:
+            arrays["scaler_shift"], arrays["scaler_scale"] = self.scaler
+        np.savez(out / "model.npz", **arrays)
+        (out / "config.yaml").write_text(self.config.to_yaml())
+        if self.peak_memory_mb is not None:
+            self.summary["peak_memory_mb"] = self.peak_memory_mb
+        (out / "summary.json").write_text(json.dumps(_jsonable(self.summary), indent=2))
+        if plots:
+            from fedray import plots as P
+
+            (out / "plots").mkdir(exist_ok=True)
+            P.convergence(self.history, out / "plots" / "convergence.png", title=self.summary["algorithm"])
+            density = session.density_2d() if session is not None else None
+            if self.model.get("centers") is not None and np.asarray(self.model["centers"]).shape[-1] == 2:
+                P.centers_2d(self.model["centers"], out / "plots" / "centers.png", density=density,
+                             central=self.model.get("central_centers"))
+        self.output_dir = out
+        log.info("outputs written to %s", out)
+        return out
+
+    def table(self) -> str:
+        """A short text table of the final metrics."""
+        fin = self.summary["final"]
+        keys = [k for k in ("ari", "nmi", "acc", "davies_bouldin", "objective", "central_ari",
+                            "center_distance_to_central", "accuracy") if k in fin]
+        lines = [f"{'algorithm':<28}{self.summary['algorithm']}",
+                 f"{'dataset':<28}{self.summary['dataset']}",
+                 f"{'clients / samples':<28}{self.summary['n_clients']} / {self.summary['n_samples']}",
+                 f"{'rounds (converged)':<28}{self.summary['rounds']} ({self.summary['converged']})",
+                 f"{'wall time':<28}{self.summary['wall_time_s']:.2f} s"]
+        lines += [f"{k:<28}{fin[k]:.4f}" for k in keys if isinstance(fin[k], (int, float))]
+        return "\n".join(lines)
+
+
+def _is_arraylike(v: Any) -> bool:
+    return isinstance(v, (np.ndarray, float, int, np.generic)) or (
+        isinstance(v, (list, tuple)) and len(v) > 0 and all(isinstance(x, (int, float, np.generic)) for x in v))
+
+
+def _jsonable(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, float) and not np.isfinite(obj):
+        return None
+    if isinstance(obj, Path):
+        return str(obj)
+    return obj
+
+
+def _versions() -> dict[str, str]:
+    import importlib.metadata as md
+
+    out = {"python": platform.python_version()}
+    for pkg in ("fedray", "ray", "numpy"):
+        try:
+            out[pkg] = md.version(pkg)
+        except md.PackageNotFoundError:
+            pass
+    return out

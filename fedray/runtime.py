@@ -1,0 +1,300 @@
+"""Runtimes: where clients live and how a round's tasks reach them.
+
+* :class:`LocalExecutor` — every client in this process (the reference for
+  correctness and speed);
+* :class:`RayExecutor` — clients packed into Ray actors
+  (:class:`fedray.actors.ClientActor`), created in batches with the configured
+  resources and placement; each round's shared input is one object in the
+  object store, replies are collected with a deadline.
+
+Both return the same :class:`ExecResult`; the round loop does not know which
+one it talks to.
+"""
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from fedray.algorithm import Reply, Task
+from fedray.client import ClientHost, Outcome
+from fedray.data.federation import ClientSpec
+from fedray.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ExecResult:
+    """Replies of one round (sorted by client id) and who did not answer."""
+
+    replies: list[Reply]
+    failed: list[int] = field(default_factory=list)
+    late: list[int] = field(default_factory=list)
+    errors: dict[int, str] = field(default_factory=dict)
+    user_errors: dict[int, str] = field(default_factory=dict)
+
+
+def _plan(tasks: dict[int, Task]) -> tuple[list[Any], dict[int, int]]:
+    """Distinct shared objects (by identity) and, per client, the index of its one."""
+    shared: list[Any] = []
+    index_of: dict[int, int] = {}
+    which: dict[int, int] = {}
+    for cid, task in tasks.items():
+        if task.shared is None:
+            which[cid] = -1
+            continue
+        key = id(task.shared)
+        if key not in index_of:
+            index_of[key] = len(shared)
+            shared.append(task.shared)
+        which[cid] = index_of[key]
+    return shared, which
+
+
+def _collect(outcomes: list[Outcome], result: ExecResult) -> None:
+    for o in outcomes:
+        if o.error is None:
+            result.replies.append(Reply(o.client_id, o.update, o.seconds, o.nbytes))
+        elif o.user_error:
+            result.user_errors[o.client_id] = o.error
+        else:
+            result.errors[o.client_id] = o.error
+            result.failed.append(o.client_id)
+
+
+class Executor:
+    """Interface of a runtime."""
+
+    backend = "base"
+    n_actors = 0
+
+    def describe(self) -> list[dict[str, Any]]:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def apply_scaler(self, shift: np.ndarray, scale: np.ndarray) -> None:  # pragma: no cover
+        raise NotImplementedError
+
+    def execute(self, round_: int, tasks: dict[int, Task], timeout: float | None = None) -> ExecResult:  # pragma: no cover
+        raise NotImplementedError
+
+    def gather_data(self, labels: bool = True) -> list[tuple[int, np.ndarray, np.ndarray | None]]:  # pragma: no cover
+        raise NotImplementedError
+
+    def shutdown(self) -> None:
+        pass
+
+
+class LocalExecutor(Executor):
+    """All clients in one in-process :class:`ClientHost`."""
+
+    backend = "local"
+
+    def __init__(self, specs: list[ClientSpec], seed: int, supervised: bool, sample_shape: tuple[int, ...],
+                 **_: Any) -> None:
+        self.host = ClientHost(specs, seed, supervised, sample_shape)
+        self.n_actors = 0
+
+    def describe(self) -> list[dict[str, Any]]:
+        return self.host.describe()
+
+    def apply_scaler(self, shift: np.ndarray, scale: np.ndarray) -> None:
+        self.host.apply_scaler(shift, scale)
+
+    def execute(self, round_: int, tasks: dict[int, Task], timeout: float | None = None) -> ExecResult:
+        shared, which = _plan(tasks)
+        items = [(cid, tasks[cid], which[cid]) for cid in sorted(tasks)]
+        result = ExecResult([])
+        _collect(self.host.run(round_, items, *shared), result)
+        return result
+
+    def gather_data(self, labels: bool = True):
+        return self.host.gather_data(labels)
+
+    def get_state(self, client_ids: list[int]) -> dict[int, dict[str, Any]]:
+        return self.host.get_state(client_ids)
+
+    def set_state(self, states: dict[int, dict[str, Any]]) -> None:
+        self.host.set_state(states)
+
+
+def ensure_ray(address: str | None = None, num_cpus: int | None = None) -> bool:
+    """Connect to Ray (``address``) or start an embedded local instance; True if started here."""
+    import ray
+
+    if ray.is_initialized():
+        return False
+    kwargs: dict[str, Any] = {"include_dashboard": False, "logging_level": logging.WARNING,
+                              "log_to_driver": True, "configure_logging": False}
+    if address:
+        ray.init(address=address, **kwargs)
+        return True
+    ray.init(num_cpus=num_cpus, **kwargs)
+    return True
+
+
+def cluster_cpus() -> float:
+    import ray
+
+    return float(ray.cluster_resources().get("CPU", 1.0))
+
+
+def resolve_layout(n_clients: int, clients_per_actor: int | str, actor_cpus: float | None, total_cpus: float,
+                   num_gpus: float = 0.0) -> tuple[int, float]:
+    """(clients per actor, CPUs per actor) for ``n_clients`` on a cluster with ``total_cpus``."""
+    if clients_per_actor == "auto":
+        per = actor_cpus if actor_cpus else 1.0
+        slots = max(1, int(total_cpus // per)) if per > 0 else n_clients
+        n_actors = max(1, min(n_clients, slots))
+        cpa = math.ceil(n_clients / n_actors)
+    else:
+        cpa = int(clients_per_actor)
+        if cpa < 1:
+            raise ConfigError(f"runtime.clients_per_actor: must be >= 1 or 'auto'; got {clients_per_actor!r}")
+    n_actors = math.ceil(n_clients / cpa)
+    if actor_cpus is None:
+        # Enough actors to fill the cluster get 1 CPU each; more share the CPUs.
+        actor_cpus = 1.0 if n_actors <= total_cpus else max(0.01, math.floor(100 * total_cpus / n_actors) / 100)
+    return cpa, float(actor_cpus)
+
+
+class RayExecutor(Executor):
+    """Clients hosted by Ray actors.
+
+    Parameters
+    ----------
+    specs, seed, supervised, sample_shape
+        As for :class:`LocalExecutor`.
+    runtime : RuntimeConfig
+        ``clients_per_actor``, ``client_resources``, ``placement``, ``actor_batch``.
+    """
+
+    backend = "ray"
+
+    def __init__(self, specs: list[ClientSpec], seed: int, supervised: bool, sample_shape: tuple[int, ...],
+                 runtime: Any = None, **_: Any) -> None:
+        import ray
+
+        from fedray.actors.client_actor import ClientActor
+
+        res = runtime.client_resources
+        total = cluster_cpus()
+        self.clients_per_actor, actor_cpus = resolve_layout(
+            len(specs), runtime.clients_per_actor, res.num_cpus, total, res.num_gpus)
+        chunks = [specs[i : i + self.clients_per_actor] for i in range(0, len(specs), self.clients_per_actor)]
+        options: dict[str, Any] = {"num_cpus": actor_cpus, "max_restarts": runtime.max_restarts,
+                                   "max_task_retries": 0}
+        if res.num_gpus:
+            options["num_gpus"] = res.num_gpus
+        if res.custom:
+            options["resources"] = dict(res.custom)
+        if runtime.placement == "spread":
+            options["scheduling_strategy"] = "SPREAD"
+        self.actor_cpus = actor_cpus
+        self.actors = []
+        self.owner: dict[int, int] = {}
+        t0 = time.perf_counter()
+        batch = max(1, int(runtime.actor_batch))
+        for start in range(0, len(chunks), batch):
+            group = chunks[start : start + batch]
+            new = [ClientActor.options(**options).remote(chunk, seed, supervised, tuple(sample_shape)) for chunk in group]
+            # Wait for the batch to be created before asking for more (bounded start-up pressure).
+            ray.get([a.ready.remote() for a in new])
+            for a_idx, (actor, chunk) in enumerate(zip(new, group)):
+                for s in chunk:
+                    self.owner[s.client_id] = start + a_idx
+            self.actors.extend(new)
+        self.n_actors = len(self.actors)
+        log.info("created %d client actors (%d clients each, %.2f CPUs each) in %.1f s",
+                 self.n_actors, self.clients_per_actor, actor_cpus, time.perf_counter() - t0)
+
+    def _call_all(self, method: str, *args: Any) -> list[Any]:
+        import ray
+
+        return ray.get([getattr(a, method).remote(*args) for a in self.actors])
+
+    def describe(self) -> list[dict[str, Any]]:
+        out = []
+        for part in self._call_all("describe"):
+            out.extend(part)
+        return sorted(out, key=lambda d: d["client_id"])
+
+    def apply_scaler(self, shift: np.ndarray, scale: np.ndarray) -> None:
+        self._call_all("apply_scaler", shift, scale)
+
+    def execute(self, round_: int, tasks: dict[int, Task], timeout: float | None = None) -> ExecResult:
+        import ray
+        from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
+
+        shared, which = _plan(tasks)
+        refs = [ray.put(s) for s in shared]
+        per_actor: dict[int, list[tuple[int, Task, int]]] = defaultdict(list)
+        for cid in sorted(tasks):
+            per_actor[self.owner[cid]].append((cid, tasks[cid], which[cid]))
+        futures = {self.actors[a].run.remote(round_, items, *refs): a for a, items in per_actor.items()}
+        ready, not_ready = ray.wait(list(futures), num_returns=len(futures), timeout=timeout)
+        result = ExecResult([])
+        for fut in ready:
+            a = futures[fut]
+            try:
+                _collect(ray.get(fut), result)
+            except (RayActorError, RayTaskError, GetTimeoutError) as exc:
+                for cid, _, _ in per_actor[a]:
+                    result.failed.append(cid)
+                    result.errors[cid] = f"actor {a} failed: {type(exc).__name__}: {str(exc).splitlines()[0]}"
+        for fut in not_ready:
+            result.late.extend(cid for cid, _, _ in per_actor[futures[fut]])
+        result.replies.sort(key=lambda r: r.client_id)
+        result.failed.sort()
+        result.late.sort()
+        return result
+
+    def gather_data(self, labels: bool = True):
+        out = []
+        for part in self._call_all("gather_data", labels):
+            out.extend(part)
+        return sorted(out, key=lambda t: t[0])
+
+    def get_state(self, client_ids: list[int]) -> dict[int, dict[str, Any]]:
+        import ray
+
+        by_actor: dict[int, list[int]] = defaultdict(list)
+        for cid in client_ids:
+            by_actor[self.owner[cid]].append(cid)
+        out: dict[int, dict[str, Any]] = {}
+        for part in ray.get([self.actors[a].get_state.remote(c) for a, c in by_actor.items()]):
+            out.update(part)
+        return out
+
+    def set_state(self, states: dict[int, dict[str, Any]]) -> None:
+        import ray
+
+        by_actor: dict[int, dict[int, dict]] = defaultdict(dict)
+        for cid, st in states.items():
+            by_actor[self.owner[cid]][cid] = st
+        ray.get([self.actors[a].set_state.remote(s) for a, s in by_actor.items()])
+
+    def shutdown(self) -> None:
+        import ray
+
+        for a in self.actors:
+            try:
+                ray.kill(a)
+            except Exception:  # noqa: BLE001 - already gone
+                pass
+        self.actors = []
+
+
+def make_executor(backend: str, specs: list[ClientSpec], seed: int, supervised: bool,
+                  sample_shape: tuple[int, ...], runtime: Any) -> Executor:
+    """Build the executor for ``backend`` (shards are built where the clients live)."""
+    if backend == "local":
+        return LocalExecutor(specs, seed, supervised, sample_shape)
+    if backend == "ray":
+        return RayExecutor(specs, seed, supervised, sample_shape, runtime=runtime)
+    raise ConfigError(f"runtime.backend: must be 'local' or 'ray'; got {backend!r}")

@@ -1,0 +1,231 @@
+"""A session: one federation's clients, built once, reused by any number of runs.
+
+``Session(cfg)`` builds the client recipes, starts the runtime (an embedded Ray
+instance if needed), builds the shards where the clients live, checks the data
+through per-client summaries and applies scaling computed from those summaries.
+:meth:`Session.run` then runs an algorithm on the same clients; K selection and
+sweeps run many algorithms on one session without rebuilding shards.
+"""
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fedray.algorithm import Algorithm, FederationInfo, Task, get_algorithm, make_params
+from fedray.config import ExperimentConfig, make_config
+from fedray.data.federation import Federation, build_federation
+from fedray.errors import DataError
+from fedray.results import Result, peak_memory_mb
+from fedray.runtime import Executor, ensure_ray, make_executor
+from fedray.server import Server
+
+log = logging.getLogger(__name__)
+
+
+class Session:
+    """Clients of one federation, ready to run algorithms.
+
+    Parameters
+    ----------
+    config : ExperimentConfig or anything :func:`fedray.config.make_config` accepts
+    **kwargs
+        Passed to :func:`~fedray.config.make_config`.
+    """
+
+    def __init__(self, config: Any = None, **kwargs: Any) -> None:
+        t0 = time.perf_counter()
+        self.config: ExperimentConfig = make_config(config, **kwargs) if (kwargs or not isinstance(config, ExperimentConfig)) else config
+        cfg = self.config
+        self.algorithm_cls = get_algorithm(cfg.algorithm.name)
+        self.federation: Federation = build_federation(cfg.data, cfg.federation.n_clients, cfg.seed)
+        rt = cfg.runtime
+        self._started_ray = False
+        if rt.backend == "ray":
+            self._started_ray = ensure_ray(rt.address, rt.num_cpus)
+        self.executor: Executor = make_executor(rt.backend, self.federation.specs, cfg.seed,
+                                                self.algorithm_cls.supervised, self.federation.sample_shape, rt)
+        try:
+            self.descriptions = self.executor.describe()
+            self.info, self.scaler = self._check_and_scale(self.descriptions)
+        except BaseException:
+            self.close()
+            raise
+        self.startup_s = time.perf_counter() - t0
+        log.info("session ready: %d clients on %s in %.2f s", self.info.n_clients, rt.backend, self.startup_s)
+
+    # --- data checks and scaling --------------------------------------------
+    def _check_and_scale(self, desc: list[dict[str, Any]]) -> tuple[FederationInfo, tuple[np.ndarray, np.ndarray] | None]:
+        names = self.federation.feature_names
+        for d in desc:
+            who = f"client {d['client_id']}" + (f" ({d['name']})" if d.get("name") and d["name"] != f"client-{d['client_id']}" else "")
+            if "error" in d:
+                raise DataError(f"{who}: {d['error']}")
+            if "bad_value" in d:
+                raise DataError(f"{who}: non-finite value {d['bad_value']}; clean or impute the data first")
+            if d["n"] == 0:
+                raise DataError(f"{who} has no samples; remove it or change the partition")
+        dims = {d["n_features"] for d in desc}
+        if len(dims) > 1:
+            by = {dim: [d["client_id"] for d in desc if d["n_features"] == dim][:5] for dim in sorted(dims)}
+            raise DataError(f"clients have different numbers of features: {by} (feature count: client ids)")
+        n = np.array([d["n"] for d in desc], dtype=np.int64)
+        N = float(n.sum())
+        s = np.sum([d["sum"] for d in desc], axis=0)
+        ss = np.sum([d["sumsq"] for d in desc], axis=0)
+        lo = np.min([d["min"] for d in desc], axis=0)
+        hi = np.max([d["max"] for d in desc], axis=0)
+        scaler = None
+        mode = self.config.data.scale
+        if mode == "standard":
+            mean = s / N
+            std = np.sqrt(np.maximum(ss / N - mean ** 2, 0.0))
+            scaler = (mean, np.where(std > 0, std, 1.0))
+        elif mode == "minmax":
+            rng = hi - lo
+            scaler = (lo, np.where(rng > 0, rng, 1.0))
+        if scaler is not None:
+            self.executor.apply_scaler(*scaler)
+            lo, hi = (lo - scaler[0]) / scaler[1], (hi - scaler[0]) / scaler[1]
+        classes = set()
+        for d in desc:
+            classes.update(int(c) for c in d.get("classes", ()))
+        n_classes = self.federation.n_classes or (max(classes) + 1 if classes else None)
+        info = FederationInfo(n_clients=len(desc), n_features=int(dims.pop()), sample_shape=self.federation.sample_shape,
+                              n_samples=n, feature_min=lo, feature_max=hi, n_classes=n_classes,
+                              has_labels=self.federation.has_labels, extras={**self.federation.extras, "feature_names": names})
+        return info, scaler
+
+    # --- running ----------------------------------------------------------------
+    def make_algorithm(self, name: str | None = None, params: dict[str, Any] | None = None) -> Algorithm:
+        cfg = self.config
+        cls = get_algorithm(name) if name else self.algorithm_cls
+        p = make_params(cls, cfg.algorithm.params if params is None else params)
+        return cls(p, self.info, cfg.seed)
+
+    def run(self, algorithm: str | Algorithm | None = None, params: dict[str, Any] | None = None, *,
+            output: str | Path | None | bool = None, progress: bool | None = None,
+            central_baseline: bool | None = None) -> Result:
+        """Run one algorithm on this session's clients and return its :class:`Result`."""
+        cfg = self.config
+        t0 = time.perf_counter()
+        alg = algorithm if isinstance(algorithm, Algorithm) else self.make_algorithm(algorithm, params)
+        fed = cfg.federation
+        kwargs = dict(seed=cfg.seed, fraction=fed.fraction, max_rounds=fed.rounds, min_clients=fed.min_clients,
+                      round_timeout=cfg.runtime.round_timeout)
+        show = progress if progress is not None else (cfg.runtime.progress if cfg.runtime.progress is not None
+                                                      else sys.stderr.isatty())
+        bar = _progress(show, fed.rounds, alg.name)
+        if cfg.runtime.backend == "ray":
+            import ray
+
+            from fedray.actors.server_actor import ServerActor
+
+            server = ServerActor.remote(alg, self.executor, kwargs)
+            step = lambda: ray.get(server.step.remote())  # noqa: E731
+            finish = lambda: ray.get([server.evaluate.remote(), server.result.remote(), server.state.remote()])  # noqa: E731
+        else:
+            local = Server(alg, self.executor, **kwargs)
+            step = local.step
+            finish = lambda: [local.evaluate(), local.result(), local.state()]  # noqa: E731
+        try:
+            while (row := step()) is not None:
+                if bar is not None:
+                    bar.update(1)
+                    bar.set_postfix({k: _fmt(row[k]) for k in ("phase", "clients_answered", "center_shift", "objective",
+                                                                "accuracy", "n_clusters") if k in row})
+        finally:
+            if bar is not None:
+                bar.close()
+        final, model, state = finish()
+        if cfg.runtime.backend == "ray":
+            import ray
+
+            ray.kill(server)
+        result = Result.build(cfg, alg, self, state, model, final, time.perf_counter() - t0)
+        if central_baseline if central_baseline is not None else cfg.evaluation.central_baseline:
+            result.add_central_baseline(self)
+        out = cfg.output.directory if output is None else (None if output is False else output)
+        if out:
+            result.save(out, plots=cfg.output.plots, session=self)
+        return result
+
+    def execute(self, tasks: dict[int, Task], round_: int = -100):
+        """Run ad-hoc tasks on clients (evaluation helpers); returns the executor's result."""
+        return self.executor.execute(round_, tasks, None)
+
+    def density_2d(self, bins: int = 120) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """Summed 2-D histogram of all clients' points (for plots), or None if not 2-D."""
+        if self.info.n_features != 2:
+            return None
+        lo, hi = self.info.feature_min, self.info.feature_max
+        pad = 0.02 * (hi - lo + 1e-12)
+        edges = (np.linspace(lo[0] - pad[0], hi[0] + pad[0], bins + 1), np.linspace(lo[1] - pad[1], hi[1] + pad[1], bins + 1))
+        res = self.execute({c: Task(_histogram2d, None, edges, evaluation=False) for c in range(self.info.n_clients)})
+        H = np.sum([r.update for r in res.replies], axis=0)
+        return H, edges[0], edges[1]
+
+    def close(self) -> None:
+        try:
+            self.executor.shutdown()
+        except Exception:  # noqa: BLE001
+            pass
+        if self._started_ray:
+            import ray
+
+            ray.shutdown()
+            self._started_ray = False
+
+    def __enter__(self) -> "Session":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def _histogram2d(payload: Any, edges: tuple[np.ndarray, np.ndarray], client: Any) -> np.ndarray:
+    X = client.data.X
+    H, _, _ = np.histogram2d(X[:, 0], X[:, 1], bins=edges)
+    return H
+
+
+def _fmt(v: Any) -> Any:
+    return f"{v:.4g}" if isinstance(v, float) else v
+
+
+def _progress(show: bool, total: int, name: str):
+    if not show:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=None, desc=f"{name}", unit="round", leave=True)
+
+
+def run(config: Any = None, *, overrides: list[str] | dict[str, Any] | None = None, output: str | Path | None = None,
+        progress: bool | None = None, central_baseline: bool | None = None, **kwargs: Any) -> Result:
+    """Run one experiment and return its :class:`~fedray.results.Result`.
+
+    Parameters
+    ----------
+    config : ExperimentConfig, mapping or path to a YAML file, optional
+    overrides : ``["federation.n_clients=100", ...]`` or a mapping of dotted keys
+    output : folder for ``summary.json``, ``rounds.parquet``, ... (default: ``output.directory``)
+    progress : show a progress bar (default: when stderr is a terminal)
+    central_baseline : also run the central algorithm on the union from the same start
+    **kwargs : configuration sections or dotted keys, e.g. ``algorithm={"name": "kmeans"}``
+
+    Examples
+    --------
+    >>> import fedray
+    >>> res = fedray.run(algorithm={"name": "kmeans", "params": {"n_clusters": 3}},
+    ...                  data={"dataset": "sklearn:iris"}, runtime={"backend": "local"})  # doctest: +SKIP
+    """
+    cfg = make_config(config, overrides=overrides, **kwargs)
+    with Session(cfg) as session:
+        result = session.run(output=output, progress=progress, central_baseline=central_baseline)
+        result.peak_memory_mb = peak_memory_mb()
+        return result
