@@ -171,16 +171,23 @@ class Algorithm:
 
 
 _REGISTRY: dict[str, type[Algorithm]] = {}
-_BUILTIN_MODULES = (
-    "fedray.algorithms.kmeans",
-    "fedray.algorithms.fcm",
-    "fedray.algorithms.fedkmeans",
-    "fedray.algorithms.kfed",
-    "fedray.algorithms.fedfcm",
-    "fedray.algorithms.flacc",
-    "fedray.algorithms.cfl_baselines",
-    "fedray.algorithms.fedcref",
-)
+# name -> module that registers it; modules are imported only when asked for, so a
+# clustering run never imports the torch-based methods (nor torch).
+_BUILTIN_MODULES: dict[str, str] = {
+    "kmeans": "fedray.algorithms.kmeans",
+    "federated-fcm": "fedray.algorithms.fcm",
+    "fedkmeans": "fedray.algorithms.fedkmeans",
+    "kfed": "fedray.algorithms.kfed",
+    "fedfcm": "fedray.algorithms.fedfcm",
+    "fedfcm-avg": "fedray.algorithms.fedfcm",
+    "flacc": "fedray.algorithms.flacc",
+    "fedavg": "fedray.algorithms.baselines",
+    "local": "fedray.algorithms.baselines",
+    "ifca": "fedray.algorithms.baselines",
+    "cfl": "fedray.algorithms.baselines",
+    "flhc": "fedray.algorithms.baselines",
+    "fedcref": "fedray.algorithms.fedcref",
+}
 
 
 def register(cls: type[Algorithm]) -> type[Algorithm]:
@@ -193,27 +200,30 @@ def register(cls: type[Algorithm]) -> type[Algorithm]:
     return cls
 
 
-def _load_builtins() -> None:
+def _load_module(mod: str) -> None:
     import importlib
     import importlib.util
 
-    for mod in _BUILTIN_MODULES:
-        if importlib.util.find_spec(mod) is not None:
-            importlib.import_module(mod)
+    if importlib.util.find_spec(mod) is not None:
+        importlib.import_module(mod)
 
 
 def available_algorithms() -> dict[str, type[Algorithm]]:
-    _load_builtins()
+    """Every algorithm (imports every built-in algorithm module; none of them imports torch)."""
+    for mod in dict.fromkeys(_BUILTIN_MODULES.values()):
+        _load_module(mod)
     return dict(sorted(_REGISTRY.items()))
 
 
 def get_algorithm(name: str) -> type[Algorithm]:
-    algos = available_algorithms()
-    if name not in algos:
+    if name not in _REGISTRY and name in _BUILTIN_MODULES:
+        _load_module(_BUILTIN_MODULES[name])
+    if name not in _REGISTRY:
+        algos = available_algorithms()
         raise ConfigError(
             f"algorithm.name: unknown algorithm {name!r}; choose one of {', '.join(algos)}"
         )
-    return algos[name]
+    return _REGISTRY[name]
 
 
 def make_params(cls: type[Algorithm], params: Mapping[str, Any] | None) -> Params:

@@ -40,7 +40,7 @@ class ClientData:
 class Client:
     """What a client function sees: ``id``, ``data``, ``state``, ``rng``, ``round``."""
 
-    __slots__ = ("id", "name", "_X", "_y", "_supervised", "sample_shape", "state", "rng", "round", "seed")
+    __slots__ = ("id", "name", "_X", "_y", "_supervised", "sample_shape", "state", "rng", "round", "seed", "meta")
 
     def __init__(self, spec: ClientSpec, X: np.ndarray, y: np.ndarray | None, seed: int,
                  supervised: bool, sample_shape: tuple[int, ...]) -> None:
@@ -51,6 +51,7 @@ class Client:
         self._supervised = supervised
         self.sample_shape = sample_shape
         self.state: dict[str, Any] = {}
+        self.meta: dict[str, Any] = dict(spec.meta)  # recipe facts (e.g. test split, true group: evaluation only)
         self.seed = seed
         self.round = -1
         self.rng = client_rng(seed, self.id, -1)

@@ -59,6 +59,38 @@ BLOBS_DEFAULTS = {"points_per_client": 200, "n_features": 2, "n_centers": 5, "cl
                   "center_box": (-10.0, 10.0), "weights": None}
 
 
+# Federation builders: partitions that need more than index lists (per-client
+# transforms, train/test splits, group ids), e.g. ``rotated`` image federations.
+# ``fn(dataset, data_cfg, n_clients, seed, **options) -> Federation``.
+_BUILDERS: dict[str, Any] = {}
+# Shard transforms applied in the client after loading: ``fn(X, y, **kwargs) -> (X, y)``.
+_TRANSFORMS: dict[str, Any] = {}
+
+
+def register_federation_builder(name: str):
+    def deco(fn):
+        _BUILDERS[name] = fn
+        return fn
+
+    return deco
+
+
+def register_transform(name: str):
+    def deco(fn):
+        _TRANSFORMS[name] = fn
+        return fn
+
+    return deco
+
+
+def _load_builders() -> None:
+    import importlib
+    import importlib.util
+
+    if importlib.util.find_spec("fedray.data.image_federations") is not None:
+        importlib.import_module("fedray.data.image_federations")
+
+
 def build_federation(data: Any, n_clients: int | None, seed: int) -> Federation:
     """Build client recipes from a validated ``data`` config section."""
     name = data.dataset
@@ -67,6 +99,11 @@ def build_federation(data: Any, n_clients: int | None, seed: int) -> Federation:
     part = dict(data.partition or {})
     pname = part.pop("name", None)
     rng = data_rng(seed, 1)
+    _load_builders()
+    if pname in _BUILDERS:
+        ddir = str(resolve_data_dir(data.data_dir) or "") or None
+        ds = load_dataset(name, ddir, seed=seed, **options)
+        return _BUILDERS[pname](ds, data, n_clients, seed, **part)
     if name == "blobs":
         return _blobs_federation(options, n_clients or 10, seed, pname, part)
     kind, _, rest = name.partition(":")
@@ -159,7 +196,21 @@ def _table_by_column(path: str, kind: str, data: Any) -> Federation:
 
 
 def materialize(spec: ClientSpec) -> tuple[np.ndarray, np.ndarray | None, tuple[str, ...]]:
-    """Build a client's shard from its recipe: ``(X, y, feature_names)``."""
+    """Build a client's shard from its recipe: ``(X, y, feature_names)``.
+
+    Transforms listed in ``spec.meta["transforms"]`` (``[(name, kwargs), ...]``) are
+    applied in order after loading.
+    """
+    X, y, names = _materialize_raw(spec)
+    transforms = spec.meta.get("transforms", ())
+    if transforms:
+        _load_builders()
+        for tname, kw in transforms:
+            X, y = _TRANSFORMS[tname](X, y, **dict(kw))
+    return X, y, names
+
+
+def _materialize_raw(spec: ClientSpec) -> tuple[np.ndarray, np.ndarray | None, tuple[str, ...]]:
     src = spec.source
     kind = src["kind"]
     if kind == "blobs":
