@@ -146,7 +146,7 @@ class ClientHost:
                 col = int(np.flatnonzero(~finite.all(axis=0))[0])
                 row = int(np.flatnonzero(~finite[:, col])[0])
                 colname = names[col] if col < len(names) else f"column {col}"
-                d["bad_value"] = f"{X[row, col]!r} in column {colname!r} (row {row} of the client's shard)"
+                d["bad_value"] = f"{float(X[row, col])} in column {colname!r} (row {row} of the client's shard)"
             elif X.shape[0]:
                 d["sum"] = X.sum(axis=0)
                 d["sumsq"] = (X * X).sum(axis=0)

@@ -187,7 +187,7 @@ def _load_benchmark(rest: str, ddir: Path | None) -> Dataset:
         raise DataError(f"data.dataset: benchmark file {str(data_file)!r} does not exist")
     X = np.loadtxt(data_file, dtype=np.float64, ndmin=2)
     label_file = root / battery / f"{name}.labels0.gz"
-    y = np.loadtxt(label_file, dtype=np.int64) if label_file.exists() else None
+    y = _encode(np.loadtxt(label_file, dtype=np.int64)) if label_file.exists() else None
     if y is not None and y.shape[0] != X.shape[0]:
         raise DataError(f"{label_file}: {y.shape[0]} labels for {X.shape[0]} rows")
     names = tuple(f"x{i}" for i in range(X.shape[1]))
