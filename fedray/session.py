@@ -61,18 +61,7 @@ class Session:
     # --- data checks and scaling --------------------------------------------
     def _check_and_scale(self, desc: list[dict[str, Any]]) -> tuple[FederationInfo, tuple[np.ndarray, np.ndarray] | None]:
         names = self.federation.feature_names
-        for d in desc:
-            who = f"client {d['client_id']}" + (f" ({d['name']})" if d.get("name") and d["name"] != f"client-{d['client_id']}" else "")
-            if "error" in d:
-                raise DataError(f"{who}: {d['error']}")
-            if "bad_value" in d:
-                raise DataError(f"{who}: non-finite value {d['bad_value']}; clean or impute the data first")
-            if d["n"] == 0:
-                raise DataError(f"{who} has no samples; remove it or change the partition")
-        dims = {d["n_features"] for d in desc}
-        if len(dims) > 1:
-            by = {dim: [d["client_id"] for d in desc if d["n_features"] == dim][:5] for dim in sorted(dims)}
-            raise DataError(f"clients have different numbers of features: {by} (feature count: client ids)")
+        n_features = check_descriptions(desc)
         n = np.array([d["n"] for d in desc], dtype=np.int64)
         N = float(n.sum())
         s = np.sum([d["sum"] for d in desc], axis=0)
@@ -95,7 +84,7 @@ class Session:
         for d in desc:
             classes.update(int(c) for c in d.get("classes", ()))
         n_classes = self.federation.n_classes or (max(classes) + 1 if classes else None)
-        info = FederationInfo(n_clients=len(desc), n_features=int(dims.pop()), sample_shape=self.federation.sample_shape,
+        info = FederationInfo(n_clients=len(desc), n_features=n_features, sample_shape=self.federation.sample_shape,
                               n_samples=n, feature_min=lo, feature_max=hi, n_classes=n_classes,
                               has_labels=self.federation.has_labels, extras={**self.federation.extras, "feature_names": names})
         return info, scaler
@@ -185,6 +174,23 @@ class Session:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def check_descriptions(desc: list[dict[str, Any]]) -> int:
+    """Raise :class:`DataError` for unusable shards; returns the common number of features."""
+    for d in desc:
+        who = f"client {d['client_id']}" + (f" ({d['name']})" if d.get("name") and d["name"] != f"client-{d['client_id']}" else "")
+        if "error" in d:
+            raise DataError(f"{who}: {d['error']}")
+        if "bad_value" in d:
+            raise DataError(f"{who}: non-finite value {d['bad_value']}; clean or impute the data first")
+        if d["n"] == 0:
+            raise DataError(f"{who} has no samples; remove it or change the partition")
+    dims = sorted({d["n_features"] for d in desc})
+    if len(dims) > 1:
+        by = {dim: [d["client_id"] for d in desc if d["n_features"] == dim][:5] for dim in dims}
+        raise DataError(f"clients have different numbers of features: {by} (feature count: client ids)")
+    return int(dims[0])
 
 
 def _histogram2d(payload: Any, edges: tuple[np.ndarray, np.ndarray], client: Any) -> np.ndarray:
