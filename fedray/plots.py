@@ -26,7 +26,7 @@ def convergence(history: pd.DataFrame, path: str | Path, title: str = "") -> Pat
     for ax, m in zip(axes[0], metrics):
         h = history[history[m].notna()]
         ax.plot(h["round"], h[m], marker="o", ms=3)
-        if m in ("center_shift", "objective") and (h[m] > 0).all():
+        if m in ("center_shift", "objective") and (h[m] > 0).all() and h[m].max() > 20 * h[m].min():
             ax.set_yscale("log")
         ax.set_xlabel("round")
         ax.set_title(m.replace("_", " "))
@@ -39,10 +39,12 @@ def convergence(history: pd.DataFrame, path: str | Path, title: str = "") -> Pat
 
 
 def centers_2d(centers: np.ndarray, path: str | Path, density: Any = None, central: np.ndarray | None = None,
-               title: str = "federated centres over the data density") -> Path:
+               title: str = "federated centres over the data density", axis_labels: tuple[str, str] = ("x0", "x1")) -> Path:
     """Centres over the summed 2-D histogram of all clients (no rows needed)."""
     plt = _plt()
     fig, ax = plt.subplots(figsize=(5.5, 5))
+    ax.set_xlabel(axis_labels[0])
+    ax.set_ylabel(axis_labels[1])
     if density is not None:
         H, xe, ye = density
         ax.imshow(np.log1p(H.T), origin="lower", extent=(xe[0], xe[-1], ye[0], ye[-1]), aspect="auto", cmap="Greys")

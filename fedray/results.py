@@ -181,10 +181,16 @@ class Result:
 
             (out / "plots").mkdir(exist_ok=True)
             P.convergence(self.history, out / "plots" / "convergence.png", title=self.summary["algorithm"])
-            density = session.density_2d() if session is not None else None
-            if self.model.get("centers") is not None and np.asarray(self.model["centers"]).shape[-1] == 2:
-                P.centers_2d(self.model["centers"], out / "plots" / "centers.png", density=density,
-                             central=self.model.get("central_centers"))
+            C = self.model.get("centers")
+            if session is not None and isinstance(C, np.ndarray) and C.ndim == 2 and C.shape[1] == session.info.n_features:
+                mean, axes = session.projection_2d()
+                project = (lambda A: (np.asarray(A) - mean) @ axes)
+                central = self.model.get("central_centers")
+                labels = ("x0", "x1") if C.shape[1] == 2 else ("PC 1", "PC 2")
+                P.centers_2d(project(C), out / "plots" / "centers.png", density=session.density_2d(projection=(mean, axes)),
+                             central=None if central is None else project(central), axis_labels=labels,
+                             title="federated centres over the data density" + ("" if C.shape[1] == 2 else
+                                                                               " (federated PCA)"))
         self.output_dir = out
         log.info("outputs written to %s", out)
         return out

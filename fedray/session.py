@@ -147,14 +147,41 @@ class Session:
         """Run ad-hoc tasks on clients (evaluation helpers); returns the executor's result."""
         return self.executor.execute(round_, tasks, None)
 
-    def density_2d(self, bins: int = 120) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-        """Summed 2-D histogram of all clients' points (for plots), or None if not 2-D."""
-        if self.info.n_features != 2:
-            return None
+    def projection_2d(self) -> tuple[np.ndarray, np.ndarray]:
+        """Mean and top-2 principal axes of the union, from summed per-client moments (no rows move).
+
+        Returns (mean of shape (n_features,), axes of shape (n_features, 2)).
+        """
+        d = self.info.n_features
+        if d == 2:
+            return np.zeros(2), np.eye(2)
+        res = self.execute({c: Task(_moments, None, None) for c in range(self.info.n_clients)})
+        n = sum(r.update["n"] for r in res.replies)
+        s = np.sum([r.update["sum"] for r in res.replies], axis=0)
+        ss = np.sum([r.update["outer"] for r in res.replies], axis=0)
+        mean = s / n
+        cov = ss / n - np.outer(mean, mean)
+        w, v = np.linalg.eigh(cov)
+        axes = v[:, ::-1][:, :2]
+        axes = axes * np.sign(axes[np.argmax(np.abs(axes), axis=0), [0, 1]])  # deterministic signs
+        return mean, axes
+
+    def density_2d(self, bins: int | None = None, projection: tuple[np.ndarray, np.ndarray] | None = None
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Summed 2-D histogram of all clients' points (projected on ``projection`` if given), for plots."""
+        mean, axes = projection if projection is not None else (np.zeros(2), np.eye(2))
+        if bins is None:
+            bins = int(np.clip(np.sqrt(self.info.total_samples) / 1.5, 25, 150))
         lo, hi = self.info.feature_min, self.info.feature_max
-        pad = 0.02 * (hi - lo + 1e-12)
-        edges = (np.linspace(lo[0] - pad[0], hi[0] + pad[0], bins + 1), np.linspace(lo[1] - pad[1], hi[1] + pad[1], bins + 1))
-        res = self.execute({c: Task(_histogram2d, None, edges, evaluation=False) for c in range(self.info.n_clients)})
+        corners = np.array(np.meshgrid(*[[a, b] for a, b in zip(lo, hi)])).reshape(len(lo), -1).T if len(lo) <= 12 else None
+        if corners is not None:
+            proj = (corners - mean) @ axes
+            plo, phi = proj.min(axis=0), proj.max(axis=0)
+        else:
+            span = np.sqrt(np.sum((hi - lo) ** 2)) / 2
+            plo, phi = np.full(2, -span), np.full(2, span)
+        edges = (np.linspace(plo[0], phi[0], bins + 1), np.linspace(plo[1], phi[1], bins + 1))
+        res = self.execute({c: Task(_histogram2d, None, (edges, mean, axes)) for c in range(self.info.n_clients)})
         H = np.sum([r.update for r in res.replies], axis=0)
         return H, edges[0], edges[1]
 
@@ -193,10 +220,16 @@ def check_descriptions(desc: list[dict[str, Any]]) -> int:
     return int(dims[0])
 
 
-def _histogram2d(payload: Any, edges: tuple[np.ndarray, np.ndarray], client: Any) -> np.ndarray:
-    X = client.data.X
-    H, _, _ = np.histogram2d(X[:, 0], X[:, 1], bins=edges)
+def _histogram2d(payload: Any, shared: tuple, client: Any) -> np.ndarray:
+    edges, mean, axes = shared
+    P = (client.data.X - mean) @ axes
+    H, _, _ = np.histogram2d(P[:, 0], P[:, 1], bins=edges)
     return H
+
+
+def _moments(payload: Any, shared: Any, client: Any) -> dict[str, Any]:
+    X = client.data.X
+    return {"n": X.shape[0], "sum": X.sum(axis=0), "outer": X.T @ X}
 
 
 def _fmt(v: Any) -> Any:
