@@ -1,0 +1,60 @@
+"""The command line as a user types it."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pandas as pd
+import yaml
+
+from fedray.cli import main
+
+
+def test_run_yaml_with_overrides_writes_outputs(tmp_path, capsys):
+    cfg = {"algorithm": {"name": "kmeans", "params": {"n_clusters": 3}},
+           "data": {"dataset": "sklearn:wine", "scale": "standard"},
+           "federation": {"n_clients": 4}, "runtime": {"backend": "local"}}
+    path = tmp_path / "exp.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    out = tmp_path / "out"
+    code = main(["run", str(path), "--set", "federation.n_clients=6", "--set", "seed=3", "--out", str(out), "-q"])
+    assert code == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["n_clients"] == 6 and summary["seed"] == 3
+    assert summary["config"]["federation"]["n_clients"] == 6
+    assert set(summary["final"]) >= {"ari", "nmi", "acc", "davies_bouldin", "objective"}
+    rounds = pd.read_parquet(out / "rounds.parquet")
+    assert {"round", "phase", "clients_sampled", "clients_answered", "clients_failed", "center_shift",
+            "objective", "bytes_down", "bytes_up", "wall_s"} <= set(rounds.columns)
+    assert len(rounds) == summary["rounds"]
+    assert len(pd.read_parquet(out / "clients.parquet")) == 6
+    assert yaml.safe_load((out / "config.yaml").read_text())["seed"] == 3
+    assert (out / "plots" / "convergence.png").stat().st_size > 0
+    assert "outputs:" in capsys.readouterr().out
+
+
+def test_quickstart_on_ray(ray_session, tmp_path, capsys):
+    out = tmp_path / "qs"
+    assert main(["quickstart", "--out", str(out), "-q"]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["backend"] == "ray"
+    assert summary["final"]["center_distance_to_central"] < 1e-9  # full participation: exact
+    assert (out / "plots" / "centers.png").exists()
+    text = capsys.readouterr().out
+    assert "ari" in text and str(out) in text
+
+
+def test_list_names_algorithms_datasets_partitions(capsys):
+    assert main(["list"]) == 0
+    text = capsys.readouterr().out
+    for word in ("kmeans", "federated-fcm", "sklearn:iris", "benchmark:BATTERY/NAME", "dirichlet", "by_column"):
+        assert word in text
+
+
+def test_clustering_never_imports_torch():
+    code = ("import sys, fedray\n"
+            "fedray.run(algorithm={'name': 'kmeans', 'params': {'n_clusters': 3}}, runtime={'backend': 'local'})\n"
+            "fedray.available_algorithms()\n"
+            "assert 'torch' not in sys.modules, 'torch was imported'\n")
+    subprocess.run([sys.executable, "-c", code], check=True)
