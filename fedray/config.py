@@ -60,6 +60,7 @@ class RuntimeConfig(_Section):
     placement: Literal["pack", "spread"] = "pack"
     actor_batch: int = Field(default=64, ge=1)
     max_restarts: int = Field(default=0, ge=-1)
+    startup_timeout: float = Field(default=300.0, gt=0)
     progress: bool | None = None
 
     @field_validator("clients_per_actor")

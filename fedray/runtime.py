@@ -24,7 +24,7 @@ import numpy as np
 from fedray.algorithm import Reply, Task
 from fedray.client import ClientHost, Outcome
 from fedray.data.federation import ClientSpec
-from fedray.errors import ConfigError
+from fedray.errors import ConfigError, RoundFailedError
 
 log = logging.getLogger(__name__)
 
@@ -195,6 +195,7 @@ class RayExecutor(Executor):
             options["resources"] = dict(res.custom)
         if runtime.placement == "spread":
             options["scheduling_strategy"] = "SPREAD"
+        check_feasible(options, len(chunks))
         self.actor_cpus = actor_cpus
         self.actors = []
         self.owner: dict[int, int] = {}
@@ -204,7 +205,13 @@ class RayExecutor(Executor):
             group = chunks[start : start + batch]
             new = [ClientActor.options(**options).remote(chunk, seed, supervised, tuple(sample_shape)) for chunk in group]
             # Wait for the batch to be created before asking for more (bounded start-up pressure).
-            ray.get([a.ready.remote() for a in new])
+            try:
+                ray.get([a.ready.remote() for a in new], timeout=runtime.startup_timeout)
+            except ray.exceptions.GetTimeoutError:
+                raise RoundFailedError(
+                    f"client actors could not be placed within runtime.startup_timeout={runtime.startup_timeout} s "
+                    f"(each asks for {options.get('num_cpus')} CPU, {options.get('num_gpus', 0)} GPU, "
+                    f"{options.get('resources', {})}); cluster has {ray.cluster_resources()}") from None
             for a_idx, (actor, chunk) in enumerate(zip(new, group)):
                 for s in chunk:
                     self.owner[s.client_id] = start + a_idx
@@ -288,6 +295,19 @@ class RayExecutor(Executor):
             except Exception:  # noqa: BLE001 - already gone
                 pass
         self.actors = []
+
+
+def check_feasible(options: dict[str, Any], n_actors: int) -> None:
+    """Fail fast when no node of the cluster can ever host one client actor."""
+    import ray
+
+    total = ray.cluster_resources()
+    wants = {"CPU": options.get("num_cpus", 0), "GPU": options.get("num_gpus", 0), **options.get("resources", {})}
+    for key, amount in wants.items():
+        if amount and total.get(key, 0.0) < amount:
+            where = "runtime.client_resources." + ({"CPU": "num_cpus", "GPU": "num_gpus"}.get(key) or f"custom.{key}")
+            raise ConfigError(f"{where}: each client actor asks for {amount} {key} but the Ray cluster has "
+                              f"{total.get(key, 0.0)} in all; lower the request or add nodes with that resource")
 
 
 def make_executor(backend: str, specs: list[ClientSpec], seed: int, supervised: bool,

@@ -116,3 +116,10 @@ def test_cli_prints_error_without_traceback(capsys):
 def test_cli_bad_override_syntax(capsys):
     assert main(["run", "--set", "federation.n_clients", "-q"]) == 2
     assert "expected KEY=VALUE" in capsys.readouterr().err
+
+
+def test_unplaceable_client_actors_fail_fast(ray_session):
+    with pytest.raises(ConfigError, match=r"runtime.client_resources.custom.fedray_client: .*asks for 1.0 fedray_client"):
+        fedray.run(runtime={"backend": "ray", "client_resources": {"custom": {"fedray_client": 1}}})
+    with pytest.raises(ConfigError, match=r"runtime.client_resources.num_gpus: .*asks for 0.5 GPU"):
+        fedray.run(runtime={"backend": "ray", "client_resources": {"num_gpus": 0.5}})
