@@ -57,6 +57,7 @@ class FederatedFCM(CenterAlgorithm):
     description = "federated fuzzy c-means: sums of u^m x and u^m per cluster (Corcuera Barcena et al. 2021)"
 
     def configure_round(self, ctx: RoundContext) -> dict[int, Task] | None:
+        self.__dict__.setdefault("_warned", set())
         if self.phase == "init":
             return self.init_tasks(ctx)
         if self._converged or self.rounds_done >= self.params.max_rounds:
@@ -74,7 +75,7 @@ class FederatedFCM(CenterAlgorithm):
         new = self.centers.copy()
         nz = t["u"] > 0
         new[nz] = t["ws"][nz] / t["u"][nz, None]
-        warn_empty(~nz, ctx.round)
+        warn_empty(~nz, ctx.round, seen=self._warned)
         shift = float(np.linalg.norm(new - self.centers))
         self.centers = new
         self.rounds_done += 1

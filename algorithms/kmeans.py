@@ -42,6 +42,7 @@ class FederatedKMeans(CenterAlgorithm):
     description = "exact federated Lloyd k-means (per-cluster sums and counts)"
 
     def configure_round(self, ctx: RoundContext) -> dict[int, Task] | None:
+        self.__dict__.setdefault("_warned", set())
         if self.phase == "init":
             return self.init_tasks(ctx)
         if self._converged or self.rounds_done >= self.params.max_rounds:
@@ -57,7 +58,7 @@ class FederatedKMeans(CenterAlgorithm):
         new = self.centers.copy()
         nz = counts > 0
         new[nz] = t["sums"][nz] / counts[nz, None]
-        warn_empty(~nz, ctx.round)
+        warn_empty(~nz, ctx.round, seen=self._warned)
         shift = float(np.linalg.norm(new - self.centers))
         self.centers = new
         self.rounds_done += 1

@@ -143,9 +143,12 @@ def _weighted_sums(X: np.ndarray, W: np.ndarray) -> np.ndarray:
 weighted_sums = _weighted_sums
 
 
-def warn_empty(empty: np.ndarray, round_: int, what: str = "cluster") -> None:
-    """Warn once about clusters that got no points in a round."""
+def warn_empty(empty: np.ndarray, round_: int, what: str = "cluster", seen: set[int] | None = None) -> None:
+    """Warn about clusters that got no points in a round (once per cluster if ``seen`` is given)."""
     idx = np.flatnonzero(empty)
+    if seen is not None:
+        idx = np.array([i for i in idx if i not in seen], dtype=int)
+        seen.update(int(i) for i in idx)
     if idx.size:
         warnings.warn(f"round {round_}: {what}(s) {idx.tolist()} received no points and keep their centre",
                       EmptyClusterWarning, stacklevel=3)
