@@ -100,6 +100,7 @@ class CenterAlgorithm(Algorithm):
         self.centers: np.ndarray | None = None
         self.rounds_done = 0
         self._converged = False
+        self._warned: set[int] = set()  # clusters already reported empty
         init = params.init
         if isinstance(init, list):
             self.centers = self._explicit_init(init)

@@ -57,7 +57,6 @@ class FederatedFCM(CenterAlgorithm):
     description = "federated fuzzy c-means: sums of u^m x and u^m per cluster (Corcuera Barcena et al. 2021)"
 
     def configure_round(self, ctx: RoundContext) -> dict[int, Task] | None:
-        self.__dict__.setdefault("_warned", set())
         if self.phase == "init":
             return self.init_tasks(ctx)
         if self._converged or self.rounds_done >= self.params.max_rounds:

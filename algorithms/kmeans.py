@@ -42,7 +42,6 @@ class FederatedKMeans(CenterAlgorithm):
     description = "exact federated Lloyd k-means (per-cluster sums and counts)"
 
     def configure_round(self, ctx: RoundContext) -> dict[int, Task] | None:
-        self.__dict__.setdefault("_warned", set())
         if self.phase == "init":
             return self.init_tasks(ctx)
         if self._converged or self.rounds_done >= self.params.max_rounds:
