@@ -1,0 +1,113 @@
+"""Neural networks in client actors (clustered federated learning, Mehta & Shao 2023).
+
+This package is split so that *checking* a configuration never imports torch:
+
+* :mod:`fedray.nn` (this module, torch-free) — the catalogue of model names and
+  what data they accept (:func:`check_model`, :func:`resolve_model_name`), and
+  :func:`model_spec`, the small picklable description of a model that travels
+  with tasks;
+* :mod:`fedray.nn.split` (torch-free) — each client's own 85/15 train/test split
+  (:func:`~fedray.nn.split.client_split`), shared by every supervised method;
+* :mod:`fedray.nn.models` (torch) — the networks and ``build_model``;
+* :mod:`fedray.nn.train` (torch) — the one training loop of the project
+  (``fit``), supervised ``train`` / ``evaluate``, flat weights, device and threads.
+
+Model names (``algorithm.params.model``):
+
+==========  =================================================================
+``cnn28``   the paper's CNN for 28x28 images: two 5x5 conv layers (32, 64
+            channels), each followed by 2x2 max pooling, a 512-unit dense layer
+``cnn8``    a small CNN for 8x8 digits: one 3x3 conv layer (16 channels),
+            2x2 max pooling, a 64-unit dense layer
+``mlp``     a multilayer perceptron for tabular data (or flattened images)
+``cnn1d``   the paper's 1-D CNN for signals (Section VI): three conv layers
+            (64, 128, 256 filters of size 5) with max pooling, dense 128 and 64
+``auto``    ``cnn28`` for images of 16 pixels or more a side, ``cnn8`` for
+            smaller images, ``mlp`` for tabular data
+==========  =================================================================
+
+Algorithm modules import only this module at import time and import
+:mod:`fedray.nn.train` inside client functions.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from fedray.errors import ConfigError
+
+#: name -> kind of input it accepts: "image" (C, H, W), "signal" (C, L) or (L,), "any".
+MODEL_KINDS: dict[str, str] = {"cnn28": "image", "cnn8": "image", "mlp": "any", "cnn1d": "signal"}
+
+
+def available_models() -> list[str]:
+    """Registered model names (plus ``auto``)."""
+    return sorted(MODEL_KINDS) + ["auto"]
+
+
+def sample_kind(sample_shape: tuple[int, ...]) -> str:
+    """``"image"`` for (C, H, W) or (H, W) samples, ``"tabular"`` for (d,), else ``"other"``."""
+    if len(sample_shape) in (2, 3):
+        return "image"
+    if len(sample_shape) == 1:
+        return "tabular"
+    return "other"
+
+
+def resolve_model_name(name: str, sample_shape: tuple[int, ...]) -> str:
+    """The concrete model for ``name`` (``auto`` picks by sample shape)."""
+    if name != "auto":
+        return name
+    if sample_kind(sample_shape) == "image":
+        return "cnn28" if min(sample_shape[-2:]) >= 16 else "cnn8"
+    return "mlp"
+
+
+def check_model(name: str, sample_shape: tuple[int, ...], n_classes: int | None = None,
+                key: str = "algorithm.params.model") -> str:
+    """Check that model ``name`` can learn from samples of ``sample_shape``; return the concrete name.
+
+    Raises
+    ------
+    ConfigError
+        For an unknown name, an image model on tabular data, a 1-D CNN on images,
+        or data without labels.
+    """
+    concrete = resolve_model_name(name, tuple(sample_shape))
+    if concrete not in MODEL_KINDS:
+        raise ConfigError(f"{key}: unknown model {name!r}; choose one of {', '.join(available_models())}")
+    kind = MODEL_KINDS[concrete]
+    have = sample_kind(tuple(sample_shape))
+    if kind == "image" and have != "image":
+        raise ConfigError(
+            f"{key}: {concrete!r} is an image model but the data are tabular (sample shape {tuple(sample_shape)}); "
+            "use 'mlp' (or 'cnn1d' for signals), or a data set of images")
+    if kind == "image" and min(sample_shape[-2:]) < 4:
+        raise ConfigError(f"{key}: {concrete!r} needs images of at least 4x4 pixels; got sample shape {tuple(sample_shape)}")
+    if kind == "signal":
+        if have == "image" and len(sample_shape) == 3:
+            raise ConfigError(f"{key}: 'cnn1d' is a model for 1-D signals; the data are images "
+                              f"(sample shape {tuple(sample_shape)}); use 'cnn28' or 'cnn8'")
+        if sample_shape[-1] < 8:
+            raise ConfigError(f"{key}: 'cnn1d' needs signals of length >= 8; got sample shape {tuple(sample_shape)}")
+    if n_classes is not None and n_classes < 2:
+        raise ConfigError(f"{key}: a classifier needs at least 2 classes; the data have {n_classes}")
+    return concrete
+
+
+def model_spec(name: str, sample_shape: tuple[int, ...], n_classes: int | None, seed: int) -> dict[str, Any]:
+    """The picklable description of a model that travels with tasks.
+
+    Returns
+    -------
+    dict
+        ``{"name", "sample_shape", "n_classes", "seed"}``; ``build_model(**spec)``
+        in :mod:`fedray.nn.models` builds it.
+    """
+    if n_classes is None:
+        raise ConfigError("data: supervised learning needs labels; the data set has none (set data.label_column)")
+    concrete = check_model(name, tuple(sample_shape), n_classes)
+    return {"name": concrete, "sample_shape": tuple(int(s) for s in sample_shape), "n_classes": int(n_classes),
+            "seed": int(seed)}
+
+
+__all__ = ["MODEL_KINDS", "available_models", "check_model", "model_spec", "resolve_model_name", "sample_kind"]
