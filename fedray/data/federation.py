@@ -83,12 +83,17 @@ def register_transform(name: str):
     return deco
 
 
+# Optional modules that register federation builders (imported on demand).
+_BUILDER_MODULES = ("fedray.data.image_federations", "fedray.data.fedcref_federations")
+
+
 def _load_builders() -> None:
     import importlib
     import importlib.util
 
-    if importlib.util.find_spec("fedray.data.image_federations") is not None:
-        importlib.import_module("fedray.data.image_federations")
+    for mod in _BUILDER_MODULES:
+        if importlib.util.find_spec(mod) is not None:
+            importlib.import_module(mod)
 
 
 def build_federation(data: Any, n_clients: int | None, seed: int) -> Federation:
