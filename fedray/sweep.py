@@ -16,8 +16,9 @@ column             meaning
 ``startup_s``      seconds to build the clients (actors, shards, data checks)
 ``ray_init_s``     seconds to start Ray, on the first run that started it (else 0)
 ``peak_mem_mb``    peak memory of all processes (driver, Ray's node processes and
-                   workers), as the sum of their proportional set sizes (PSS):
-                   a shared page counts once, split between its users
+                   workers; the driver alone for a local run), as the sum of
+                   their proportional set sizes (PSS): a shared page counts
+                   once, split between its users
 ``peak_rss_mb``    the same as a sum of resident set sizes (counts shared pages
                    once per process: an upper bound)
 ``bytes_down``, ``bytes_up``  bytes sent to and received from clients, all rounds
@@ -78,12 +79,14 @@ def _ray_node_roots() -> list[Any]:
 
 
 def process_tree(include_ray: bool = True) -> list[Any]:
-    """This process, its descendants and (``include_ray``) the local Ray node processes and theirs."""
+    """This process and, with ``include_ray``, its descendants and the local Ray node processes and theirs."""
     import psutil
 
     me = psutil.Process(os.getpid())
     procs = {me.pid: me}
-    roots = [me] + (_ray_node_roots() if include_ray else [])
+    if not include_ray:
+        return [me]
+    roots = [me] + _ray_node_roots()
     for root in roots:
         procs.setdefault(root.pid, root)
         try:
@@ -127,6 +130,9 @@ class PeakMemory:
     interval : float
         Seconds between samples. The process list is refreshed at every sample,
         so actors started during the run are counted.
+    include_ray : bool
+        Count Ray's processes (False: this process only, e.g. for a local run
+        while an idle Ray instance kept for later runs is up).
 
     Attributes
     ----------
@@ -135,8 +141,9 @@ class PeakMemory:
     max_processes : int
     """
 
-    def __init__(self, interval: float = 0.25) -> None:
+    def __init__(self, interval: float = 0.25, include_ray: bool = True) -> None:
         self.interval = float(interval)
+        self.include_ray = bool(include_ray)
         self.peak_pss_mb = 0.0
         self.peak_rss_mb = 0.0
         self.max_processes = 0
@@ -144,7 +151,7 @@ class PeakMemory:
         self._thread: threading.Thread | None = None
 
     def sample(self) -> None:
-        pss, rss, n = memory_of(process_tree())
+        pss, rss, n = memory_of(process_tree(self.include_ray))
         self.peak_pss_mb = max(self.peak_pss_mb, pss)
         self.peak_rss_mb = max(self.peak_rss_mb, rss)
         self.max_processes = max(self.max_processes, n)
@@ -183,7 +190,7 @@ def measure_run(config: ExperimentConfig, *, memory_interval: float = 0.25) -> d
     row: dict[str, Any] = {"algorithm": cfg.algorithm.name, "dataset": cfg.data.dataset,
                            "n_clients": cfg.federation.n_clients, "backend": cfg.runtime.backend,
                            "clients_per_actor": str(cfg.runtime.clients_per_actor), "fraction": cfg.federation.fraction}
-    with PeakMemory(memory_interval) as mem:
+    with PeakMemory(memory_interval, include_ray=cfg.runtime.backend == "ray") as mem:
         t0 = time.perf_counter()
         ray_init_s = 0.0
         if cfg.runtime.backend == "ray":
@@ -198,10 +205,14 @@ def measure_run(config: ExperimentConfig, *, memory_interval: float = 0.25) -> d
     h = result.history
     train = h[h["phase"] != "init"] if "phase" in h else h
     init = h[h["phase"] == "init"] if "phase" in h else h.iloc[0:0]
+    steady = train.iloc[1:] if len(train) > 1 else train
     row.update({
         "rounds": int(len(h)),
-        "round_s": float(train["wall_s"].mean()) if len(train) else float("nan"),
+        # Steady state: the first training round also pays one-off costs (imports and
+        # caches in fresh workers), reported apart as ``first_round_s``.
+        "round_s": float(steady["wall_s"].mean()) if len(steady) else float("nan"),
         "round_s_median": float(train["wall_s"].median()) if len(train) else float("nan"),
+        "first_round_s": float(train["wall_s"].iloc[0]) if len(train) else float("nan"),
         "init_s": float(init["wall_s"].sum()) if len(init) else 0.0,
         "startup_s": float(startup_s),
         "ray_init_s": float(ray_init_s),

@@ -1,0 +1,189 @@
+"""Round overhead of the local and ray runtimes: seconds per round, start-up and peak memory.
+
+Workload (the foundation's benchmark): ``blobs`` with 1000 points x 8 features
+per client, 8 clusters, k-means with 8 clusters, fraction 1.0, for 10, 100 and
+1000 clients, on the ``local`` and the ``ray`` runtime. Each configuration runs
+in a fresh Python process, so its memory and start-up are its own:
+
+* ``round_s``     mean seconds of a training round after the first, as the round
+  loop measures it (``first_round_s``: the first, which pays one-off costs);
+* ``startup_s``   seconds to build the clients (actors, shards, data checks);
+* ``ray_init_s``  seconds to start the embedded Ray instance (ray runtime);
+* ``peak_mem_mb`` peak of the summed proportional set size (PSS) of all
+  processes: the driver, Ray's node processes and its workers (``peak_rss_mb``:
+  the same with resident set sizes, which count shared pages once per process).
+
+Usage::
+
+    python benchmarks/round_overhead.py                       # the foundation table
+    python benchmarks/round_overhead.py --add-5000 --fcm \\
+        --clients-per-actor auto,1 --out benchmarks/results   # the full report
+
+``--clients-per-actor`` variants other than ``auto`` run on the ray runtime
+only, and ``1`` (one actor per client) only up to ``--max-literal`` clients.
+The table is printed and, with ``--out``, written as ``round_overhead.md`` and
+``round_overhead.csv`` together with the machine's load before and after.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+COLUMNS = ["algorithm", "backend", "clients_per_actor", "n_clients", "actors", "round_s", "first_round_s", "startup_s", "ray_init_s",
+           "init_s", "peak_mem_mb", "peak_rss_mb", "processes", "rounds", "bytes_per_round", "error"]
+
+
+def workload(algorithm: str, backend: str, n_clients: int, clients_per_actor: str, rounds: int, num_cpus: int,
+             init: str, seed: int = 0) -> dict[str, Any]:
+    """The benchmark's configuration as a mapping for :func:`fedray.make_config`."""
+    params: dict[str, Any] = {"n_clusters": 8, "init": init, "max_rounds": rounds}
+    if algorithm == "kmeans":
+        params["tol"] = 1e-300  # never stop early: every run does ``rounds`` rounds
+    else:
+        params["tol"] = 1e-300
+    cpa: Any = clients_per_actor if clients_per_actor == "auto" else int(clients_per_actor)
+    return {
+        "seed": seed,
+        "algorithm": {"name": algorithm, "params": params},
+        "data": {"dataset": "blobs", "options": {"points_per_client": 1000, "n_features": 8, "n_centers": 8}},
+        "federation": {"n_clients": n_clients, "fraction": 1.0, "rounds": rounds + 5},
+        "runtime": {"backend": backend, "num_cpus": num_cpus, "clients_per_actor": cpa, "progress": False},
+        "output": {"directory": None, "plots": False},
+    }
+
+
+def run_one(spec: dict[str, Any]) -> dict[str, Any]:
+    """Measure one configuration in this process (called in a fresh child process)."""
+    import fedray
+    from fedray.sweep import measure_run
+
+    cfg = fedray.make_config(workload(**spec))
+    try:
+        row = measure_run(cfg, memory_interval=0.2)
+    finally:
+        try:
+            import ray
+
+            if ray.is_initialized():
+                ray.shutdown()
+        except ImportError:  # pragma: no cover
+            pass
+    row["bytes_per_round"] = (row["bytes_down"] + row["bytes_up"]) / max(1, row["rounds"])
+    return row
+
+
+def _child(spec: dict[str, Any], timeout: float) -> dict[str, Any]:
+    cmd = [sys.executable, os.path.abspath(__file__), "--one", json.dumps(spec)]
+    base = {"algorithm": spec["algorithm"], "backend": spec["backend"], "n_clients": spec["n_clients"],
+            "clients_per_actor": spec["clients_per_actor"]}
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {**base, "error": f"timed out after {timeout:.0f} s"}
+    for line in reversed(proc.stdout.splitlines()):
+        if line.startswith("{"):
+            return json.loads(line)
+    tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+    return {**base, "error": f"exit {proc.returncode}: {' | '.join(tail)}"}
+
+
+def _fmt(v: Any, col: str) -> str:
+    if v is None or (isinstance(v, float) and v != v):
+        return ""
+    if col in ("round_s", "first_round_s"):
+        return f"{v:.4f}"
+    if col in ("startup_s", "ray_init_s", "init_s"):
+        return f"{v:.2f}"
+    if col in ("peak_mem_mb", "peak_rss_mb", "bytes_per_round"):
+        return f"{v:,.0f}"
+    return str(v)
+
+
+def markdown(rows: list[dict[str, Any]], columns: list[str] = COLUMNS) -> str:
+    cols = [c for c in columns if any(str(r.get(c, "")) != "" for r in rows)]
+    head = "| " + " | ".join(cols) + " |\n|" + "|".join("---" for _ in cols) + "|\n"
+    return head + "".join("| " + " | ".join(_fmt(r.get(c), c) for c in cols) + " |\n" for r in rows)
+
+
+def load() -> str:
+    try:
+        return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+    except OSError:
+        la = os.getloadavg()
+        return f"load average: {la[0]:.2f}, {la[1]:.2f}, {la[2]:.2f}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--clients", default="10,100,1000", help="client counts (comma-separated)")
+    p.add_argument("--add-5000", action="store_true", help="also 5000 clients")
+    p.add_argument("--fcm", action="store_true", help="also federated-fcm")
+    p.add_argument("--algorithms", default=None, help="algorithms (comma-separated; default kmeans[,federated-fcm])")
+    p.add_argument("--backends", default="local,ray")
+    p.add_argument("--clients-per-actor", default="auto", help="ray layouts, e.g. auto,1,50")
+    p.add_argument("--max-literal", type=int, default=100,
+                   help="largest client count run with clients_per_actor=1 (one process per client)")
+    p.add_argument("--rounds", type=int, default=10, help="training rounds per run")
+    p.add_argument("--num-cpus", type=int, default=2, help="CPUs of the embedded Ray instance")
+    p.add_argument("--init", default="random-box", help="centre initialisation (random-box keeps runs short; or kfed)")
+    p.add_argument("--timeout", type=float, default=900, help="seconds allowed per configuration")
+    p.add_argument("--out", help="folder for round_overhead.md / .csv")
+    p.add_argument("--one", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+
+    if args.one:
+        print(json.dumps(run_one(json.loads(args.one))), flush=True)
+        return 0
+
+    clients = [int(c) for c in args.clients.split(",") if c]
+    if args.add_5000 and 5000 not in clients:
+        clients.append(5000)
+    algorithms = args.algorithms.split(",") if args.algorithms else ["kmeans"] + (["federated-fcm"] if args.fcm else [])
+    layouts = [c.strip() for c in args.clients_per_actor.split(",") if c.strip()]
+    specs = []
+    for alg in algorithms:
+        for n in clients:
+            for backend in args.backends.split(","):
+                for cpa in (layouts if backend == "ray" else ["auto"]):
+                    if cpa == "1" and n > args.max_literal:
+                        continue
+                    specs.append(dict(algorithm=alg, backend=backend, n_clients=n, clients_per_actor=cpa,
+                                      rounds=args.rounds, num_cpus=args.num_cpus, init=args.init))
+    before = load()
+    print(f"# round overhead: {len(specs)} configurations; {before}", flush=True)
+    rows = []
+    t0 = time.perf_counter()
+    for spec in specs:
+        row = _child(spec, args.timeout)
+        rows.append(row)
+        print(markdown([row]).splitlines()[-1] if not row.get("error") else f"{spec}: {row['error']}", flush=True)
+    after = load()
+    table = markdown(rows)
+    print()
+    print(table)
+    print(f"load before: {before}\nload after:  {after}\ntotal {time.perf_counter() - t0:.0f} s")
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        cmd = "python benchmarks/round_overhead.py " + " ".join(argv if argv is not None else sys.argv[1:])
+        note = (f"Command: `{cmd}`\n\nLoad before: `{before}`\n\nLoad after: `{after}`\n\n"
+                f"CPUs: {os.cpu_count()}, Python {sys.version.split()[0]}\n\n")
+        (out / "round_overhead.md").write_text(note + table)
+        import csv
+
+        with open(out / "round_overhead.csv", "w", newline="") as fh:
+            w = csv.DictWriter(fh, fieldnames=[c for c in COLUMNS if c != "error"] + ["error"], extrasaction="ignore")
+            w.writeheader()
+            w.writerows(rows)
+        print(f"written: {out / 'round_overhead.md'}, {out / 'round_overhead.csv'}")
+    return 0 if not any(r.get("error") for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
