@@ -40,7 +40,7 @@ class ClientData:
 class Client:
     """What a client function sees: ``id``, ``data``, ``state``, ``rng``, ``round``."""
 
-    __slots__ = ("id", "name", "_X", "_y", "_supervised", "sample_shape", "state", "rng", "round", "seed", "meta")
+    __slots__ = ("id", "name", "_X", "_y", "_supervised", "sample_shape", "state", "_rng", "round", "seed", "meta")
 
     def __init__(self, spec: ClientSpec, X: np.ndarray, y: np.ndarray | None, seed: int,
                  supervised: bool, sample_shape: tuple[int, ...]) -> None:
@@ -54,7 +54,14 @@ class Client:
         self.meta: dict[str, Any] = dict(spec.meta)  # recipe facts (e.g. test split, true group: evaluation only)
         self.seed = seed
         self.round = -1
-        self.rng = client_rng(seed, self.id, -1)
+        self._rng: np.random.Generator | None = None
+
+    @property
+    def rng(self) -> np.random.Generator:
+        """This client's generator for the current round (keyed by seed, client id, round; built on first use)."""
+        if self._rng is None:
+            self._rng = client_rng(self.seed, self.id, self.round)
+        return self._rng
 
     @property
     def data(self) -> ClientData:
@@ -170,7 +177,7 @@ class ClientHost:
         for cid, task, sidx in tasks:
             client = self.clients[cid]
             client.round = round_
-            client.rng = client_rng(self.seed, cid, round_)
+            client._rng = None
             view = client if (task.evaluation or client._supervised) else _TrainingView(client)
             t0 = time.perf_counter()
             try:
