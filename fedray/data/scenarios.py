@@ -63,7 +63,7 @@ def stallmann_motivational(seed: int = 0, sigma: float = 0.2, small_sigma: float
             X.append(MOTIVATIONAL_CENTERS[cluster] + rng.normal(scale=s, size=(n, 2)))
             y.append(np.full(n, cluster, dtype=np.int64))
             g.append(np.full(n, f"client-{ci + 1}"))
-    meta = {"true_centers": MOTIVATIONAL_CENTERS.tolist(), "paper_local_k": [2, 5], "true_k": 5}
+    meta = {"true_centers": MOTIVATIONAL_CENTERS.tolist(), "local_k_range": [2, 5], "true_k": 5}
     return Dataset(np.vstack(X), np.concatenate(y), ("x0", "x1"), (2,), "scenario:stallmann-motivational",
                    groups=np.concatenate(g), meta=meta)
 
