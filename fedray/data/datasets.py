@@ -245,7 +245,7 @@ def table_feature_columns(df_columns: list[str], dtypes: Any, feature_columns: l
             raise DataError(f"data.feature_columns: columns {missing} are not in the table (it has {list(df_columns)})")
         return list(feature_columns)
     skip = {label_column, client_column}
-    cols = [c for c in df_columns if c not in skip and np.issubdtype(dtypes[c], np.number)]
+    cols = [c for c in df_columns if c not in skip and _is_numeric(dtypes[c])]
     if not cols:
         raise DataError("data.feature_columns: the table has no numeric feature columns")
     return cols
@@ -260,7 +260,7 @@ def load_table(path: str, kind: str, feature_columns: Any = None, label_column: 
             raise DataError(f"data.{what}: column {col!r} is not in {path!r} (it has {list(df.columns)})")
     feats = table_feature_columns(list(df.columns), df.dtypes, list(feature_columns) if feature_columns else None,
                                   label_column, client_column)
-    bad = [c for c in feats if not np.issubdtype(df[c].dtype, np.number)]
+    bad = [c for c in feats if not _is_numeric(df[c].dtype)]
     if bad:
         raise DataError(f"data.feature_columns: columns {bad} are not numeric")
     X = df[feats].to_numpy(dtype=np.float64)
@@ -269,6 +269,12 @@ def load_table(path: str, kind: str, feature_columns: Any = None, label_column: 
         y = _encode(df[label_column].to_numpy())
     groups = df[client_column].to_numpy() if client_column is not None else None
     return Dataset(X, y, tuple(map(str, feats)), (len(feats),), f"{kind}:{path}", groups=groups)
+
+
+def _is_numeric(dtype: Any) -> bool:
+    import pandas as pd
+
+    return bool(pd.api.types.is_numeric_dtype(dtype)) and not pd.api.types.is_bool_dtype(dtype)
 
 
 def _encode(values: np.ndarray) -> np.ndarray:

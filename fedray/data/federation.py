@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from fedray.data.datasets import check_dataset_name, load_dataset, read_table, resolve_data_dir, table_feature_columns
+from fedray.data.datasets import _is_numeric, check_dataset_name, load_dataset, read_table, resolve_data_dir, table_feature_columns
 from fedray.data.partitions import partition_indices
 from fedray.errors import ConfigError, DataError
 from fedray.seeding import data_rng
@@ -230,7 +230,7 @@ def _materialize_raw(spec: ClientSpec) -> tuple[np.ndarray, np.ndarray | None, t
         cols = list(src["features"]) + [c for c in (src["label_column"],) if c]
         df = read_table(src["path"], src["format"], columns=cols + [src["client_column"]],
                         filters=[(src["client_column"], "==", src["value"])])
-        bad = [c for c in src["features"] if not np.issubdtype(df[c].dtype, np.number)]
+        bad = [c for c in src["features"] if not _is_numeric(df[c].dtype)]
         if bad:
             raise DataError(f"client {spec.name!r}: columns {bad} are not numeric")
         X = df[src["features"]].to_numpy(dtype=np.float64)

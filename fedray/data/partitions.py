@@ -7,7 +7,8 @@ and is chosen by ``data.partition.name``:
   keeps the class proportions, as in Corcuera Bárcena et al.);
 * ``dirichlet`` — label skew: class c is spread over clients by Dir(``alpha``);
 * ``classes_per_client`` — each client holds ``classes`` labels (a number or a
-  ``[lo, hi]`` range);
+  ``[lo, hi]`` range); a class's rows are split among the clients that drew it
+  (rows of a class no client drew are left out);
 * ``quantity_skew`` — shard sizes drawn from Dir(``alpha``), labels uniform;
 * ``by_column`` — one client per distinct value of ``data.client_column``.
 """
