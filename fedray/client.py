@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from fedray.algorithm import Task
-from fedray.data.federation import ClientSpec, materialize
+from fedray.data.federation import ClientSpec, materialize_many
 from fedray.errors import DataError, FedrayError
 from fedray.seeding import client_rng
 from fedray.sizes import nbytes_of
@@ -121,16 +121,16 @@ class ClientHost:
         self.seed = int(seed)
         self.clients: dict[int, Client] = {}
         self.build_errors: dict[int, str] = {}  # client id -> why its shard could not be built
-        for spec in specs:
-            try:
-                X, y, names = materialize(spec)
+        for spec, built in zip(specs, materialize_many(specs)):
+            if isinstance(built, FedrayError):
+                self.build_errors[spec.client_id] = str(built)
+                X, y, names = np.zeros((0, 0)), None, ()
+            elif isinstance(built, Exception):  # e.g. an unreadable file
+                self.build_errors[spec.client_id] = f"{type(built).__name__}: {built}"
+                X, y, names = np.zeros((0, 0)), None, ()
+            else:
+                X, y, names = built
                 X = np.ascontiguousarray(X, dtype=np.float64)
-            except FedrayError as exc:
-                self.build_errors[spec.client_id] = str(exc)
-                X, y, names = np.zeros((0, 0)), None, ()
-            except Exception as exc:  # noqa: BLE001 - e.g. an unreadable file
-                self.build_errors[spec.client_id] = f"{type(exc).__name__}: {exc}"
-                X, y, names = np.zeros((0, 0)), None, ()
             self.clients[spec.client_id] = Client(spec, X, y, seed, supervised, tuple(sample_shape))
             self.clients[spec.client_id].state["_feature_names"] = names
 

@@ -230,9 +230,8 @@ def read_table(path: str, kind: str, columns: list[str] | None = None, filters: 
 
         return pq.read_table(p, columns=columns, filters=filters).to_pandas()
     df = pd.read_csv(p, usecols=columns)
-    if filters:
-        for col, op, val in filters:
-            df = df[df[col] == val]
+    for col, op, val in filters or ():
+        df = df[df[col].isin(val)] if op == "in" else df[df[col] == val]
     return df
 
 

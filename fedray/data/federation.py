@@ -8,6 +8,7 @@ that owns it, and a Parquet source with ``by_column`` reads only that client's r
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -183,12 +184,14 @@ def _generate_blobs(source: dict, client_id: int) -> tuple[np.ndarray, np.ndarra
 def _table_by_column(path: str, kind: str, data: Any) -> Federation:
     if not data.client_column:
         raise ConfigError("data.client_column: 'by_column' needs the name of the column that names the client")
-    df = read_table(path, kind)
-    if data.client_column not in df.columns:
-        raise DataError(f"data.client_column: column {data.client_column!r} is not in {path!r} (it has {list(df.columns)})")
-    if data.label_column is not None and data.label_column not in df.columns:
-        raise DataError(f"data.label_column: column {data.label_column!r} is not in {path!r} (it has {list(df.columns)})")
-    feats = table_feature_columns(list(df.columns), df.dtypes, data.feature_columns, data.label_column, data.client_column)
+    columns, dtypes = table_schema(path, kind)
+    if data.client_column not in columns:
+        raise DataError(f"data.client_column: column {data.client_column!r} is not in {path!r} (it has {columns})")
+    if data.label_column is not None and data.label_column not in columns:
+        raise DataError(f"data.label_column: column {data.label_column!r} is not in {path!r} (it has {columns})")
+    feats = table_feature_columns(columns, dtypes, data.feature_columns, data.label_column, data.client_column)
+    # The driver reads only the client (and label) column: the feature values stay with the clients.
+    df = read_table(path, kind, columns=[c for c in (data.client_column, data.label_column) if c])
     values = sorted(df[data.client_column].dropna().unique().tolist(), key=str)
     label_values = None
     if data.label_column is not None:
@@ -200,13 +203,62 @@ def _table_by_column(path: str, kind: str, data: Any) -> Federation:
                       len(label_values) if label_values is not None else None)
 
 
-def materialize(spec: ClientSpec) -> tuple[np.ndarray, np.ndarray | None, tuple[str, ...]]:
+def table_schema(path: str, kind: str) -> tuple[list[str], Any]:
+    """Column names and pandas dtypes of a table without reading its rows (CSV: from the first rows)."""
+    import pandas as pd
+
+    p = Path(path).expanduser()
+    if not p.exists():
+        raise DataError(f"data.dataset: file {str(p)!r} does not exist")
+    if kind == "parquet":
+        import pyarrow.parquet as pq
+
+        empty = pq.read_schema(p).empty_table().to_pandas()
+        return list(empty.columns), empty.dtypes
+    head = pd.read_csv(p, nrows=5000)
+    return list(head.columns), head.dtypes
+
+
+def materialize_many(specs: list[ClientSpec]) -> list[tuple[np.ndarray, np.ndarray | None, tuple[str, ...]]]:
+    """:func:`materialize` for several clients; table clients of one file share one read."""
+    tables: dict[tuple, list[int]] = {}
+    for i, spec in enumerate(specs):
+        src = spec.source
+        if src["kind"] == "table":
+            tables.setdefault((src["path"], src["format"], src["client_column"]), []).append(i)
+    prefetched: dict[int, Any] = {}
+    for (path, fmt, col), idx in tables.items():
+        src = specs[idx[0]].source
+        cols = list(dict.fromkeys([*src["features"], *([src["label_column"]] if src["label_column"] else []), col]))
+        values = [specs[i].source["value"] for i in idx]
+        try:
+            df = read_table(path, fmt, columns=cols, filters=[(col, "in", values)])
+        except Exception as exc:  # noqa: BLE001 - every client of this file reports it
+            for i in idx:
+                prefetched[i] = exc
+            continue
+        groups = dict(iter(df.groupby(col, sort=False)))
+        for i in idx:
+            prefetched[i] = groups.get(specs[i].source["value"], df.iloc[:0])
+    out = []
+    for i, spec in enumerate(specs):
+        if isinstance(prefetched.get(i), Exception):
+            out.append(prefetched[i])
+            continue
+        try:
+            out.append(materialize(spec, prefetched.get(i)))
+        except Exception as exc:  # noqa: BLE001 - reported per client by the host
+            out.append(exc)
+    return out
+
+
+def materialize(spec: ClientSpec, table: Any = None) -> tuple[np.ndarray, np.ndarray | None, tuple[str, ...]]:
     """Build a client's shard from its recipe: ``(X, y, feature_names)``.
 
     Transforms listed in ``spec.meta["transforms"]`` (``[(name, kwargs), ...]``) are
     applied in order after loading.
     """
-    X, y, names = _materialize_raw(spec)
+    X, y, names = _materialize_raw(spec, table)
     transforms = spec.meta.get("transforms", ())
     if transforms:
         _load_builders()
@@ -215,7 +267,7 @@ def materialize(spec: ClientSpec) -> tuple[np.ndarray, np.ndarray | None, tuple[
     return X, y, names
 
 
-def _materialize_raw(spec: ClientSpec) -> tuple[np.ndarray, np.ndarray | None, tuple[str, ...]]:
+def _materialize_raw(spec: ClientSpec, table: Any = None) -> tuple[np.ndarray, np.ndarray | None, tuple[str, ...]]:
     src = spec.source
     kind = src["kind"]
     if kind == "blobs":
@@ -228,8 +280,9 @@ def _materialize_raw(spec: ClientSpec) -> tuple[np.ndarray, np.ndarray | None, t
         return ds.X[idx], y, ds.feature_names
     if kind == "table":
         cols = list(src["features"]) + [c for c in (src["label_column"],) if c]
-        df = read_table(src["path"], src["format"], columns=cols + [src["client_column"]],
-                        filters=[(src["client_column"], "==", src["value"])])
+        df = table if table is not None else read_table(
+            src["path"], src["format"], columns=cols + [src["client_column"]],
+            filters=[(src["client_column"], "==", src["value"])])
         bad = [c for c in src["features"] if not _is_numeric(df[c].dtype)]
         if bad:
             raise DataError(f"client {spec.name!r}: columns {bad} are not numeric")
