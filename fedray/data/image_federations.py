@@ -1,0 +1,351 @@
+"""Federations with a hidden cluster structure (Mehta & Shao 2023, Section V-A).
+
+Each builder turns a labelled pooled data set (``sklearn:digits``, ``mnist``, ...)
+into client recipes whose true group is known to the evaluation only
+(``ClientSpec.meta["group"]``, ``Federation.extras["true_groups"]``):
+
+``rotated``
+    IID clients; rotations ``[0, 90, 180, 270]`` degrees for ``[10, 20, 30, 40] %``
+    of the clients (concept drift, P(x|y) differs). Options ``rotations``, ``proportions``.
+``grouped``
+    ``n_groups`` (5) groups of clients, each group holding only ``labels_per_group``
+    (2) labels (label distribution skew). Disjoint label sets where they fit.
+``label-swapped``
+    IID clients in ``n_groups`` (5) groups; each group swaps two labels (concept
+    shift, P(y|x) differs). Disjoint pairs where they fit.
+``grouped+rotated``
+    Labels split into ``n_groups`` (2) disjoint sets, clients split evenly over
+    them; ``rotated_fraction`` (0.3) of each set's clients see images rotated by
+    ``rotation`` (90) degrees: ``2 * n_groups`` true groups.
+
+Common options (``data.partition``): ``samples: [lo, hi]`` — each client draws
+its number of samples uniformly from this range (paper: 200-800);
+``test_fraction`` (0.15) — the last ``meta["n_test"]`` rows of a shard are its
+test rows (see :func:`fedray.nn.split.client_split`).
+
+Test rows never train anybody: every label's pool is split once into a test
+reserve (``test_fraction`` of it) and a training pool; test rows are drawn from
+the reserves only, training rows from the training pools only. Clients draw
+without replacement until a pool runs out; only then do they share samples (a
+small pool such as the 1797 digits), which emits a
+:class:`~fedray.errors.SharedSamplesWarning` and a note in ``Federation.notes``.
+A client never holds the same sample twice; a client that asks for more rows of
+its labels than the pool has gets the whole pool (noted as well).
+
+Rotations and label swaps are applied in the client when the shard is built
+(shard transforms ``rotate`` and ``swap_labels``).
+"""
+from __future__ import annotations
+
+import functools
+import inspect
+import logging
+import math
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from fedray.data.datasets import Dataset, resolve_data_dir
+from fedray.data.federation import ClientSpec, Federation, register_federation_builder, register_transform
+from fedray.errors import ConfigError, DataError, SharedSamplesWarning
+from fedray.seeding import data_rng
+
+log = logging.getLogger(__name__)
+
+_STREAM = 60
+COMMON = {"samples": (200, 800), "test_fraction": 0.15}
+
+
+# --- shard transforms (run in the client) -------------------------------------------
+@register_transform("rotate")
+def rotate(X: np.ndarray, y: np.ndarray | None, k: int, shape: list[int]) -> tuple[np.ndarray, np.ndarray | None]:
+    """Rotate flattened images ``X`` (n, C*H*W) by ``k`` quarter turns counter-clockwise."""
+    n = X.shape[0]
+    imgs = X.reshape(n, *shape)
+    return np.ascontiguousarray(np.rot90(imgs, int(k), axes=(-2, -1))).reshape(n, -1), y
+
+
+@register_transform("swap_labels")
+def swap_labels(X: np.ndarray, y: np.ndarray | None, pairs: list[list[int]]) -> tuple[np.ndarray, np.ndarray | None]:
+    """Exchange labels a and b for every ``[a, b]`` in ``pairs``."""
+    if y is None:
+        return X, y
+    out = y.copy()
+    for a, b in pairs:
+        out[y == a] = b
+        out[y == b] = a
+    return X, out
+
+
+# --- drawing rows -------------------------------------------------------------
+class _Pool:
+    """Rows of one label in one part (train or test), drawn without replacement until exhausted."""
+
+    def __init__(self, rows: np.ndarray, rng: np.random.Generator) -> None:
+        self.rows = rows
+        self.rng = rng
+        self.order = rng.permutation(rows)
+        self.pos = 0
+        self.wraps = 0
+        self.drawn = 0
+
+    def take(self, k: int) -> np.ndarray:
+        """``k`` distinct rows (``k <= len(rows)``)."""
+        got: list[int] = []
+        seen: set[int] = set()
+        while len(got) < k:
+            if self.pos == len(self.order):
+                self.order = self.rng.permutation(self.rows)
+                self.pos = 0
+                self.wraps += 1
+            r = int(self.order[self.pos])
+            self.pos += 1
+            if r not in seen:
+                seen.add(r)
+                got.append(r)
+        self.drawn += k
+        return np.array(got, dtype=np.int64)
+
+
+def _allocate(n: int, labels: list[int], pools: dict[int, _Pool], rng: np.random.Generator) -> dict[int, int]:
+    """Split ``n`` rows over ``labels`` in proportion to pool sizes, none above its pool."""
+    sizes = np.array([len(pools[c].rows) for c in labels], dtype=np.int64)
+    n = int(min(n, sizes.sum()))
+    counts = rng.multinomial(n, sizes / sizes.sum()) if n else np.zeros(len(labels), dtype=np.int64)
+    counts = np.minimum(counts, sizes)
+    while counts.sum() < n:  # give the excess to labels with room
+        room = np.flatnonzero(counts < sizes)
+        counts[room[int(rng.integers(len(room)))]] += 1
+    return {c: int(k) for c, k in zip(labels, counts)}
+
+
+def _draw(groups: np.ndarray, group_labels: list[list[int]], y: np.ndarray, samples: tuple[int, int],
+          test_fraction: float, rng: np.random.Generator) -> tuple[list[np.ndarray], list[int], list[str]]:
+    """Rows of every client (training rows first, then test rows), test counts and notes."""
+    classes = np.unique(y)
+    train_pools, test_pools = {}, {}
+    for c in classes:
+        rows = rng.permutation(np.flatnonzero(y == c))
+        n_res = int(math.ceil(test_fraction * len(rows))) if test_fraction > 0 else 0
+        n_res = min(n_res, len(rows) - 1)
+        test_pools[int(c)] = _Pool(rows[:n_res], rng)
+        train_pools[int(c)] = _Pool(rows[n_res:], rng)
+    lo, hi = samples
+    sizes = rng.integers(lo, hi + 1, size=len(groups))
+    out, n_tests, capped = [], [], []
+    for cid, (g, n) in enumerate(zip(groups, sizes)):
+        labels = group_labels[int(g)]
+        n_test = max(1, int(round(test_fraction * n))) if test_fraction > 0 else 0
+        n_train = int(n) - n_test
+        tr = _allocate(n_train, labels, train_pools, rng)
+        te = _allocate(n_test, labels, test_pools, rng) if n_test else {}
+        if sum(tr.values()) < n_train or sum(te.values()) < n_test:
+            capped.append(cid)
+        train_rows = np.concatenate([train_pools[c].take(k) for c, k in tr.items()] or [np.zeros(0, np.int64)])
+        test_rows = np.concatenate([test_pools[c].take(k) for c, k in te.items()] or [np.zeros(0, np.int64)])
+        out.append(np.concatenate([rng.permutation(train_rows), rng.permutation(test_rows)]))
+        n_tests.append(int(test_rows.shape[0]))
+    notes = []
+    demand = sum(p.drawn for p in train_pools.values())
+    supply = sum(len(p.rows) for p in train_pools.values())
+    shared_train = [c for c, p in train_pools.items() if p.wraps]
+    shared_test = [c for c, p in test_pools.items() if p.wraps]
+    if shared_train or shared_test:
+        notes.append(
+            f"clients share samples: they asked for {demand} training rows but the training pool holds {supply} "
+            f"(labels {shared_train} reused), and {sum(p.drawn for p in test_pools.values())} test rows from a "
+            f"reserve of {sum(len(p.rows) for p in test_pools.values())} (labels {shared_test} reused); "
+            "no client's test row is in any client's training rows")
+    if capped:
+        notes.append(f"{len(capped)} client(s) asked for more rows of their labels than the pools hold and got "
+                     f"fewer (first: client {capped[0]})")
+    return out, n_tests, notes
+
+
+# --- group assignment ----------------------------------------------------------------
+def _counts_from_proportions(n: int, proportions: list[float]) -> np.ndarray:
+    p = np.asarray(proportions, dtype=np.float64)
+    raw = p / p.sum() * n
+    counts = np.floor(raw).astype(np.int64)
+    for i in np.argsort(-(raw - counts), kind="stable")[: n - counts.sum()]:
+        counts[i] += 1
+    return counts
+
+
+def _groups_of(n: int, counts: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Random assignment of ``n`` clients to groups of the given sizes."""
+    groups = np.repeat(np.arange(len(counts)), counts)
+    return groups[np.argsort(rng.permutation(n), kind="stable")]
+
+
+def _check_common(samples: Any, test_fraction: Any) -> tuple[tuple[int, int], float]:
+    try:
+        lo, hi = (int(samples), int(samples)) if np.isscalar(samples) else (int(samples[0]), int(samples[1]))
+    except (TypeError, ValueError, IndexError):
+        raise ConfigError(f"data.partition.samples: expected [lo, hi]; got {samples!r}") from None
+    if not 2 <= lo <= hi:
+        raise ConfigError(f"data.partition.samples: need 2 <= lo <= hi; got {samples!r}")
+    tf = float(test_fraction)
+    if not 0.0 <= tf < 1.0:
+        raise ConfigError(f"data.partition.test_fraction: must lie in [0, 1); got {test_fraction!r}")
+    return (lo, hi), tf
+
+
+def _square_image(ds: Dataset, name: str) -> tuple[int, ...]:
+    shape = ds.sample_shape if len(ds.sample_shape) == 3 else (1, *ds.sample_shape)
+    if len(shape) != 3 or shape[-1] != shape[-2]:
+        raise ConfigError(f"data.partition.name: {name!r} rotates images; {ds.name or 'the data set'} has samples "
+                          f"of shape {ds.sample_shape} (need square images, e.g. sklearn:digits or mnist)")
+    return tuple(int(s) for s in shape)
+
+
+def _pairs(classes: np.ndarray, n_groups: int, size: int, rng: np.random.Generator) -> list[list[int]]:
+    """``n_groups`` label sets of ``size``: disjoint where they fit, else each drawn at random."""
+    if n_groups * size <= len(classes):
+        perm = rng.permutation(classes)
+        return [sorted(int(c) for c in perm[g * size : (g + 1) * size]) for g in range(n_groups)]
+    return [sorted(int(c) for c in rng.choice(classes, size=size, replace=False)) for _ in range(n_groups)]
+
+
+def _federation(ds: Dataset, data: Any, seed: int, groups: np.ndarray, group_labels: list[list[int]],
+                transforms: list[list], group_names: list[str], samples: tuple[int, int], tf: float,
+                rng: np.random.Generator, kind: str) -> Federation:
+    if ds.y is None:
+        raise DataError(f"data.partition.name: {kind!r} needs labels; {ds.name or 'the data set'} has none")
+    rows, n_tests, notes = _draw(groups, group_labels, ds.y, samples, tf, rng)
+    ddir = str(resolve_data_dir(data.data_dir) or "") or None
+    source = {"kind": "pooled", "dataset": data.dataset, "data_dir": ddir, "seed": seed,
+              "options": dict(data.options or {})}
+    specs = [ClientSpec(i, source, r, f"client-{i}",
+                        {"group": int(groups[i]), "n_test": n_tests[i], "transforms": transforms[int(groups[i])]})
+             for i, r in enumerate(rows)]
+    for note in notes:
+        log.info("%s federation: %s", kind, note)
+        warnings.warn(f"{kind} federation of {data.dataset}: {note}", SharedSamplesWarning, stacklevel=3)
+    extras = {**ds.meta, "true_groups": [int(g) for g in groups], "group_names": group_names, "partition": kind,
+              "shared_samples": any(n.startswith("clients share") for n in notes)}
+    return Federation(specs, ds.feature_names, ds.sample_shape, True, int(len(np.unique(ds.y))),
+                      notes=tuple(notes), extras=extras)
+
+
+def _n(n_clients: int | None) -> int:
+    n = 10 if n_clients is None else int(n_clients)
+    if n < 1:
+        raise ConfigError(f"federation.n_clients: must be >= 1; got {n_clients!r}")
+    return n
+
+
+# --- builders ------------------------------------------------------------------------
+def _builder(name: str) -> Callable:
+    """Register a builder; unknown ``data.partition`` keys raise a ConfigError naming them."""
+
+    def deco(fn: Callable) -> Callable:
+        allowed = [p for p in inspect.signature(fn).parameters if p not in ("ds", "data", "n_clients", "seed")]
+
+        @functools.wraps(fn)
+        def wrapper(ds: Dataset, data: Any, n_clients: int | None, seed: int, **options: Any) -> Federation:
+            unknown = sorted(set(options) - set(allowed))
+            if unknown:
+                raise ConfigError(f"data.partition: unknown option(s) {unknown} for {name!r}; allowed: {allowed}")
+            return fn(ds, data, n_clients, seed, **options)
+
+        register_federation_builder(name)(wrapper)
+        return wrapper
+
+    return deco
+
+
+@_builder("rotated")
+def rotated(ds: Dataset, data: Any, n_clients: int | None, seed: int, rotations: list[int] = (0, 90, 180, 270),
+            proportions: list[float] = (0.1, 0.2, 0.3, 0.4), samples: Any = COMMON["samples"],
+            test_fraction: float = COMMON["test_fraction"]) -> Federation:
+    """Rotated images: group g sees every image rotated by ``rotations[g]`` degrees."""
+    samples, tf = _check_common(samples, test_fraction)
+    shape = _square_image(ds, "rotated")
+    rot = [int(r) for r in rotations]
+    if any(r % 90 for r in rot):
+        raise ConfigError(f"data.partition.rotations: multiples of 90 degrees only; got {list(rotations)!r}")
+    if len(proportions) != len(rot) or any(p < 0 for p in proportions) or not sum(proportions) > 0:
+        raise ConfigError(f"data.partition.proportions: {len(rot)} non-negative shares (one per rotation); "
+                          f"got {list(proportions)!r}")
+    n = _n(n_clients)
+    rng = data_rng(seed, _STREAM, 1)
+    groups = _groups_of(n, _counts_from_proportions(n, list(proportions)), rng)
+    classes = [int(c) for c in np.unique(ds.y)] if ds.y is not None else []
+    transforms = [[["rotate", {"k": (r // 90) % 4, "shape": list(shape)}]] if r % 360 else [] for r in rot]
+    return _federation(ds, data, seed, groups, [classes] * len(rot), transforms, [f"rot{r}" for r in rot],
+                       samples, tf, rng, "rotated")
+
+
+@_builder("grouped")
+def grouped(ds: Dataset, data: Any, n_clients: int | None, seed: int, n_groups: int = 5, labels_per_group: int = 2,
+            samples: Any = COMMON["samples"], test_fraction: float = COMMON["test_fraction"]) -> Federation:
+    """Label skew: the clients of group g hold only the labels of group g."""
+    samples, tf = _check_common(samples, test_fraction)
+    n = _n(n_clients)
+    classes = np.unique(ds.y) if ds.y is not None else np.zeros(0, np.int64)
+    if not 1 <= int(n_groups) <= n:
+        raise ConfigError(f"data.partition.n_groups: must lie in [1, n_clients={n}]; got {n_groups!r}")
+    if not 1 <= int(labels_per_group) <= len(classes):
+        raise ConfigError(f"data.partition.labels_per_group: must lie in [1, {len(classes)}]; got {labels_per_group!r}")
+    rng = data_rng(seed, _STREAM, 2)
+    sets = _pairs(classes, int(n_groups), int(labels_per_group), rng)
+    groups = _groups_of(n, _counts_from_proportions(n, [1.0] * int(n_groups)), rng)
+    return _federation(ds, data, seed, groups, sets, [[] for _ in sets],
+                       ["labels " + ",".join(map(str, s)) for s in sets], samples, tf, rng, "grouped")
+
+
+@_builder("label-swapped")
+def label_swapped(ds: Dataset, data: Any, n_clients: int | None, seed: int, n_groups: int = 5,
+                  samples: Any = COMMON["samples"], test_fraction: float = COMMON["test_fraction"]) -> Federation:
+    """Concept shift: the clients of group g have two labels swapped."""
+    samples, tf = _check_common(samples, test_fraction)
+    n = _n(n_clients)
+    classes = np.unique(ds.y) if ds.y is not None else np.zeros(0, np.int64)
+    if len(classes) < 2:
+        raise DataError("data.partition.name: 'label-swapped' needs at least 2 labels")
+    if not 1 <= int(n_groups) <= n:
+        raise ConfigError(f"data.partition.n_groups: must lie in [1, n_clients={n}]; got {n_groups!r}")
+    rng = data_rng(seed, _STREAM, 3)
+    pairs = _pairs(classes, int(n_groups), 2, rng)
+    groups = _groups_of(n, _counts_from_proportions(n, [1.0] * int(n_groups)), rng)
+    all_labels = [int(c) for c in classes]
+    return _federation(ds, data, seed, groups, [all_labels] * len(pairs),
+                       [[["swap_labels", {"pairs": [p]}]] for p in pairs],
+                       [f"swap {a}<->{b}" for a, b in pairs], samples, tf, rng, "label-swapped")
+
+
+@_builder("grouped+rotated")
+def grouped_rotated(ds: Dataset, data: Any, n_clients: int | None, seed: int, n_groups: int = 2,
+                    rotated_fraction: float = 0.3, rotation: int = 90, samples: Any = COMMON["samples"],
+                    test_fraction: float = COMMON["test_fraction"]) -> Federation:
+    """Disjoint label sets, and within each a share of clients with rotated images."""
+    samples, tf = _check_common(samples, test_fraction)
+    shape = _square_image(ds, "grouped+rotated")
+    n = _n(n_clients)
+    classes = np.unique(ds.y) if ds.y is not None else np.zeros(0, np.int64)
+    if not 1 <= int(n_groups) <= min(len(classes), n):
+        raise ConfigError(f"data.partition.n_groups: must lie in [1, {min(len(classes), n)}]; got {n_groups!r}")
+    if not 0.0 <= float(rotated_fraction) <= 1.0:
+        raise ConfigError(f"data.partition.rotated_fraction: must lie in [0, 1]; got {rotated_fraction!r}")
+    if int(rotation) % 90 or int(rotation) % 360 == 0:
+        raise ConfigError(f"data.partition.rotation: a multiple of 90 degrees other than 0; got {rotation!r}")
+    rng = data_rng(seed, _STREAM, 4)
+    label_sets = [sorted(int(c) for c in part) for part in np.array_split(rng.permutation(classes), int(n_groups))]
+    base = _groups_of(n, _counts_from_proportions(n, [1.0] * int(n_groups)), rng)
+    groups = np.empty(n, dtype=np.int64)
+    for g in range(int(n_groups)):
+        members = np.flatnonzero(base == g)
+        n_rot = int(round(float(rotated_fraction) * len(members)))
+        rot = set(rng.choice(members, size=n_rot, replace=False).tolist()) if n_rot else set()
+        for c in members:
+            groups[c] = 2 * g + (1 if int(c) in rot else 0)
+    k = (int(rotation) // 90) % 4
+    group_labels, transforms, names = [], [], []
+    for g in range(int(n_groups)):
+        group_labels += [label_sets[g], label_sets[g]]
+        transforms += [[], [["rotate", {"k": k, "shape": list(shape)}]]]
+        names += [f"labels {','.join(map(str, label_sets[g]))}", f"labels {','.join(map(str, label_sets[g]))} rot{rotation}"]
+    return _federation(ds, data, seed, groups, group_labels, transforms, names, samples, tf, rng, "grouped+rotated")
