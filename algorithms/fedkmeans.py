@@ -18,7 +18,10 @@ With ``momentum`` μ > 0 (the authors' code uses 0.5) the step is
 v_t = μ v_{t-1} + (1 − μ) α (Γ*_t − Γ_{t-1}), Γ_t = Γ_{t-1} + v_t.
 A cluster that held less than ``reassign_min`` (1 %) of the round's points for
 ``reassign_after`` (20) consecutive rounds is re-initialised uniformly in the
-federated bounding box (from the server's seeded stream).
+federated bounding box (from the server's seeded stream). A cluster that no
+sampled client's points reach in a round keeps its centroid; with non-IID clients
+and partial participation that is the normal case, so it is counted in the
+``empty_clusters`` metric rather than warned about.
 
 With α = β = 1, E = 1, B = ∞ and every client taking part one round is exactly one
 Lloyd step on the union (the ``kmeans`` algorithm), up to rounding.
@@ -32,7 +35,7 @@ from pydantic import Field
 
 from fedray.algorithm import Reply, RoundContext, Task, register
 from fedray.algorithms._centers import CenterAlgorithm, CenterParams
-from fedray.ops import assign, cluster_sums, warn_empty
+from fedray.ops import assign, cluster_sums
 from fedray.stats import Stats, total
 
 
@@ -126,7 +129,6 @@ class FedKMeans(CenterAlgorithm):
         t = total(r.update for r in replies)
         counts = t["counts"]
         nz = counts > 0
-        warn_empty(~nz, ctx.round)
         target = self.centers.copy()
         target[nz] = t["weighted"][nz] / counts[nz, None]
         step = p.alpha * (target - self.centers)
