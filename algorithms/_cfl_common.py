@@ -197,6 +197,11 @@ class ClusteredFL(Algorithm):
         self._run = secrets.token_hex(8)  # names this run's client state (sessions reuse clients)
         self.rounds_done = 0
 
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        # Arrays arriving through Ray's object store are read-only; the state is updated in place.
+        self.__dict__.update({k: (v.copy() if isinstance(v, np.ndarray) and not v.flags.writeable else v)
+                              for k, v in state.items()})
+
     # --- checks --------------------------------------------------------------
     def validate(self) -> None:
         if not self.info.has_labels or self.info.n_classes is None:

@@ -153,7 +153,7 @@ def set_flat(model: nn.Module, vec: np.ndarray) -> None:
     if vec.ndim != 1 or vec.shape[0] != n:
         raise ValueError(f"set_flat: the model has {n} parameters; got a vector of shape {vec.shape}")
     dev = next(model.parameters()).device
-    t = torch.from_numpy(np.ascontiguousarray(vec, dtype=np.float32)).to(dev)
+    t = torch.from_numpy(np.array(vec, dtype=np.float32, copy=True)).to(dev)  # copy: shared arrays are read-only
     with torch.no_grad():
         torch.nn.utils.vector_to_parameters(t, model.parameters())
 
@@ -209,6 +209,8 @@ def _tensor(a: np.ndarray, device: torch.device) -> torch.Tensor:
         a = np.ascontiguousarray(a, dtype=np.float32)
     elif np.issubdtype(a.dtype, np.integer):
         a = np.ascontiguousarray(a, dtype=np.int64)
+    if not a.flags.writeable:
+        a = a.copy()
     return torch.from_numpy(a).to(device)
 
 
