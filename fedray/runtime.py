@@ -89,6 +89,66 @@ class Executor:
     def shutdown(self) -> None:
         pass
 
+    # Records kept by wrapping layers (message log, privacy account); saved in checkpoints.
+    def report(self) -> dict[str, Any]:
+        return {}
+
+    def restore(self, report: dict[str, Any]) -> None:
+        pass
+
+
+class ExecutorWrapper(Executor):
+    """Base of the optional layers around an executor (fault injection, message log, privacy).
+
+    A layer overrides :meth:`execute` (and :meth:`report` / :meth:`restore` for what it
+    records); everything else goes to ``inner``. Nothing is wrapped unless the
+    configuration asks for it, so the default round costs nothing extra.
+    """
+
+    def __init__(self, inner: Executor) -> None:
+        self.inner = inner
+
+    @property
+    def backend(self) -> str:  # type: ignore[override]
+        return self.inner.backend
+
+    @property
+    def n_actors(self) -> int:  # type: ignore[override]
+        return self.inner.n_actors
+
+    @property
+    def base(self) -> Executor:
+        """The executor at the bottom of the stack (where the clients live)."""
+        inner = self.inner
+        return inner.base if isinstance(inner, ExecutorWrapper) else inner
+
+    def describe(self) -> list[dict[str, Any]]:
+        return self.inner.describe()
+
+    def apply_scaler(self, shift: np.ndarray, scale: np.ndarray) -> None:
+        self.inner.apply_scaler(shift, scale)
+
+    def execute(self, round_: int, tasks: dict[int, Task], timeout: float | None = None) -> ExecResult:
+        return self.inner.execute(round_, tasks, timeout)
+
+    def gather_data(self, labels: bool = True):
+        return self.inner.gather_data(labels)
+
+    def get_state(self, client_ids: list[int]) -> dict[int, dict[str, Any]]:
+        return self.inner.get_state(client_ids)
+
+    def set_state(self, states: dict[int, dict[str, Any]]) -> None:
+        self.inner.set_state(states)
+
+    def shutdown(self) -> None:
+        self.inner.shutdown()
+
+    def report(self) -> dict[str, Any]:
+        return self.inner.report()
+
+    def restore(self, report: dict[str, Any]) -> None:
+        self.inner.restore(report)
+
 
 class LocalExecutor(Executor):
     """All clients in one in-process :class:`ClientHost`."""
@@ -144,12 +204,40 @@ def cluster_cpus() -> float:
     return float(ray.cluster_resources().get("CPU", 1.0))
 
 
+def client_capacity(custom: dict[str, float] | None = None) -> tuple[float, int | None]:
+    """CPUs of the nodes that can host client actors, and how many actors the custom resources allow.
+
+    Without ``custom`` every alive node counts: ``(cluster CPUs, None)``. With it
+    (e.g. ``{"fedray_client": 1}`` to keep clients off a head node that does not
+    declare ``fedray_client``) only nodes offering every named resource count, and
+    the second value is the number of actors their amounts admit.
+    """
+    import ray
+
+    wants = {k: float(v) for k, v in (custom or {}).items() if float(v) > 0}
+    if not wants:
+        return cluster_cpus(), None
+    cpus, slots = 0.0, 0
+    for node in ray.nodes():
+        res = node.get("Resources", {}) if node.get("Alive", True) else {}
+        if res and all(res.get(k, 0.0) >= v for k, v in wants.items()):
+            cpus += float(res.get("CPU", 0.0))
+            slots += min(int(res.get(k, 0.0) // v) for k, v in wants.items())
+    return (cpus if cpus > 0 else cluster_cpus()), (slots if slots > 0 else None)
+
+
 def resolve_layout(n_clients: int, clients_per_actor: int | str, actor_cpus: float | None, total_cpus: float,
-                   num_gpus: float = 0.0) -> tuple[int, float]:
-    """(clients per actor, CPUs per actor) for ``n_clients`` on a cluster with ``total_cpus``."""
+                   num_gpus: float = 0.0, max_actors: int | None = None) -> tuple[int, float]:
+    """(clients per actor, CPUs per actor) for ``n_clients`` on a cluster with ``total_cpus``.
+
+    ``max_actors`` (from custom resources, see :func:`client_capacity`) caps the
+    number of actors of the ``"auto"`` layout.
+    """
     if clients_per_actor == "auto":
         per = actor_cpus if actor_cpus else 1.0
         slots = max(1, int(total_cpus // per)) if per > 0 else n_clients
+        if max_actors:
+            slots = max(1, min(slots, int(max_actors)))
         n_actors = max(1, min(n_clients, slots))
         cpa = math.ceil(n_clients / n_actors)
     else:
@@ -183,9 +271,13 @@ class RayExecutor(Executor):
         from fedray.actors.client_actor import ClientActor
 
         res = runtime.client_resources
-        total = cluster_cpus()
+        total, max_actors = client_capacity(res.custom)
         self.clients_per_actor, actor_cpus = resolve_layout(
-            len(specs), runtime.clients_per_actor, res.num_cpus, total, res.num_gpus)
+            len(specs), runtime.clients_per_actor, res.num_cpus, total, res.num_gpus, max_actors)
+        if max_actors is not None and math.ceil(len(specs) / self.clients_per_actor) > max_actors:
+            log.warning("%d client actors but the nodes offering %s admit %d at a time; the rest wait for "
+                        "resources (or for the autoscaler)", math.ceil(len(specs) / self.clients_per_actor),
+                        dict(res.custom), max_actors)
         chunks = [specs[i : i + self.clients_per_actor] for i in range(0, len(specs), self.clients_per_actor)]
         options: dict[str, Any] = {"num_cpus": actor_cpus, "max_restarts": runtime.max_restarts,
                                    "max_task_retries": 0}
@@ -217,6 +309,8 @@ class RayExecutor(Executor):
                     self.owner[s.client_id] = start + a_idx
             self.actors.extend(new)
         self.n_actors = len(self.actors)
+        self._scaler: tuple[np.ndarray, np.ndarray] | None = None  # re-applied to restarted actors
+        self._dead: set[int] = set()  # actors that died for good (runtime.max_restarts exhausted)
         log.info("created %d client actors (%d clients each, %.2f CPUs each) in %.1f s",
                  self.n_actors, self.clients_per_actor, actor_cpus, time.perf_counter() - t0)
 
@@ -232,6 +326,7 @@ class RayExecutor(Executor):
         return sorted(out, key=lambda d: d["client_id"])
 
     def apply_scaler(self, shift: np.ndarray, scale: np.ndarray) -> None:
+        self._scaler = (shift, scale)
         self._call_all("apply_scaler", shift, scale)
 
     def execute(self, round_: int, tasks: dict[int, Task], timeout: float | None = None) -> ExecResult:
@@ -243,23 +338,62 @@ class RayExecutor(Executor):
         per_actor: dict[int, list[tuple[int, Task, int]]] = defaultdict(list)
         for cid in sorted(tasks):
             per_actor[self.owner[cid]].append((cid, tasks[cid], which[cid]))
+        result = ExecResult([])
+        for a in self._dead.intersection(per_actor):
+            for cid, _, _ in per_actor.pop(a):
+                result.failed.append(cid)
+                result.errors[cid] = f"actor {a} is dead (runtime.max_restarts exhausted)"
         futures = {self.actors[a].run.remote(round_, items, *refs): a for a, items in per_actor.items()}
         ready, not_ready = ray.wait(list(futures), num_returns=len(futures), timeout=timeout)
-        result = ExecResult([])
+        broken: list[int] = []
         for fut in ready:
             a = futures[fut]
             try:
-                _collect(ray.get(fut), result)
+                out = ray.get(fut)
             except (RayActorError, RayTaskError, GetTimeoutError) as exc:
                 for cid, _, _ in per_actor[a]:
                     result.failed.append(cid)
                     result.errors[cid] = f"actor {a} failed: {type(exc).__name__}: {str(exc).splitlines()[0]}"
+                if isinstance(exc, RayActorError):
+                    broken.append(a)
+                continue
+            if isinstance(out, str):  # a restarted actor, not set up again yet (see ClientActor.run)
+                for cid, _, _ in per_actor[a]:
+                    result.failed.append(cid)
+                    result.errors[cid] = f"actor {a} was restarted: its shards were rebuilt, its client state is lost"
+                broken.append(a)
+                continue
+            _collect(out, result)
+        if broken:
+            self._restore(sorted(broken))
         for fut in not_ready:
             result.late.extend(cid for cid, _, _ in per_actor[futures[fut]])
         result.replies.sort(key=lambda r: r.client_id)
         result.failed.sort()
         result.late.sort()
         return result
+
+    def _restore(self, idxs: list[int], timeout: float = 120.0) -> None:
+        """Set up actors again after a crash: Ray restarted them (``runtime.max_restarts``) and
+        their constructor rebuilt the shards from the recipes; the scaler is applied again.
+        Client state of a restarted actor starts empty."""
+        import ray
+        from ray.exceptions import GetTimeoutError, RayActorError
+
+        calls = {}
+        for a in idxs:
+            actor = self.actors[a]
+            calls[a] = [actor.ready.remote()] + ([actor.apply_scaler.remote(*self._scaler)] if self._scaler else [])
+        for a, refs in calls.items():
+            try:
+                ray.get(refs, timeout=timeout)
+                log.warning("client actor %d restarted: shards rebuilt from their recipes, client state reset", a)
+            except RayActorError:
+                self._dead.add(a)
+                log.error("client actor %d is dead and will not be restarted (runtime.max_restarts); "
+                          "its clients fail from now on", a)
+            except GetTimeoutError:  # still starting; the set-up calls stay queued ahead of the next round
+                log.warning("client actor %d is still restarting after %.0f s", a, timeout)
 
     def gather_data(self, labels: bool = True):
         out = []
