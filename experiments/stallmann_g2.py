@@ -1,0 +1,174 @@
+"""Stallmann & Wilbik (2022), Section 3.2.2: choosing K on the G2 sets (Table 3, Figures 2–3, Tables 4–7).
+
+Every ``g2mg_D_S`` set (2048 points, two Gaussians) is split uniformly at random
+over P ∈ {2, 5, 10} clients; K is chosen over [2, 6] by the minimum of FedFuzzDB
+with FedFCM (k-means averaging) and with the ``fedfcm-avg`` variant, and by the
+fuzzy DB index of central FCM on the union. The correct-K rate counts only runs
+whose index at the true K = 2 is below 1.3 (as the paper does); the knowledge gap
+(eq. 19) compares the K = 2 centres with the class means of the reference labels.
+
+Writes to ``--out``: ``g2.parquet`` (one row per set, repeat, method and P),
+``g2.md`` (Tables 3–7 beside the paper's), ``plots/correct_by_spread.png`` and
+``plots/correct_by_dim.png``.
+
+    python experiments/stallmann_g2.py --data-dir ../shared/datasets --repeats 3
+    python experiments/stallmann_g2.py --quick --data-dir ../shared/datasets
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from fedray.data import load_dataset
+from fedray.data.scenarios import g2_config
+from fedray.kselect import select_k
+from fedray.validation import knowledge_gap
+
+log = logging.getLogger("stallmann_g2")
+
+PAPER_TABLE3 = {"central": 92.9, ("fedfcm", 2): 91.4, ("fedfcm", 5): 88.0, ("fedfcm", 10): 87.2,
+                ("fedfcm-avg", 2): 90.4, ("fedfcm-avg", 5): 89.5, ("fedfcm-avg", 10): 88.9}
+PAPER_DB_K2 = {  # Table 4 (k-means averaging): 25 %, 50 %, 75 %, min; central, P = 2, 5, 10
+    "q25": (0.6762, 0.6771, 0.6766, 0.6766), "q50": (0.8640, 0.8638, 0.8627, 0.8627),
+    "q75": (1.3092, 1.3073, 1.2961, 1.2944), "min": (0.5460, 0.5459, 0.5459, 0.5458)}
+PAPER_GAP_K2 = {  # Table 6 (k-means averaging)
+    "q25": (0.2850, 0.2724, 0.2700, 0.2587), "q50": (0.8904, 0.8897, 0.8900, 0.8898),
+    "q75": (5.9544, 5.9272, 5.8335, 5.4764), "min": (0.0286, 0.0278, 0.0265, 0.0253)}
+THRESHOLD = 1.3
+
+
+def _reference(dim: int, spread: int, data_dir: str) -> tuple[np.ndarray, np.ndarray]:
+    ds = load_dataset(f"benchmark:g2mg/g2mg_{dim}_{spread}", data_dir)
+    means = np.vstack([ds.X[ds.y == c].mean(axis=0) for c in np.unique(ds.y)])
+    return means, ds.X.var(axis=0)
+
+
+def run(data_dir: str, sets: list[tuple[int, int]], clients: list[int], repeats: int,
+        algorithms: tuple[str, ...], max_rounds: int = 50) -> pd.DataFrame:
+    rows = []
+    for dim, spread in sets:
+        ref, var = _reference(dim, spread, data_dir)
+        t0 = time.perf_counter()
+        for rep in range(repeats):
+            first = True
+            for P in clients:
+                for alg in algorithms:
+                    sel = select_k(g2_config(dim, spread, P, seed=rep, data_dir=data_dir, algorithm=alg,
+                                             params={"max_rounds": max_rounds}),
+                                   k_min=2, k_max=6, local=False, central=first)
+                    curves = [("central", 0, "central", sel.central_centers)] if first else []
+                    curves.append((alg, P, "federated", sel.federated_centers))
+                    for method, p, col, centres in curves:
+                        idx = dict(zip(sel.table["k"], sel.table[col]))
+                        rows.append({"dim": dim, "spread": spread, "repeat": rep, "method": method, "P": p,
+                                     "chosen_k": sel.chosen[col], "db_k2": idx[2],
+                                     "gap_k2": knowledge_gap(centres[2], ref, var),
+                                     **{f"db_k{k}": v for k, v in idx.items()}})
+                    first = False
+        log.info("g2mg_%d_%d: %d repeats in %.1f s", dim, spread, repeats, time.perf_counter() - t0)
+    return pd.DataFrame(rows)
+
+
+def correct_rate(df: pd.DataFrame, filtered: bool = True) -> float:
+    d = df[df["db_k2"] < THRESHOLD] if filtered else df
+    return float(100.0 * (d["chosen_k"] == 2).mean()) if len(d) else float("nan")
+
+
+def markdown(df: pd.DataFrame, clients: list[int], algorithms: tuple[str, ...], repeats: int) -> str:
+    lines = [f"#### Table 3 — correct K (index at K = 2 below {THRESHOLD}); ours (paper), "
+             f"{df[['dim', 'spread']].drop_duplicates().shape[0]} sets × {repeats} repeat(s)\n"]
+    lines.append("| method | central | " + " | ".join(f"{P} clients" for P in clients) + " |")
+    lines.append("|---|---|" + "---|" * len(clients))
+    cen = df[df["method"] == "central"]
+    for alg in algorithms:
+        cells = [f"{correct_rate(cen):.1f}% ({PAPER_TABLE3['central']}%)" if alg == algorithms[0] else ""]
+        for P in clients:
+            d = df[(df["method"] == alg) & (df["P"] == P)]
+            cells.append(f"{correct_rate(d):.1f}% ({PAPER_TABLE3.get((alg, P), '—')}%)")
+        lines.append(f"| {alg} | " + " | ".join(cells) + " |")
+    lines.append("")
+    lines.append("Without the 1.3 filter: central " + f"{correct_rate(cen, False):.1f}%; " + "; ".join(
+        f"{alg} P={P} {correct_rate(df[(df['method'] == alg) & (df['P'] == P)], False):.1f}%"
+        for alg in algorithms for P in clients) + ". Share of runs kept by the filter: " + "; ".join(
+        f"{m} {100 * (df[df['method'] == m]['db_k2'] < THRESHOLD).mean():.0f}%" for m in ("central", *algorithms)) + ".")
+    lines.append("")
+    for key, title, paper in (("db_k2", "Table 4 — fuzzy DB at K = 2, k-means averaging", PAPER_DB_K2),
+                              ("gap_k2", "Table 6 — knowledge gap at K = 2, k-means averaging", PAPER_GAP_K2)):
+        lines.append(f"#### {title}; ours (paper)\n")
+        lines.append("| statistic | central | " + " | ".join(f"{P} clients" for P in clients) + " |")
+        lines.append("|---|---|" + "---|" * len(clients))
+        groups = [cen] + [df[(df["method"] == "fedfcm") & (df["P"] == P)] for P in clients]
+        stats = {"q25": lambda s: s.quantile(0.25), "q50": lambda s: s.quantile(0.5), "q75": lambda s: s.quantile(0.75),
+                 "min": lambda s: s.min(), "max": lambda s: s.max()}
+        for name, fn in stats.items():
+            cells = []
+            for i, g in enumerate(groups):
+                ref = paper.get(name)
+                pv = f" ({ref[i]})" if ref is not None and i < len(ref) and len(clients) == 3 else ""
+                cells.append(f"{fn(g[key]):.4g}{pv}")
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def plots(df: pd.DataFrame, out: Path, clients: list[int]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    (out / "plots").mkdir(parents=True, exist_ok=True)
+    for by, fname, label in (("spread", "correct_by_spread.png", "spread S (sigma)"),
+                             ("dim", "correct_by_dim.png", "dimension D")):
+        fig, ax = plt.subplots(figsize=(6, 4))
+        cen = df[df["method"] == "central"].groupby(by)["chosen_k"].apply(lambda s: (s == 2).mean())
+        ax.plot(cen.index, cen.values, "k--o", label="central")
+        for P in clients:
+            d = df[(df["method"] == "fedfcm") & (df["P"] == P)].groupby(by)["chosen_k"].apply(lambda s: (s == 2).mean())
+            ax.plot(d.index, d.values, "-o", label=f"FedFCM, {P} clients")
+        if by == "dim":
+            ax.set_xscale("log", base=2)
+        ax.set_xlabel(label)
+        ax.set_ylabel("share of runs with K = 2 chosen")
+        ax.set_ylim(-0.02, 1.02)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(out / "plots" / fname, dpi=100)
+        plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="2 sets, 1 repeat, P in {2, 5}, at most 10 rounds")
+    ap.add_argument("--out", default="fedray-output/stallmann_g2")
+    ap.add_argument("--data-dir", default=None, help="benchmark data folder (default: $FEDRAY_DATA_DIR)")
+    ap.add_argument("--repeats", type=int, default=3, help="repeats per set (the paper: 20)")
+    ap.add_argument("--max-rounds", type=int, default=50, help="cap on FedFCM rounds per K")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    logging.getLogger("fedray").setLevel(logging.WARNING)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    if args.quick:
+        sets, clients, repeats, max_rounds = [(2, 10), (8, 30)], [2, 5], 1, 10
+    else:
+        sets = [(d, s) for d in (1, 2, 4, 8, 16, 32, 64, 128) for s in range(10, 100, 10)]
+        clients, repeats, max_rounds = [2, 5, 10], args.repeats, args.max_rounds
+    algorithms = ("fedfcm", "fedfcm-avg")
+    df = run(args.data_dir, sets, clients, repeats, algorithms, max_rounds)
+    df.to_parquet(out / "g2.parquet", index=False)
+    md = markdown(df, clients, algorithms, repeats)
+    (out / "g2.md").write_text(md)
+    plots(df, out, clients)
+    print(md)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
