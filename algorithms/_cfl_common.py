@@ -47,7 +47,7 @@ from collections.abc import Hashable, Iterable, Mapping
 from typing import Any, ClassVar, Literal
 
 import numpy as np
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from fedray.algorithm import Algorithm, FederationInfo, Params, Reply, RoundContext, Task
 from fedray.errors import ConfigError
@@ -69,6 +69,15 @@ class SupervisedParams(Params):
                                  description="test share of a client's shard where the federation fixes none")
     device: str = Field(default="auto", pattern=r"^(auto|cpu|cuda(:\d+)?)$")
     model_seed: int | None = Field(default=None, ge=0, description="seed of theta_0 (default: the run's seed)")
+
+    @field_validator("model")
+    @classmethod
+    def _known_model(cls, v: str) -> str:
+        from fedray.nn import MODEL_KINDS, available_models
+
+        if v != "auto" and v not in MODEL_KINDS:
+            raise ValueError(f"unknown model {v!r}; choose one of {', '.join(available_models())}")
+        return v
 
 
 def n_sampled(fraction: float, n_clients: int) -> int:

@@ -42,7 +42,6 @@ kernels are not guaranteed bitwise reproducible.
 from __future__ import annotations
 
 import contextlib
-import functools
 import math
 import os
 import sys
@@ -73,7 +72,6 @@ def _ray_worker() -> Any | None:
     return None
 
 
-@functools.lru_cache(maxsize=1)
 def default_threads() -> int:
     """Torch threads for this process: ``$FEDRAY_TORCH_THREADS``, else the whole CPUs Ray
     assigned to this actor (at least 1), else 1."""
@@ -129,7 +127,6 @@ def resolve_device(pref: str | torch.device | None = "auto") -> torch.device:
     return _auto_device()
 
 
-@functools.lru_cache(maxsize=1)
 def _auto_device() -> torch.device:
     ray = _ray_worker()
     if ray is not None:
