@@ -19,8 +19,13 @@ class ClientActor:
 
     def __init__(self, specs: list, seed: int, supervised: bool, sample_shape: tuple[int, ...]) -> None:
         self._host = ClientHost(specs, seed, supervised, sample_shape)  # private: shards and client state
+        # False until the executor has set this incarnation up (ready + scaler). Ray re-runs the
+        # constructor when it restarts a crashed actor; such an actor must not answer rounds
+        # with unscaled shards before the executor notices and sets it up again.
+        self._adopted = False
 
     def ready(self) -> int:
+        self._adopted = True
         return os.getpid()
 
     def node_id(self) -> str:
@@ -32,7 +37,9 @@ class ClientActor:
     def apply_scaler(self, shift, scale) -> int:
         return self._host.apply_scaler(shift, scale)
 
-    def run(self, round_: int, tasks: list, *shared: Any) -> list:
+    def run(self, round_: int, tasks: list, *shared: Any) -> list | str:
+        if not self._adopted:
+            return "restarted"
         return self._host.run(round_, tasks, *shared)
 
     def get_state(self, client_ids: list[int]) -> dict:

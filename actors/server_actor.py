@@ -39,3 +39,9 @@ class ServerActor:
 
     def algorithm(self) -> Any:
         return self._server.algorithm
+
+    def snapshot(self) -> dict[str, Any]:
+        return self._server.snapshot()
+
+    def restore(self, snap: dict[str, Any]) -> None:
+        self._server.restore(snap)

@@ -42,6 +42,7 @@ class FederationConfig(_Section):
     fraction: float = Field(default=1.0, gt=0.0, le=1.0)
     rounds: int = Field(default=100, ge=1)
     min_clients: int = Field(default=1, ge=1)
+    round_retries: int = Field(default=0, ge=0, description="re-run a round that got fewer than min_clients answers")
 
 
 class ClientResources(_Section):
@@ -78,6 +79,47 @@ class EvaluationConfig(_Section):
 class OutputConfig(_Section):
     directory: str | None = None
     plots: bool = True
+    messages: bool = False  # write messages.parquet (every message: round, client, direction, names, shapes, bytes)
+    message_payloads: bool = False  # also keep what the server received on the Result (audits, tests)
+
+
+class FaultsConfig(_Section):
+    """Injected client faults (see docs/reliability.md). All off by default."""
+
+    crash_probability: float = Field(default=0.0, ge=0.0, lt=1.0)
+    delay_probability: float = Field(default=0.0, ge=0.0, le=1.0)
+    delay_seconds: float = Field(default=0.0, ge=0.0)
+    delay_mode: Literal["virtual", "sleep"] = "virtual"
+    crashes: list[tuple[int, int]] = Field(default_factory=list, description="(round, client id) pairs")
+    crash_scope: Literal["client", "actor"] = "client"
+
+    @property
+    def active(self) -> bool:
+        return bool(self.crash_probability or self.crashes or (self.delay_probability and self.delay_seconds))
+
+
+class DPConfig(_Section):
+    """Gaussian mechanism on clients' statistics: clip to L2 norm ``clip``, noise std ``noise_multiplier * clip``."""
+
+    clip: float = Field(gt=0)
+    noise_multiplier: float = Field(gt=0)
+    delta: float = Field(default=1e-5, gt=0, lt=1)
+
+
+class PrivacyConfig(_Section):
+    secure_aggregation: bool = False
+    mask_neighbors: int | None = Field(default=None, ge=2, description="pairwise masks with this many peers (None: all)")
+    dp: DPConfig | None = None
+    min_samples_guard: bool = False
+
+    @property
+    def active(self) -> bool:
+        return bool(self.secure_aggregation or self.dp is not None or self.min_samples_guard)
+
+
+class CheckpointConfig(_Section):
+    every: int = Field(default=0, ge=0, description="save a checkpoint every N rounds (0: never)")
+    directory: str | None = None  # default: <output folder>/checkpoint
 
 
 class ExperimentConfig(_Section):
@@ -90,6 +132,9 @@ class ExperimentConfig(_Section):
     runtime: RuntimeConfig = Field(default_factory=RuntimeConfig)
     evaluation: EvaluationConfig = Field(default_factory=EvaluationConfig)
     output: OutputConfig = Field(default_factory=OutputConfig)
+    faults: FaultsConfig = Field(default_factory=FaultsConfig)
+    privacy: PrivacyConfig = Field(default_factory=PrivacyConfig)
+    checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
     extra: dict[str, Any] = Field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -209,6 +254,28 @@ def validate_static(cfg: ExperimentConfig) -> None:
     if fed.n_clients is not None and fed.min_clients > fed.n_clients:
         raise ConfigError(
             f"federation.min_clients: {fed.min_clients} is more than federation.n_clients={fed.n_clients}")
+    _check_reliability(cfg)
     check = getattr(cls, "check_config", None)
     if check is not None:
         check(cfg)
+
+
+def _check_reliability(cfg: ExperimentConfig) -> None:
+    """Cross-section checks of ``faults``, ``privacy`` and ``checkpoint``."""
+    f, rt = cfg.faults, cfg.runtime
+    if f.crash_scope == "actor" and (f.crash_probability or f.crashes):
+        if rt.backend != "ray":
+            raise ConfigError("faults.crash_scope: 'actor' kills a Ray actor process and needs runtime.backend='ray'; "
+                              f"got runtime.backend={rt.backend!r} (use crash_scope='client')")
+        if rt.max_restarts == 0:
+            raise ConfigError("faults.crash_scope: 'actor' needs runtime.max_restarts > 0 or -1 so that crashed actors "
+                              "are restarted; got runtime.max_restarts=0")
+    if f.delay_mode == "sleep" and f.delay_probability and rt.backend != "ray":
+        raise ConfigError("faults.delay_mode: 'sleep' needs runtime.backend='ray' (the local runtime has no deadline); "
+                          "use delay_mode='virtual'")
+    if f.delay_probability and f.delay_seconds and rt.round_timeout is None:
+        raise ConfigError("faults.delay_probability: delays only matter with a deadline; set runtime.round_timeout")
+    for r, c in f.crashes:
+        if r < 0 or c < 0 or (cfg.federation.n_clients is not None and c >= cfg.federation.n_clients):
+            raise ConfigError(f"faults.crashes: ({r}, {c}) must be (round >= 0, client id in "
+                              f"[0, federation.n_clients))")

@@ -2,7 +2,9 @@
 
 Output folder layout::
 
-    summary.json      config, final metrics, rounds, converged, wall time, failures
+    summary.json      config, final metrics, rounds, converged, wall time, failures, privacy account
+    failures.parquet  one row per client that failed or was late in a round (see fedray.faults)
+    messages.parquet  every message, when ``output.messages`` is on (see fedray.messages)
     rounds.parquet    one row a round (``wall_s`` = seconds of that round)
     clients.parquet   one row a client (samples, rounds taken part in, bytes sent)
     model.npz         the model's arrays (``centers``; ``m`` where fuzzy)
@@ -105,7 +107,18 @@ class Result:
         }
         if session.executor.backend == "ray":
             summary["actors"] = session.executor.n_actors
-        return cls(cfg, history, clients, model, summary, type(alg), session.scaler)
+        extras = _reliability_extras(state, summary)
+        return cls(cfg, history, clients, model, summary, type(alg), session.scaler, extras=extras)
+
+    @property
+    def failures(self) -> pd.DataFrame:
+        """One row per client that failed or was late in a round (``failures.parquet``)."""
+        return self.extras["failures"]
+
+    @property
+    def messages(self) -> pd.DataFrame | None:
+        """The message log (``messages.parquet``), when ``output.messages`` is on."""
+        return self.extras.get("messages")
 
     # --- model access ------------------------------------------------------
     @property
@@ -172,6 +185,10 @@ class Result:
         if self.scaler is not None:
             arrays["scaler_shift"], arrays["scaler_scale"] = self.scaler
         np.savez(out / "model.npz", **arrays)
+        if "failures" in self.extras:
+            self.extras["failures"].to_parquet(out / "failures.parquet", index=False)
+        if self.extras.get("messages") is not None:
+            self.extras["messages"].to_parquet(out / "messages.parquet", index=False)
         (out / "config.yaml").write_text(self.config.to_yaml())
         if self.peak_memory_mb is not None:
             self.summary["peak_memory_mb"] = self.peak_memory_mb
@@ -207,6 +224,28 @@ class Result:
                  f"{'wall time':<28}{self.summary['wall_time_s']:.2f} s"]
         lines += [f"{k:<28}{fin[k]:.4f}" for k in keys if isinstance(fin[k], (int, float))]
         return "\n".join(lines)
+
+
+def _reliability_extras(state: dict[str, Any], summary: dict[str, Any]) -> dict[str, Any]:
+    """Failures table, message log and privacy account from the server's state (see fedray.faults,
+    fedray.messages, fedray.privacy); adds the privacy account to ``summary``."""
+    from fedray.faults import failures_table
+
+    report = state.get("report") or {}
+    extras: dict[str, Any] = {"failures": failures_table(state.get("failures", []), report.get("faults", []))}
+    if "messages" in report:
+        from fedray.messages import messages_table
+
+        extras["messages"] = messages_table(report["messages"])
+        if "payloads" in report:
+            extras["payloads"] = report["payloads"]
+    if "privacy" in report:
+        from fedray.privacy import privacy_summary
+
+        summary["privacy"] = privacy_summary(report["privacy"])
+    if report.get("faults"):
+        summary["failures"]["injected"] = len(report["faults"])
+    return extras
 
 
 def _is_arraylike(v: Any) -> bool:

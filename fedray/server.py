@@ -37,10 +37,14 @@ class Server:
         A round with fewer answers fails.
     round_timeout : float or None
         Seconds to wait for replies; late clients are dropped from the round.
+    round_retries : int
+        A round with fewer than ``min_clients`` answers is run again (same tasks, same
+        round number) up to this many times before it fails.
     """
 
     def __init__(self, algorithm: Algorithm, executor: Executor, *, seed: int, fraction: float = 1.0,
-                 max_rounds: int = 100, min_clients: int = 1, round_timeout: float | None = None) -> None:
+                 max_rounds: int = 100, min_clients: int = 1, round_timeout: float | None = None,
+                 round_retries: int = 0) -> None:
         self.algorithm = algorithm
         self.executor = executor
         self.seed = int(seed)
@@ -48,8 +52,10 @@ class Server:
         self.max_rounds = int(max_rounds)
         self.min_clients = int(min_clients)
         self.round_timeout = round_timeout
+        self.round_retries = int(round_retries)
         self.round = 0
         self.history: list[dict[str, Any]] = []
+        self.failures: list[dict[str, Any]] = []  # one row per client that failed or was late
         self.client_rows: dict[int, dict[str, float]] = {}
         self.finished = False
 
@@ -67,19 +73,28 @@ class Server:
         if tasks is None:
             self.finished = True
             return None
-        res = self.executor.execute(self.round, tasks, self.round_timeout)
-        if res.user_errors:
-            cid = min(res.user_errors)
-            raise type_of_user_error(res.user_errors[cid])
-        for cid, err in res.errors.items():
-            log.warning("round %d: client %d failed: %s", self.round, cid, err.strip().splitlines()[-1])
         need = min(self.min_clients, len(tasks))
-        if len(res.replies) < need:
-            first = next(iter(res.errors.values()), "")
-            raise RoundFailedError(
-                f"round {self.round}: {len(res.replies)} of {len(tasks)} clients answered "
-                f"({len(res.failed)} failed, {len(res.late)} late); federation.min_clients={self.min_clients}"
-                + (f"\nfirst failure:\n{first}" if first else ""))
+        attempt = 0
+        while True:
+            res = self.executor.execute(self.round, tasks, self.round_timeout)
+            if res.user_errors:
+                cid = min(res.user_errors)
+                raise type_of_user_error(res.user_errors[cid])
+            if res.failed or res.late:
+                self._record_failures(res, attempt)
+            if len(res.replies) >= need:
+                break
+            if attempt >= self.round_retries:
+                first = next(iter(res.errors.values()), "")
+                retried = (f"; retried {attempt} time(s) (federation.round_retries={self.round_retries})"
+                           if self.round_retries else "; set federation.round_retries to retry such rounds")
+                raise RoundFailedError(
+                    f"round {self.round}: {len(res.replies)} of {len(tasks)} clients answered "
+                    f"({len(res.failed)} failed, {len(res.late)} late); federation.min_clients={self.min_clients}"
+                    + retried + (f"\nfirst failure:\n{first}" if first else ""))
+            attempt += 1
+            log.warning("round %d: %d of %d clients answered (federation.min_clients=%d); attempt %d of %d",
+                        self.round, len(res.replies), len(tasks), self.min_clients, attempt + 1, self.round_retries + 1)
         metrics = self.algorithm.aggregate(ctx, res.replies)
         bytes_down = _bytes_down(tasks)
         bytes_up = sum(r.nbytes for r in res.replies)
@@ -92,9 +107,25 @@ class Server:
                "clients_answered": len(res.replies), "clients_failed": len(res.failed),
                "clients_late": len(res.late), **{k: v for k, v in metrics.items()},
                "bytes_down": bytes_down, "bytes_up": bytes_up, "wall_s": time.perf_counter() - t0}
+        if self.round_retries:
+            out["attempts"] = attempt + 1
         self.history.append(out)
         self.round += 1
         return out
+
+    def _record_failures(self, res: Any, attempt: int) -> None:
+        for cid in res.failed:
+            err = res.errors.get(cid, "").strip()
+            self.failures.append({"round": self.round, "attempt": attempt, "client_id": cid, "kind": "failed",
+                                  "error": err.splitlines()[-1] if err else ""})
+        for cid in res.late:
+            self.failures.append({"round": self.round, "attempt": attempt, "client_id": cid, "kind": "late",
+                                  "error": f"no answer within runtime.round_timeout={self.round_timeout}"})
+        if res.failed:
+            log.warning("round %d: client(s) %s failed: %s", self.round, res.failed,
+                        self.failures[-len(res.failed) - len(res.late)]["error"])
+        if res.late:
+            log.warning("round %d: client(s) %s late", self.round, res.late)
 
     def run(self) -> list[dict[str, Any]]:
         while self.step() is not None:
@@ -122,7 +153,28 @@ class Server:
 
     def state(self) -> dict[str, Any]:
         return {"round": self.round, "history": self.history, "client_rows": self.client_rows,
-                "finished": self.finished, "converged": self.algorithm.converged, "phase": self.algorithm.phase}
+                "finished": self.finished, "converged": self.algorithm.converged, "phase": self.algorithm.phase,
+                "failures": self.failures, "report": self.executor.report()}
+
+    # --- checkpoints (see fedray.checkpoint) ----------------------------------------
+    def snapshot(self) -> dict[str, Any]:
+        """Everything needed to continue after this round: the round number, history, the
+        algorithm object (its state and any generator it keeps) and what the executor
+        layers recorded. Server and client random streams are keyed by (seed, round) and
+        need no saving."""
+        return {"round": self.round, "history": self.history, "client_rows": self.client_rows,
+                "finished": self.finished, "failures": self.failures, "algorithm": self.algorithm,
+                "report": self.executor.report()}
+
+    def restore(self, snap: dict[str, Any]) -> None:
+        """Continue from :meth:`snapshot` (the executor's clients are restored separately)."""
+        self.round = int(snap["round"])
+        self.history = list(snap["history"])
+        self.client_rows = {int(k): dict(v) for k, v in snap["client_rows"].items()}
+        self.finished = bool(snap["finished"])
+        self.failures = list(snap["failures"])
+        self.algorithm = snap["algorithm"]
+        self.executor.restore(snap["report"])
 
 
 def _bytes_down(tasks: dict[int, Task]) -> int:

@@ -98,14 +98,32 @@ class Session:
 
     def run(self, algorithm: str | Algorithm | None = None, params: dict[str, Any] | None = None, *,
             output: str | Path | None | bool = None, progress: bool | None = None,
-            central_baseline: bool | None = None) -> Result:
-        """Run one algorithm on this session's clients and return its :class:`Result`."""
+            central_baseline: bool | None = None, resume_from: dict[str, Any] | None = None) -> Result:
+        """Run one algorithm on this session's clients and return its :class:`Result`.
+
+        ``resume_from`` is a checkpoint loaded by :func:`fedray.checkpoint.load` (used by
+        :func:`fedray.checkpoint.resume`): the run continues after its last saved round.
+        """
         cfg = self.config
         t0 = time.perf_counter()
-        alg = algorithm if isinstance(algorithm, Algorithm) else self.make_algorithm(algorithm, params)
+        if resume_from is not None:
+            alg = resume_from["server"]["algorithm"]
+        else:
+            alg = algorithm if isinstance(algorithm, Algorithm) else self.make_algorithm(algorithm, params)
         fed = cfg.federation
         kwargs = dict(seed=cfg.seed, fraction=fed.fraction, max_rounds=fed.rounds, min_clients=fed.min_clients,
-                      round_timeout=cfg.runtime.round_timeout)
+                      round_timeout=cfg.runtime.round_timeout, round_retries=fed.round_retries)
+        out = cfg.output.directory if output is None else (None if output is False else output)
+        executor = self.executor
+        if cfg.faults.active or cfg.output.messages or cfg.output.message_payloads or cfg.privacy.active:
+            executor = _layers(executor, cfg)
+        checkpoint = None
+        if cfg.checkpoint.every:
+            from fedray.checkpoint import Checkpointer
+
+            checkpoint = Checkpointer(cfg, out, self)
+        if resume_from is not None and resume_from.get("clients"):
+            self.executor.set_state(resume_from["clients"])
         show = progress if progress is not None else (cfg.runtime.progress if cfg.runtime.progress is not None
                                                       else sys.stderr.isatty())
         bar = _progress(show, fed.rounds, alg.name)
@@ -114,15 +132,23 @@ class Session:
 
             from fedray.actors.server_actor import ServerActor
 
-            server = ServerActor.remote(alg, self.executor, kwargs)
+            server = ServerActor.remote(alg, executor, kwargs)
+            if resume_from is not None:
+                ray.get(server.restore.remote(resume_from["server"]))
             step = lambda: ray.get(server.step.remote())  # noqa: E731
             finish = lambda: ray.get([server.evaluate.remote(), server.result.remote(), server.state.remote()])  # noqa: E731
+            snapshot = lambda: ray.get(server.snapshot.remote())  # noqa: E731
         else:
-            local = Server(alg, self.executor, **kwargs)
+            local = Server(alg, executor, **kwargs)
+            if resume_from is not None:
+                local.restore(resume_from["server"])
             step = local.step
             finish = lambda: [local.evaluate(), local.result(), local.state()]  # noqa: E731
+            snapshot = local.snapshot
         try:
             while (row := step()) is not None:
+                if checkpoint is not None:
+                    checkpoint.after_round(row["round"], snapshot)
                 if bar is not None:
                     bar.update(1)
                     bar.set_postfix({k: _fmt(row[k]) for k in ("phase", "clients_answered", "center_shift", "objective",
@@ -138,7 +164,6 @@ class Session:
         result = Result.build(cfg, alg, self, state, model, final, time.perf_counter() - t0)
         if central_baseline if central_baseline is not None else cfg.evaluation.central_baseline:
             result.add_central_baseline(self)
-        out = cfg.output.directory if output is None else (None if output is False else output)
         if out:
             result.save(out, plots=cfg.output.plots, session=self)
         return result
@@ -201,6 +226,24 @@ class Session:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def _layers(executor: Executor, cfg: ExperimentConfig) -> Executor:
+    """Wrap the executor in the layers the configuration asks for, bottom to top: injected
+    faults, the message log (what reached the server), privacy (masking, noise, unmasking)."""
+    if cfg.faults.active:
+        from fedray.faults import FaultInjector
+
+        executor = FaultInjector(executor, cfg.faults, cfg.seed)
+    if cfg.output.messages or cfg.output.message_payloads:
+        from fedray.messages import MessageLog
+
+        executor = MessageLog(executor, keep_payloads=cfg.output.message_payloads)
+    if cfg.privacy.active:
+        from fedray.privacy import PrivacyLayer
+
+        executor = PrivacyLayer(executor, cfg.privacy, cfg.seed)
+    return executor
 
 
 def check_descriptions(desc: list[dict[str, Any]]) -> int:
