@@ -1,0 +1,213 @@
+"""FLACC: federated learning via agglomerative client clustering (Mehta & Shao 2023).
+
+Algorithm 1 of the paper, on the shared clustered-FL machinery of
+:mod:`fedray.algorithms._cfl_common`:
+
+* **Merging phase** — FedAvg with model averaging (line 20): each round the
+  sampled clients train the global model for E epochs and send their weights;
+  the server computes the cosine similarities of their weight updates
+  Delta theta_i = theta_i - theta (eq. 19, stored for all sampled pairs as in
+  eq. 8 with the round tau they were seen together) and greedily merges up to
+  ``n_merge`` pairs of entities by max-min similarity (eq. 9-10) under
+  alpha_min_cross > alpha_0 (eq. 15-17) and, for two subservers, Phi > 0
+  (eq. 11-14). Pairs not sampled together within the last T rounds read -1
+  and are ignored (system memory, eq. 18). The rules live in
+  :mod:`fedray.algorithms.flacc_rules`.
+* **Separation** — after ``n_sep`` consecutive rounds without a merge
+  (line 5), every entity (a subserver or a lone client) becomes its own
+  federation, starting from the global model, trained by FedAvg over its
+  sampled members (lines 22-27) until ``federation.rounds`` (N_server).
+
+Every merge is recorded (round, the two entities, alpha_min_cross, Phi) in
+``result()["merges"]``; :func:`merge_table` turns it into a DataFrame and
+:func:`plot_clusters` draws the clusters found as in the paper's Fig. 4.
+Defaults are the paper's (Section V-B): E = 5, B = 32, SGD lr 0.1, n_merge = 2,
+T = 10, N_sep = 10, alpha_0 = 0; the client fraction c and N_server are
+``federation.fraction`` and ``federation.rounds``. No torch is imported here.
+"""
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import numpy as np
+import pandas as pd
+from pydantic import Field
+
+from fedray.algorithm import FederationInfo, Reply, RoundContext, Task, register
+from fedray.algorithms._cfl_common import ClusteredFL, SupervisedParams
+from fedray.algorithms.flacc_rules import MergeEvent, SimilarityMemory, entities, merge_round
+
+
+class FLACCParams(SupervisedParams):
+    """Hyperparameters of FLACC (Algorithm 1); local training as in :class:`SupervisedParams`."""
+
+    alpha_0: float = Field(default=0.0, gt=-1.0, le=1.0,
+                           description="minimum cross-entity cosine similarity to merge (eq. 16)")
+    memory: int | None = Field(default=10, ge=1, description="system memory T in rounds (eq. 18); None = infinite")
+    n_merge: int = Field(default=2, ge=1, description="entity pairs merged per round at most")
+    n_sep: int = Field(default=10, ge=1, description="rounds without a merge before separation (N_sep)")
+    scan: bool = Field(default=True, description="when the best pair fails Phi > 0, try the next best pair "
+                                                 "(False: stop, Algorithm 1 read literally)")
+
+
+@register
+class FLACC(ClusteredFL):
+    """FLACC: FedAvg while agglomerating clients by update similarity, then one federation per entity."""
+
+    name = "flacc"
+    Params = FLACCParams
+    description = "FLACC: greedy agglomerative client clustering, then one federation per cluster (Mehta & Shao 2023)"
+    min_sampled: ClassVar[int] = 2
+
+    def __init__(self, params: FLACCParams, info: FederationInfo, seed: int) -> None:
+        super().__init__(params, info, seed)
+        n = info.n_clients
+        self.phase = "merging"
+        self.memory = SimilarityMemory(n, params.memory)
+        self.labels = np.arange(n, dtype=np.int64)  # entity of each client (its smallest client id)
+        self.assignment = self.labels.copy()
+        self.merges: list[MergeEvent] = []
+        self.rounds_without_merge = 0
+        self.separation_round: int | None = None
+
+    # --- rounds ---------------------------------------------------------------
+    def configure_round(self, ctx: RoundContext) -> dict[int, Task] | None:
+        self.check_round(ctx)
+        return self.make_tasks(ctx, ctx.sampled)
+
+    def aggregate(self, ctx: RoundContext, replies: list[Reply]) -> dict[str, float]:
+        extra: dict[str, float] = {}
+        if self.phase == "merging":
+            extra = self._merge_step(ctx, replies)
+            self.average_into(replies)  # line 20: one global model
+            if self.rounds_without_merge >= self.params.n_sep:
+                self._separate(ctx.round)
+        else:
+            self.average_into(replies)  # lines 25-27: FedAvg inside each entity
+        self.rounds_done += 1
+        out = self.round_metrics(ctx, replies)
+        out.update(extra)
+        return out
+
+    def _merge_step(self, ctx: RoundContext, replies: list[Reply]) -> dict[str, float]:
+        """Lines 10-19: similarities of this round's updates, then up to n_merge merges."""
+        p = self.params
+        deltas = self.updates(replies)
+        ids = sorted(deltas)
+        if len(ids) >= 2:
+            self.memory.observe(ctx.round, ids, np.stack([deltas[c] for c in ids]))
+        self.labels, events = merge_round(self.memory, self.labels, ctx.round, alpha_0=p.alpha_0,
+                                          n_merge=p.n_merge, scan=p.scan)
+        self.memory.forget(ctx.round)
+        self.merges.extend(events)
+        self.rounds_without_merge = 0 if events else self.rounds_without_merge + 1
+        self.assignment = self.labels.copy()
+        sims = [e.similarity for e in events]
+        return {"merges": float(len(events)), "merge_similarity": float(max(sims)) if sims else float("nan"),
+                "n_entities": float(len(np.unique(self.labels)))}
+
+    def _separate(self, round_: int) -> None:
+        """Each entity becomes its own federation, starting from the global model (line 5, else branch)."""
+        glob = self.models[0]
+        self.models = {int(e): glob for e in np.unique(self.labels)}
+        self.model_of = self.labels.copy()
+        self.separation_round = int(round_)
+        self.phase = "separated"
+
+    # --- results -------------------------------------------------------------
+    def _history(self) -> dict[str, Any]:
+        return {"merges": [e.to_dict() for e in self.merges], "separation_round": self.separation_round,
+                "entities": [list(e) for e in entities(self.labels)]}
+
+    def summarize_evaluation(self, stages: list[list[Reply]]) -> dict[str, Any]:
+        out = super().summarize_evaluation(stages)
+        out.update(n_merges=len(self.merges), **self._history())
+        return out
+
+    def result(self) -> dict[str, Any]:
+        out = super().result()
+        out.update(self._history())
+        out["entity_of"] = self.labels.copy()
+        return out
+
+
+# --- reading the history ------------------------------------------------------
+def merge_table(merges: list[dict[str, Any]] | list[MergeEvent]) -> pd.DataFrame:
+    """One row per merge: round, first, second, merged, similarity (alpha_min_cross), phi, kind."""
+    rows = [m.to_dict() if isinstance(m, MergeEvent) else dict(m) for m in merges]
+    df = pd.DataFrame(rows, columns=["round", "first", "second", "similarity", "phi", "kind"])
+    df["merged"] = [tuple(sorted(tuple(a) + tuple(b))) for a, b in zip(df["first"], df["second"])]
+    return df
+
+
+def plot_clusters(assignment: np.ndarray, true_groups: np.ndarray, n_samples: np.ndarray, *, ax: Any = None,
+                  title: str = "", group_names: list[str] | None = None) -> Any:
+    """Client clusters as in the paper's Fig. 4: one column of circles per cluster found,
+    coloured by the client's true group and sized by its number of samples.
+
+    Parameters
+    ----------
+    assignment : int array of shape (n_clients,)
+        Cluster found for each client.
+    true_groups : int array of shape (n_clients,)
+    n_samples : array of shape (n_clients,)
+    ax : matplotlib Axes, optional
+    title : str
+    group_names : list of str, optional
+        Legend entries of the true groups.
+
+    Returns
+    -------
+    matplotlib Axes
+    """
+    import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+
+    a, g, n = np.asarray(assignment), np.asarray(true_groups), np.asarray(n_samples, dtype=float)
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7, 3.6))
+    cmap = plt.get_cmap("tab10")
+    # clusters ordered by size (largest first), members by true group then id
+    clusters = sorted(np.unique(a), key=lambda c: (-np.sum(a == c), c))
+    per_row = 6
+    size = 30 + 250 * (n - n.min()) / max(n.max() - n.min(), 1.0)
+    for col, c in enumerate(clusters):
+        members = sorted(np.flatnonzero(a == c), key=lambda i: (g[i], i))
+        for k, i in enumerate(members):
+            x = col * (per_row + 1) + k % per_row
+            ax.scatter(x, -(k // per_row), s=size[i], color=cmap(int(g[i]) % 10), edgecolor="k", linewidth=0.4)
+    names = group_names or [f"group {v}" for v in np.unique(g)]
+    handles = [Line2D([], [], marker="o", ls="", color=cmap(int(v) % 10), label=nm)
+               for v, nm in zip(np.unique(g), names)]
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
+    ax.set_xticks([col * (per_row + 1) + (per_row - 1) / 2 for col in range(len(clusters))])
+    ax.set_xticklabels([f"cluster {j + 1}" for j in range(len(clusters))], fontsize=8)
+    ax.set_yticks([])
+    ax.set_title(title or f"{len(clusters)} clusters found (colour: true group, size: samples)")
+    for s in ("top", "right", "left"):
+        ax.spines[s].set_visible(False)
+    return ax
+
+
+def plot_accuracy(histories: dict[str, pd.DataFrame], *, ax: Any = None, separation_round: int | None = None,
+                  title: str = "") -> Any:
+    """Mean client test accuracy over rounds, one line per method (paper's Fig. 4, top)."""
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6, 3.6))
+    for name, h in histories.items():
+        h = h[h["accuracy"].notna()] if "accuracy" in h else h.iloc[:0]
+        ax.plot(h["round"], 100 * h["accuracy"], label=name, lw=1.5)
+    if separation_round is not None:
+        ax.axvline(separation_round, color="grey", ls=":", lw=1, label="separation")
+    ax.set_xlabel("round")
+    ax.set_ylabel("mean client test accuracy (%)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    if title:
+        ax.set_title(title)
+    return ax
+
+
+__all__ = ["FLACC", "FLACCParams", "merge_table", "plot_accuracy", "plot_clusters"]

@@ -1,0 +1,245 @@
+"""Table I of Mehta & Shao 2023: FLACC against FedAvg, no federation and clustered FL methods.
+
+Every method runs on the four federations with hidden groups (rotated, grouped,
+label-swapped, grouped+rotated) for several seeds; the table gives the mean
+client test accuracy (mean ± std over seeds) in the paper's layout (methods as
+rows, federations as columns; IFCA with k = s-1, s, s+1 models and FL+HC with
+three cut-off distances, s = the number of true groups). pFedMe and Per-FedAvg
+are not implemented and not listed. CFL needs every client in every round, so
+it runs with fraction 1.0 (as in the paper).
+
+Outputs (``--out``): ``results.parquet`` (one row a run), ``rounds.parquet``
+(one row a round of every run), ``table.md`` (the table, the clusters FLACC
+found, the settings), ``accuracy.png`` (FLACC, FedAvg and local over rounds,
+first seed) and ``clusters.png`` (the clusters FLACC found, first seed, as in
+the paper's Fig. 4).
+
+Examples::
+
+    python experiments/flacc_table.py --out runs/flacc_digits            # sklearn:digits, 3 seeds
+    python experiments/flacc_table.py --dataset mnist --data-dir ../shared/datasets \\
+        --federations rotated --out runs/flacc_mnist
+    python experiments/flacc_table.py --quick --out /tmp/flacc_quick      # seconds, for tests
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+import fedray
+from fedray.algorithms.flacc import plot_accuracy, plot_clusters
+from fedray.errors import SharedSamplesWarning
+from fedray.session import Session
+
+log = logging.getLogger("flacc_table")
+
+FEDERATIONS = ["rotated", "grouped", "label-swapped", "grouped+rotated"]
+N_GROUPS = {"rotated": 4, "grouped": 5, "label-swapped": 5, "grouped+rotated": 4}
+METHODS = ["local", "fedavg", "cfl", "ifca", "flhc", "flacc"]
+LABELS = {"local": "NoFed", "fedavg": "FedAvg", "cfl": "CFL", "ifca": "IFCA (k)", "flhc": "FL+HC (d)",
+          "flacc": "FLACC"}
+FLHC_D = (0.5, 0.75, 1.0)
+
+
+def variants(method: str, federation: str, quick: bool) -> list[tuple[str, dict[str, Any]]]:
+    """(label, extra params) of each run of ``method`` on ``federation``."""
+    s = N_GROUPS[federation]
+    if method == "ifca":
+        ks = [s] if quick else [max(2, s - 1), s, s + 1]
+        return [(f"k={k}", {"n_clusters": k}) for k in ks]
+    if method == "flhc":
+        ds = FLHC_D[1:2] if quick else FLHC_D
+        return [(f"d={d}", {"distance_threshold": d, **({"n_pre": 2} if quick else {})}) for d in ds]
+    if method == "flacc" and quick:
+        return [("", {"n_sep": 2})]
+    if method == "cfl" and quick:
+        return [("", {"warmup": 1})]
+    return [("", {})]
+
+
+def run_table(args: argparse.Namespace) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]:
+    """Run every (federation, seed, method, variant); returns runs, rounds and FLACC details."""
+    train = {"epochs": args.epochs, "lr": args.lr, "batch_size": args.batch_size, "eval_every": args.eval_every,
+             "model": args.model}
+    runs, rounds, details = [], [], {}
+    for fed in args.federations:
+        for seed in args.seeds:
+            cfg = {"seed": seed, "algorithm": {"name": "fedavg", "params": train},
+                   "data": {"dataset": args.dataset, "data_dir": args.data_dir,
+                            "partition": {"name": fed, "samples": list(args.samples)}},
+                   "federation": {"n_clients": args.n_clients, "fraction": args.fraction, "rounds": args.rounds},
+                   "runtime": {"backend": args.backend, "progress": False, "num_cpus": args.num_cpus}}
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always", SharedSamplesWarning)
+                session = Session(cfg)
+            notes = sorted({str(w.message) for w in caught if issubclass(w.category, SharedSamplesWarning)})
+            with session:
+                for method in args.methods:
+                    for label, extra in variants(method, fed, args.quick):
+                        base = session.config
+                        if method == "cfl":  # CFL needs every client every round (paper: all 100)
+                            session.config = base.model_copy(deep=True)
+                            session.config.federation.fraction = 1.0
+                        t0 = time.perf_counter()
+                        try:
+                            res = session.run(method, {**train, **extra}, output=False, progress=False)
+                        finally:
+                            session.config = base
+                        wall = time.perf_counter() - t0
+                        fin = res.final
+                        row = {"dataset": args.dataset, "federation": fed, "seed": seed, "method": method,
+                               "variant": label, "accuracy": 100 * float(fin["accuracy"]),
+                               "n_clusters": float(fin.get("n_clusters", np.nan)), "ari": float(fin.get("ari", np.nan)),
+                               "rounds": int(res.summary["rounds"]), "bytes_down": res.summary["bytes"]["down"],
+                               "bytes_up": res.summary["bytes"]["up"], "wall_s": wall,
+                               "separation_round": fin.get("separation_round"),
+                               "shared_samples": bool(notes)}
+                        runs.append(row)
+                        log.info("%s seed %d %s %s: acc %.2f clusters %s ari %.3f (%.1f s)", fed, seed, method, label,
+                                 row["accuracy"], row["n_clusters"], row["ari"], wall)
+                        h = res.history
+                        keep = [c for c in ("round", "phase", "accuracy", "n_clusters", "ari", "merges") if c in h]
+                        hh = h[keep].copy()
+                        hh[["federation", "seed", "method", "variant"]] = [fed, seed, method, label]
+                        rounds.append(hh)
+                        if method == "flacc":
+                            details[(fed, seed)] = {"assignment": np.asarray(fin["assignment"]),
+                                                    "true_groups": np.asarray(res.model["true_groups"]),
+                                                    "n_samples": res.clients["n_samples"].to_numpy(),
+                                                    "group_names": session.info.extras.get("group_names"),
+                                                    "merges": fin["merges"], "notes": notes}
+    return pd.DataFrame(runs), pd.concat(rounds, ignore_index=True), details
+
+
+def markdown(runs: pd.DataFrame, args: argparse.Namespace, details: dict[str, Any]) -> str:
+    """The table in the paper's layout, then FLACC's clusters and the settings."""
+    feds = [f for f in args.federations if f in set(runs["federation"])]
+    lines = ["| method | " + " | ".join(f"{f} {args.dataset}" for f in feds) + " |",
+             "| --- |" + " --- |" * len(feds)]
+    for method in args.methods:
+        sub = runs[runs["method"] == method]
+        for label in dict.fromkeys(sub["variant"]):
+            cells = []
+            for f in feds:
+                a = sub[(sub["variant"] == label) & (sub["federation"] == f)]["accuracy"]
+                cells.append(f"{a.mean():.2f} ± {a.std(ddof=0):.2f}" if len(a) else "—")
+            name = LABELS.get(method, method) + (f" {label}" if label else "")
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    fl = runs[runs["method"] == "flacc"]
+    if len(fl):
+        lines += ["", "Clusters found by FLACC (true number of groups s; exact = ARI 1):", "",
+                  "| federation | s | clusters (mean ± std) | ARI (mean) | exact | separation round (mean) |",
+                  "| --- | --- | --- | --- | --- | --- |"]
+        for f in feds:
+            a = fl[fl["federation"] == f]
+            sep = pd.to_numeric(a["separation_round"], errors="coerce")
+            lines.append(f"| {f} | {N_GROUPS[f]} | {a['n_clusters'].mean():.1f} ± {a['n_clusters'].std(ddof=0):.1f} | "
+                         f"{a['ari'].mean():.3f} | {int((a['ari'] > 0.999).sum())}/{len(a)} | "
+                         f"{sep.mean():.1f} |")
+    shared = sorted({n for d in details.values() for n in d["notes"]})
+    lines += ["", f"Settings: {args.dataset}, {args.n_clients} clients, fraction {args.fraction} "
+              f"(CFL: 1.0), samples per client {args.samples[0]}-{args.samples[1]} (85/15 train/test), "
+              f"{args.rounds} rounds, model {args.model}, SGD lr {args.lr}, E = {args.epochs}, "
+              f"B = {args.batch_size}, seeds {', '.join(map(str, args.seeds))}; FLACC: alpha_0 = 0, T = 10, "
+              f"n_merge = 2, N_sep = {2 if args.quick else 10}; FL+HC: {2 if args.quick else 10} FedAvg rounds "
+              "before clustering (Ward linkage); CFL: eps1 = 0.4, eps2 = 1.6."]
+    if shared:
+        lines += ["", "Note: " + "; ".join(shared)]
+    return "\n".join(lines) + "\n"
+
+
+def figures(rounds: pd.DataFrame, details: dict[str, Any], args: argparse.Namespace, out: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    feds = [f for f in args.federations if f in set(rounds["federation"])]
+    seed = args.seeds[0]
+    paths = []
+    fig, axes = plt.subplots(1, len(feds), figsize=(4.2 * len(feds), 3.4), squeeze=False)
+    for ax, f in zip(axes[0], feds):
+        r = rounds[(rounds["federation"] == f) & (rounds["seed"] == seed)]
+        hs = {LABELS[m]: r[r["method"] == m] for m in ("flacc", "fedavg", "local") if m in set(r["method"])}
+        d = details.get((f, seed))
+        sep = None
+        if d is not None:
+            fl = r[r["method"] == "flacc"]
+            sep_rows = fl[fl["phase"] == "separated"]["round"]
+            sep = int(sep_rows.min()) if len(sep_rows) else None
+        plot_accuracy(hs, ax=ax, separation_round=sep, title=f"{f} {args.dataset}")
+    fig.tight_layout()
+    paths.append(out / "accuracy.png")
+    fig.savefig(paths[-1], dpi=110)
+    plt.close(fig)
+    have = [f for f in feds if (f, seed) in details]
+    if have:
+        fig, axes = plt.subplots(len(have), 1, figsize=(9, 2.6 * len(have)), squeeze=False)
+        for ax, f in zip(axes[:, 0], have):
+            d = details[(f, seed)]
+            plot_clusters(d["assignment"], d["true_groups"], d["n_samples"], ax=ax, group_names=d["group_names"],
+                          title=f"{f} {args.dataset}: {len(np.unique(d['assignment']))} clusters found by FLACC")
+        fig.tight_layout()
+        paths.append(out / "clusters.png")
+        fig.savefig(paths[-1], dpi=110)
+        plt.close(fig)
+    return paths
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--dataset", default="sklearn:digits", help="sklearn:digits (embedded) or mnist")
+    p.add_argument("--data-dir", default=None, help="folder holding mnist/ (default $FEDRAY_DATA_DIR)")
+    p.add_argument("--federations", nargs="+", default=FEDERATIONS, choices=FEDERATIONS)
+    p.add_argument("--methods", nargs="+", default=METHODS, choices=METHODS)
+    p.add_argument("--seeds", nargs="+", type=int, default=None, help="default 0 1 2 (quick: 0)")
+    p.add_argument("--n-clients", type=int, default=None, help="default 40 (quick: 12)")
+    p.add_argument("--fraction", type=float, default=None, help="default 0.25 (quick: 0.5)")
+    p.add_argument("--samples", nargs=2, type=int, default=None, help="samples per client, default 200 800")
+    p.add_argument("--rounds", type=int, default=None, help="N_server, default 50 (quick: 4)")
+    p.add_argument("--epochs", type=int, default=None, help="local epochs E, default 5 (quick: 1)")
+    p.add_argument("--lr", type=float, default=0.1)
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--eval-every", type=int, default=None, help="evaluate every r rounds, default 5 (quick: 2)")
+    p.add_argument("--model", default="auto", help="auto = cnn8 for 8x8 digits, the paper's cnn28 for 28x28")
+    p.add_argument("--backend", default="local", choices=["local", "ray"])
+    p.add_argument("--num-cpus", type=int, default=None, help="CPUs of an embedded Ray instance")
+    p.add_argument("--quick", action="store_true", help="a few seconds: 12 clients, 4 rounds, one variant each")
+    p.add_argument("--out", default="runs/flacc_table")
+    args = p.parse_args(argv)
+    q = args.quick
+    defaults = {"seeds": [0] if q else [0, 1, 2], "n_clients": 12 if q else 40, "fraction": 0.5 if q else 0.25,
+                "samples": (30, 60) if q else (200, 800), "rounds": 4 if q else 50, "epochs": 1 if q else 5,
+                "eval_every": 2 if q else 5}
+    for k, v in defaults.items():
+        if getattr(args, k) is None:
+            setattr(args, k, v)
+    return args
+
+
+def main(argv: list[str] | None = None) -> pd.DataFrame:
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    logging.getLogger("fedray").setLevel(logging.WARNING)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    runs, rounds, details = run_table(args)
+    runs.to_parquet(out / "results.parquet", index=False)
+    rounds.to_parquet(out / "rounds.parquet", index=False)
+    md = markdown(runs, args, details)
+    (out / "table.md").write_text(md)
+    figures(rounds, details, args, out)
+    log.info("%s\nwritten to %s in %.0f s (fedray %s)", md, out, time.perf_counter() - t0, fedray.__version__)
+    return runs
+
+
+if __name__ == "__main__":
+    main()
