@@ -34,7 +34,7 @@ import numpy as np
 import pandas as pd
 
 from fedray.errors import ConfigError, DataError
-from fedray.ops import fcm, kmeans, kmeans_plusplus
+from fedray.ops import fcm, kmeans, kmeans_plusplus, sq_distances
 from fedray.seeding import data_rng
 from fedray.validation import crisp_davies_bouldin, federated_crisp_db, federated_fuzzy_db, fuzzy_davies_bouldin
 
@@ -146,8 +146,6 @@ def _central_fit(X: np.ndarray, k: int, fuzzy: bool, m: float, tol: float, rng: 
     best, best_obj = None, np.inf
     for _ in range(n_init):
         C, U, _ = fcm(X, kmeans_plusplus(X, k, rng), m=m, tol=tol, max_iter=1000)
-        from fedray.ops import sq_distances
-
         obj = float(np.sum((U ** m) * sq_distances(X, C)))
         if obj < best_obj:
             best, best_obj = C, obj
