@@ -29,7 +29,8 @@ API for an algorithm module
     ``self.average_into(replies, key_of=None)`` — FedAvg per model key
     (theta_g = sum n_i w_i / sum n_i over the group's trained clients);
     ``self.round_metrics(ctx, replies)`` -> dict with ``accuracy`` (mean client test
-    accuracy, evaluation rounds only), ``test_loss``, ``train_loss``, ``n_clusters``,
+    accuracy, evaluation rounds only), ``test_loss``, ``train_loss``, ``clients_trained``
+    (the server's ``clients_sampled`` also counts evaluation-only tasks), ``n_clusters``,
     ``ari`` (found clusters vs the true groups of the federation, where known),
     ``bytes_train`` (model bytes down and up of the training tasks).
     Final evaluation (after the last round) and ``result()`` are provided.
@@ -304,6 +305,7 @@ class ClusteredFL(Algorithm):
             out["accuracy"] = float(np.nanmean([r.update["acc"] for r in evals]))
             out["test_loss"] = float(np.nanmean([r.update["test_loss"] for r in evals]))
         trained = [r for r in replies if "train_loss" in r.update]
+        out["clients_trained"] = float(len(trained))  # clients_sampled also counts evaluation-only tasks
         if trained:
             n = np.array([max(int(r.update["n"]), 1) for r in trained], dtype=float)
             out["train_loss"] = float(np.average([r.update["train_loss"] for r in trained], weights=n))

@@ -150,7 +150,7 @@ class IFCA(ClusteredFL):
 
 class CFLParams(SupervisedParams):
     eps1: float = Field(default=0.4, gt=0, description="split when ||mean update|| of a cluster < eps1 ...")
-    eps2: float = Field(default=1.6, gt=0, description="... and the largest client update norm > eps2")
+    eps2: float = Field(default=1.6, ge=0, description="... and the largest client update norm > eps2")
     warmup: int = Field(default=20, ge=0, description="no split before this round")
     min_cluster_size: int = Field(default=3, ge=2, description="only clusters with more clients are split")
 
@@ -297,5 +297,6 @@ def cluster_updates(D: np.ndarray, threshold: float, method: str = "ward", norma
     if X.shape[0] < 2:
         return np.zeros(X.shape[0], dtype=np.int64)
     labels = fcluster(linkage(X, method=method), t=threshold, criterion="distance")
-    _, labels = np.unique(labels, return_inverse=True)
-    return labels.astype(np.int64)
+    first = {lab: i for i, lab in reversed(list(enumerate(labels)))}  # number clusters by first client
+    order = {lab: k for k, lab in enumerate(sorted(first, key=first.get))}
+    return np.array([order[lab] for lab in labels], dtype=np.int64)
