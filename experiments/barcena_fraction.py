@@ -8,9 +8,9 @@ and ‖V_fed − V_central‖_F under the best permutation of the centres (0 at 
 means over 10 seeds.
 
 The paper's sets are xclara, s-set1, pendigits and waveform; the shared benchmark
-folder holds s-set1 (``sipu/s1``) but not the others, so ``uci/statlog``
-(6 classes, 36 features) and ``uci/wine`` (3 classes, 13 features) stand in for the
-multi-class UCI sets.
+folder holds s-set1 (``sipu/s1``) but not the others, so ``uci/statlog`` (Statlog
+image segmentation: 7 classes, 2310 × 19) and ``uci/wine`` (3 classes, 178 × 13)
+stand in for the multi-class UCI sets.
 
 Writes ``barcena.parquet`` (one row per set, seed and γ), ``barcena.md`` and
 ``plots/distance_by_fraction.png`` to ``--out``.
