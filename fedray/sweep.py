@@ -315,6 +315,9 @@ def sweep(config: Any = None, grid: Mapping[str, list[Any]] | None = None, *, ou
 
             ray.shutdown()
     df = pd.DataFrame(rows)
+    for key, values in grid.items():  # e.g. clients_per_actor = 1 and "auto": one type per Parquet column
+        if key in df.columns and len({type(v) for v in values}) > 1:
+            df[key] = df[key].astype(str)
     if out is not None:
         folder = Path(out)
         folder.mkdir(parents=True, exist_ok=True)
@@ -351,10 +354,7 @@ def _grid_yaml(base: ExperimentConfig, grid: Mapping[str, list[Any]]) -> str:
 def plot_sweep(df: pd.DataFrame, path: str | Path, grid_keys: list[str] | None = None,
                x: str = "n_clients") -> Path:
     """Round time, start-up, peak memory and bytes against ``x``; one line per other grid value."""
-    import matplotlib
-
-    matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure  # no pyplot: leaves the caller's backend (e.g. a notebook's) alone
 
     ok = df[df.get("error", pd.Series([""] * len(df))).fillna("") == ""] if len(df) else df
     series_keys = [k for k in (grid_keys or []) if k in ok.columns and k != x and k != "federation.n_clients"]
@@ -363,7 +363,8 @@ def plot_sweep(df: pd.DataFrame, path: str | Path, grid_keys: list[str] | None =
     ok = ok.copy()
     if len(ok):
         ok["bytes_per_round"] = (ok["bytes_down"] + ok["bytes_up"]) / ok["rounds"].clip(lower=1)
-    fig, axes = plt.subplots(1, 4, figsize=(16, 3.8))
+    fig = Figure(figsize=(16, 3.8))
+    axes = fig.subplots(1, 4)
     groups = ok.groupby(series_keys, dropna=False) if series_keys else [((), ok)]
     for name, g in groups:
         label = ", ".join(f"{k.split('.')[-1]}={v}" for k, v in zip(series_keys, name if isinstance(name, tuple) else (name,)))
@@ -382,7 +383,6 @@ def plot_sweep(df: pd.DataFrame, path: str | Path, grid_keys: list[str] | None =
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(p, dpi=110)
-    plt.close(fig)
     return p
 
 

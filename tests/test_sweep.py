@@ -56,6 +56,12 @@ def test_local_sweep_writes_one_row_per_run(tmp_path):
     assert (tmp_path / "sweep.png").stat().st_size > 10_000 and (tmp_path / "grid.yaml").exists()
 
 
+def test_mixed_grid_values_share_one_parquet_column(tmp_path):
+    df = sweep(BASE, {"federation.n_clients": [2], "runtime.clients_per_actor": [1, "auto"]}, out=tmp_path, plot=False)
+    back = pd.read_parquet(tmp_path / "sweep.parquet")
+    assert list(back["runtime.clients_per_actor"]) == ["1", "auto"] and len(df) == 2
+
+
 def test_sweep_reuses_a_running_ray_and_matches_local(ray_session, tmp_path):
     df = sweep(BASE, {"federation.n_clients": [4], "runtime.backend": ["local", "ray"]}, plot=False)
     assert ray_session.is_initialized()  # not shut down: the sweep did not start it
