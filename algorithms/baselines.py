@@ -251,39 +251,40 @@ class FLHC(ClusteredFL):
 
     def __init__(self, params: FLHCParams, info: Any, seed: int) -> None:
         super().__init__(params, info, seed)
-        self.phase = "fedavg"
+        self.phase = "cluster" if params.n_pre == 0 else "fedavg"  # -> "cluster" (one round) -> "federations"
 
     def configure_round(self, ctx: RoundContext) -> dict[int, Task] | None:
         self.check_round(ctx)
-        if self.phase == "fedavg" and ctx.round >= self.params.n_pre:
-            self.phase = "cluster"
+        if self.phase == "cluster":
             return self.make_tasks(ctx, ctx.all_clients)  # every client sends one update to be clustered
         return self.make_tasks(ctx, ctx.sampled)
 
     def aggregate(self, ctx: RoundContext, replies: list[Reply]) -> dict[str, float]:
         if self.phase == "cluster":
-            deltas = self.updates(replies)
-            ids = sorted(deltas)
-            labels = cluster_updates(np.stack([deltas[c] for c in ids]), self.params.distance_threshold,
-                                     self.params.linkage, self.params.normalize)
-            base = self.models[0]
-            self.models = {}
-            self.model_of = np.zeros(self.info.n_clients, dtype=np.int64)
-            for c, lab in zip(ids, labels):
-                self.model_of[c] = int(lab)
-            for lab in np.unique(labels):
-                self.models[int(lab)] = base
-            weights = self.weights_of(replies)
-            for lab in np.unique(labels):
-                members = [c for c, l2 in zip(ids, labels) if l2 == lab]
-                self.models[int(lab)] = weighted_average([weights[c][0] for c in members],
-                                                         [max(weights[c][1], 1) for c in members])
-            self.assignment = self.model_of.copy()
+            self._cluster(replies)
             self.phase = "federations"
         else:
             self.average_into(replies)
         self.rounds_done += 1
+        if self.phase == "fedavg" and self.rounds_done >= self.params.n_pre:
+            self.phase = "cluster"
         return self.round_metrics(ctx, replies)
+
+    def _cluster(self, replies: list[Reply]) -> None:
+        """Cluster the updates of this round; each cluster starts from its members' FedAvg."""
+        deltas = self.updates(replies)
+        ids = sorted(deltas)
+        labels = cluster_updates(np.stack([deltas[c] for c in ids]), self.params.distance_threshold,
+                                 self.params.linkage, self.params.normalize)
+        weights = self.weights_of(replies)
+        self.models = {}
+        for lab in np.unique(labels):
+            members = [c for c, l2 in zip(ids, labels) if l2 == lab]
+            self.models[int(lab)] = weighted_average([weights[c][0] for c in members],
+                                                     [max(weights[c][1], 1) for c in members])
+        for c, lab in zip(ids, labels):
+            self.model_of[c] = int(lab)
+        self.assignment = self.model_of.copy()
 
 
 def cluster_updates(D: np.ndarray, threshold: float, method: str = "ward", normalize: bool = True) -> np.ndarray:

@@ -88,6 +88,7 @@ def test_flhc_clusters_once_with_every_client_then_federates_per_cluster():
     res = _run("flhc", {"n_pre": 1, "distance_threshold": 1.0}, n_clients=6, fraction=0.5, rounds=3)
     h = res.history
     assert h["clients_trained"].tolist() == [3, 6, 3]  # round 1 asks every client for an update
+    assert h["phase"].tolist() == ["fedavg", "cluster", "federations"]
     assert (h["n_clusters"].iloc[:1] == 1).all() and h["n_clusters"].iloc[1] >= 1
     assert len(res.model["weights"]) == res.final["n_clusters"]
 
