@@ -28,6 +28,19 @@ class ClientActor:
         self._adopted = True
         return os.getpid()
 
+    def adopt(self, scaler: tuple | None = None) -> int:
+        """Set up a restarted incarnation once: apply the scaler, then answer rounds again.
+        Idempotent, so the executor may repeat it while the actor is still restarting."""
+        if not self._adopted:
+            if scaler is not None:
+                self._host.apply_scaler(*scaler)
+            self._adopted = True
+        return os.getpid()
+
+    def incarnation(self) -> tuple[int, bool]:
+        """(process id, whether the executor has set this incarnation up); does not set it up."""
+        return os.getpid(), self._adopted
+
     def node_id(self) -> str:
         return ray.get_runtime_context().get_node_id()
 

@@ -375,25 +375,33 @@ class RayExecutor(Executor):
 
     def _restore(self, idxs: list[int], timeout: float = 120.0) -> None:
         """Set up actors again after a crash: Ray restarted them (``runtime.max_restarts``) and
-        their constructor rebuilt the shards from the recipes; the scaler is applied again.
-        Client state of a restarted actor starts empty."""
+        their constructor rebuilt the shards from the recipes; the scaler is applied again
+        (:meth:`ClientActor.adopt`). Client state of a restarted actor starts empty."""
         import ray
-        from ray.exceptions import GetTimeoutError, RayActorError
+        from ray.exceptions import ActorDiedError, GetTimeoutError, RayActorError
 
-        calls = {}
-        for a in idxs:
-            actor = self.actors[a]
-            calls[a] = [actor.ready.remote()] + ([actor.apply_scaler.remote(*self._scaler)] if self._scaler else [])
-        for a, refs in calls.items():
-            try:
-                ray.get(refs, timeout=timeout)
-                log.warning("client actor %d restarted: shards rebuilt from their recipes, client state reset", a)
-            except RayActorError:
-                self._dead.add(a)
-                log.error("client actor %d is dead and will not be restarted (runtime.max_restarts); "
-                          "its clients fail from now on", a)
-            except GetTimeoutError:  # still starting; the set-up calls stay queued ahead of the next round
-                log.warning("client actor %d is still restarting after %.0f s", a, timeout)
+        deadline = time.monotonic() + timeout
+        pending = list(idxs)
+        while pending:
+            refs = {a: self.actors[a].adopt.remote(self._scaler) for a in pending}
+            pending = []
+            for a, ref in refs.items():
+                try:
+                    ray.get(ref, timeout=max(0.1, deadline - time.monotonic()))
+                    log.warning("client actor %d restarted: shards rebuilt from their recipes, client state reset", a)
+                except ActorDiedError:
+                    self._dead.add(a)
+                    log.error("client actor %d is dead and will not be restarted (runtime.max_restarts); "
+                              "its clients fail from now on", a)
+                except RayActorError:  # unavailable while restarting: ask again
+                    pending.append(a)
+                except GetTimeoutError:  # the set-up call stays queued ahead of the next round
+                    log.warning("client actor %d is still restarting after %.0f s", a, timeout)
+            if pending:
+                if time.monotonic() > deadline:
+                    log.warning("client actors %s still unavailable after %.0f s", pending, timeout)
+                    return
+                time.sleep(0.2)
 
     def gather_data(self, labels: bool = True):
         out = []
