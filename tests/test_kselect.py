@@ -123,3 +123,12 @@ def test_cli_select_k(tmp_path, capsys):
     assert (tmp_path / "o" / "plots" / "k_selection.png").exists()
     assert main(["select-k", str(cfg), "--k-min", "1"]) == 2
     assert "k-min" in capsys.readouterr().err
+
+
+def test_ray_runtime_gives_the_same_curve(ray_session):
+    local = select_k(MOTIVATIONAL, k_min=4, k_max=5, central=False)
+    on_ray = select_k({**MOTIVATIONAL, "runtime": {"backend": "ray", "progress": False}}, k_min=4, k_max=5,
+                      central=False)
+    cols = ["federated", "local:client-1", "local:client-2", "local:client-3"]
+    np.testing.assert_array_equal(local.table[cols].to_numpy(), on_ray.table[cols].to_numpy())
+    assert on_ray.chosen == local.chosen
