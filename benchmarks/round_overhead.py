@@ -78,12 +78,16 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
-def _child(spec: dict[str, Any], timeout: float) -> dict[str, Any]:
+def _child(spec: dict[str, Any], timeout: float, niceness: int | None = None) -> dict[str, Any]:
     cmd = [sys.executable, os.path.abspath(__file__), "--one", json.dumps(spec)]
+    env = dict(os.environ)
+    env.pop("RAY_ADDRESS", None)  # always an embedded instance of its own
+    if niceness is not None:
+        env["RAY_worker_niceness"] = str(niceness)
     base = {"algorithm": spec["algorithm"], "backend": spec["backend"], "n_clients": spec["n_clients"],
             "clients_per_actor": spec["clients_per_actor"]}
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     except subprocess.TimeoutExpired:
         return {**base, "error": f"timed out after {timeout:.0f} s"}
     for line in reversed(proc.stdout.splitlines()):
@@ -133,6 +137,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--num-cpus", type=int, default=2, help="CPUs of the embedded Ray instance")
     p.add_argument("--init", default="random-box", help="centre initialisation (random-box keeps runs short; or kfed)")
     p.add_argument("--timeout", type=float, default=900, help="seconds allowed per configuration")
+    p.add_argument("--ray-worker-niceness", type=int, default=None,
+                   help="niceness of Ray's worker processes (Ray's default is 15: on a machine shared with other "
+                        "work, workers then yield to everything else; 0 competes on equal terms with the local runtime)")
     p.add_argument("--out", help="folder for round_overhead.md / .csv")
     p.add_argument("--one", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -160,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     t0 = time.perf_counter()
     for spec in specs:
-        row = _child(spec, args.timeout)
+        row = _child(spec, args.timeout, args.ray_worker_niceness)
         rows.append(row)
         print(markdown([row]).splitlines()[-1] if not row.get("error") else f"{spec}: {row['error']}", flush=True)
     after = load()
@@ -172,7 +179,9 @@ def main(argv: list[str] | None = None) -> int:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
         cmd = "python benchmarks/round_overhead.py " + " ".join(argv if argv is not None else sys.argv[1:])
+        nice = "Ray's default (15)" if args.ray_worker_niceness is None else str(args.ray_worker_niceness)
         note = (f"Command: `{cmd}`\n\nLoad before: `{before}`\n\nLoad after: `{after}`\n\n"
+                f"Ray worker niceness: {nice}\n\n"
                 f"CPUs: {os.cpu_count()}, Python {sys.version.split()[0]}\n\n")
         (out / "round_overhead.md").write_text(note + table)
         import csv
