@@ -70,6 +70,11 @@ class FLACC(ClusteredFL):
         self.rounds_without_merge = 0
         self.separation_round: int | None = None
 
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        # the server actor receives this object through Ray's object store, whose arrays are
+        # read-only; the per-client arrays are updated in place during the run
+        self.__dict__.update({k: np.array(v) if isinstance(v, np.ndarray) else v for k, v in state.items()})
+
     # --- rounds ---------------------------------------------------------------
     def configure_round(self, ctx: RoundContext) -> dict[int, Task] | None:
         self.check_round(ctx)

@@ -113,6 +113,10 @@ class SimilarityMemory:
         self.alpha = -np.ones((self.n, self.n))
         self.tau = np.full((self.n, self.n), -1, dtype=np.int64)  # -1: never seen together
 
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        # arrays unpickled from Ray's object store are read-only; this object updates them in place
+        self.__dict__.update({k: np.array(v) if isinstance(v, np.ndarray) else v for k, v in state.items()})
+
     def record(self, round_: int, clients: np.ndarray | list[int], similarities: np.ndarray) -> None:
         """Store the similarities of clients sampled together in ``round_`` (eq. 8).
 
