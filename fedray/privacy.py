@@ -239,11 +239,30 @@ class PrivacyLayer(ExecutorWrapper):
                 acc["unprotected_messages"] += 1
         if cfg.secure_aggregation:
             self._unmask(res, cohort, peers, round_, attempt)
+        if cfg.min_samples_guard and training:
+            self._fill_withheld(res, round_)
         if dp is not None and n_stats:
             answered = n_stats if cfg.secure_aggregation else len(cohort)
             z = dp.noise_multiplier * (math.sqrt(answered / len(cohort)) if cfg.secure_aggregation else 1.0)
             acc["rounds"].append({"round": round_, "attempt": attempt, "z": z})
         return res
+
+    @staticmethod
+    def _fill_withheld(res: ExecResult, round_: int) -> None:
+        """Withheld statistics count as zero, so that any aggregation that sums replies works."""
+        withheld = [k for k, r in enumerate(res.replies) if r.update is None]
+        if not withheld:
+            return
+        sent = next((r.update for r in res.replies if isinstance(r.update, Stats)), None)
+        if sent is None:
+            raise RoundFailedError(
+                f"round {round_}: every client withheld its statistics (privacy.min_samples_guard: a client sends "
+                f"L statistics only if its N_m samples of F features give N_m * F > L); use fewer clusters, "
+                f"fewer and larger clients, or turn the guard off")
+        zero = sent.zero()
+        for k in withheld:
+            r = res.replies[k]
+            res.replies[k] = Reply(r.client_id, zero, r.seconds, r.nbytes)
 
     def _unmask(self, res: ExecResult, cohort: list[int], peers: dict[int, list[int]], round_: int,
                 attempt: int) -> None:
