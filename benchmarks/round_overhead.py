@@ -16,8 +16,8 @@ in a fresh Python process, so its memory and start-up are its own:
 Usage::
 
     python benchmarks/round_overhead.py                       # the foundation table
-    python benchmarks/round_overhead.py --add-5000 --fcm \\
-        --clients-per-actor auto,1 --out benchmarks/results   # the full report
+    python benchmarks/round_overhead.py --add-5000 --fcm --clients-per-actor auto,1 \\
+        --max-literal 10 --actors 10 --out benchmarks/results   # the full report
 
 ``--clients-per-actor`` variants other than ``auto`` run on the ray runtime
 only, and ``1`` (one actor per client) only up to ``--max-literal`` clients.
@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
@@ -131,6 +132,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--algorithms", default=None, help="algorithms (comma-separated; default kmeans[,federated-fcm])")
     p.add_argument("--backends", default="local,ray")
     p.add_argument("--clients-per-actor", default="auto", help="ray layouts, e.g. auto,1,50")
+    p.add_argument("--actors", default="", help="also ray layouts with this many actors, e.g. 10 "
+                   "(clients_per_actor = ceil(clients / actors); skipped where it equals another layout)")
     p.add_argument("--max-literal", type=int, default=100,
                    help="largest client count run with clients_per_actor=1 (one process per client)")
     p.add_argument("--rounds", type=int, default=10, help="training rounds per run")
@@ -157,9 +160,17 @@ def main(argv: list[str] | None = None) -> int:
     for alg in algorithms:
         for n in clients:
             for backend in args.backends.split(","):
-                for cpa in (layouts if backend == "ray" else ["auto"]):
-                    if cpa == "1" and n > args.max_literal:
+                cpas = layouts if backend == "ray" else ["auto"]
+                if backend == "ray":
+                    cpas = cpas + [str(math.ceil(n / int(a))) for a in args.actors.split(",") if a.strip()]
+                seen = set()
+                for cpa in cpas:
+                    if (cpa == "1" and n > args.max_literal) or cpa in seen:
                         continue
+                    if cpa != "auto" and backend == "ray" and math.ceil(n / int(cpa)) <= args.num_cpus \
+                            and "auto" in cpas and cpa not in layouts:
+                        continue  # as many actors as CPU slots: the auto layout already
+                    seen.add(cpa)
                     specs.append(dict(algorithm=alg, backend=backend, n_clients=n, clients_per_actor=cpa,
                                       rounds=args.rounds, num_cpus=args.num_cpus, init=args.init))
     before = load()

@@ -78,15 +78,18 @@ def _ray_node_roots() -> list[Any]:
     return roots
 
 
-def process_tree(include_ray: bool = True) -> list[Any]:
-    """This process and, with ``include_ray``, its descendants and the local Ray node processes and theirs."""
+def process_tree(include_ray: bool = True, pid: int | None = None) -> list[Any]:
+    """A process and its descendants (default: this process, with the local Ray node processes and theirs).
+
+    With ``include_ray=False`` and no ``pid``: this process only.
+    """
     import psutil
 
-    me = psutil.Process(os.getpid())
+    me = psutil.Process(pid or os.getpid())
     procs = {me.pid: me}
-    if not include_ray:
+    if not include_ray and pid is None:
         return [me]
-    roots = [me] + _ray_node_roots()
+    roots = [me] + (_ray_node_roots() if include_ray and pid is None else [])
     for root in roots:
         procs.setdefault(root.pid, root)
         try:
@@ -133,6 +136,8 @@ class PeakMemory:
     include_ray : bool
         Count Ray's processes (False: this process only, e.g. for a local run
         while an idle Ray instance kept for later runs is up).
+    pid : int, optional
+        Measure this process and its descendants instead.
 
     Attributes
     ----------
@@ -141,9 +146,10 @@ class PeakMemory:
     max_processes : int
     """
 
-    def __init__(self, interval: float = 0.25, include_ray: bool = True) -> None:
+    def __init__(self, interval: float = 0.25, include_ray: bool = True, pid: int | None = None) -> None:
         self.interval = float(interval)
         self.include_ray = bool(include_ray)
+        self.pid = pid
         self.peak_pss_mb = 0.0
         self.peak_rss_mb = 0.0
         self.max_processes = 0
@@ -151,7 +157,7 @@ class PeakMemory:
         self._thread: threading.Thread | None = None
 
     def sample(self) -> None:
-        pss, rss, n = memory_of(process_tree(self.include_ray))
+        pss, rss, n = memory_of(process_tree(self.include_ray, self.pid))
         self.peak_pss_mb = max(self.peak_pss_mb, pss)
         self.peak_rss_mb = max(self.peak_rss_mb, rss)
         self.max_processes = max(self.max_processes, n)
