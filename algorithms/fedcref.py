@@ -1,0 +1,307 @@
+"""FedCRef: unsupervised federated clustering with cluster-wise refinement (Pisa / IIT-CNR 2025).
+
+A state machine on the shared round loop (Algorithm 1 of the paper):
+
+``init``      each client clusters its own data (``dirty`` / ``kmeans`` / ``dec``);
+``train``     Phase 1: one autoencoder per local cluster (active clients, and once
+              more for a client that has just stopped refining);
+``evaluate``  evaluation only (labels): contingency tables for ACC (eq. 6) and each
+              cluster's majority class, for the metrics — never for decisions
+              (except ``association="oracle"``, the perfect-association bound);
+``exchange``  Phase 2: every client receives all cluster models and returns the
+              statistic of eq. (2) for each (own cluster, foreign model); the server
+              keeps pairs that pass the P-th percentile <= tau test in both
+              directions, links each cluster to the best qualifying cluster of each
+              other client and takes components with >= 2 nodes as communities (eq. 3);
+``federate``  Phase 3: ``fed_rounds`` rounds of FedAvg, every community side by side,
+              each starting from the model of its lowest (client, cluster) node;
+``refine``    Phase 4 (Algorithm 2) on active clients; stability by Hungarian-matched
+              agreement with the previous labels; stop when no client is active, when
+              communities and isolated clusters change by <= ``stop_tol`` over
+              ``stop_window`` iterations, or after ``max_iterations``.
+
+One iteration takes ``4 + fed_rounds`` server rounds: set ``federation.rounds``
+high enough (e.g. 400). The rules are in :mod:`fedray.algorithms.fedcref_rules`,
+the client functions in :mod:`fedray.algorithms.fedcref_client`.
+"""
+from __future__ import annotations
+
+import hashlib
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import Field, field_validator
+
+from fedray.algorithm import Algorithm, Params, Reply, RoundContext, Task, register
+from fedray.algorithms import fedcref_client as fc
+from fedray.algorithms.fedcref_rules import association_quality, communities, global_stop, link_clusters
+from fedray.errors import ConfigError
+from fedray.metrics import acc_from_table
+
+
+class FedCRefParams(Params):
+    init: Literal["dirty", "kmeans", "dec"] = Field("dirty", description="initial local clustering")
+    dirtiness: float = Field(0.3, ge=0.0, lt=1.0, description="share of samples moved to another cluster (dirty)")
+    local_k: int | Literal["true", "silhouette"] = Field("true", description="local clusters: given, the number of "
+                                                         "classes the client holds, or chosen by silhouette")
+    local_k_range: tuple[int, int] = (2, 5)
+    percentile: float = Field(75.0, gt=0.0, le=100.0, description="P of the association test")
+    tau: float = Field(0.2, gt=0.0, le=1.0, description="association threshold")
+    stability: float = Field(0.8, gt=0.0, le=1.0, description="agreement above which a client stops refining")
+    link: Literal["best", "first", "mutual-best"] = "best"
+    association: Literal["reconstruction", "none", "oracle"] = "reconstruction"
+    hidden: tuple[int, ...] = (100, 64, 32)
+    output: Literal["auto", "sigmoid", "linear"] = "auto"
+    local_epochs: int = Field(20, ge=1)
+    fed_rounds: int = Field(15, ge=1)
+    fed_epochs: int = Field(1, ge=1, description="local epochs in each federated round")
+    batch_size: int = Field(32, ge=1)
+    lr: float = Field(1e-3, gt=0.0)
+    warm_start: bool = Field(False, description="start local training from the model that formed the cluster")
+    max_iterations: int = Field(10, ge=1)
+    stop_window: int = Field(3, ge=2)
+    stop_tol: float = Field(0.1, ge=0.0)
+    dec_hidden: tuple[int, ...] = (128, 64, 10)
+    dec_pretrain_epochs: int = Field(30, ge=1)
+    dec_epochs: int = Field(20, ge=0)
+
+    @field_validator("local_k")
+    @classmethod
+    def _k(cls, v: Any) -> Any:
+        if isinstance(v, int) and v < 1:
+            raise ValueError("must be >= 1, 'true' or 'silhouette'")
+        return v
+
+    @field_validator("local_k_range")
+    @classmethod
+    def _range(cls, v: tuple[int, int]) -> tuple[int, int]:
+        if not 2 <= v[0] <= v[1]:
+            raise ValueError("must be [lo, hi] with 2 <= lo <= hi")
+        return v
+
+
+@register
+class FedCRef(Algorithm):
+    """FedCRef (see the module docstring)."""
+
+    name = "fedcref"
+    Params = FedCRefParams
+    description = "federated clustering: per-cluster autoencoders, association, communities, refinement"
+
+    def __init__(self, params: FedCRefParams, info, seed: int) -> None:
+        super().__init__(params, info, seed)
+        p = self.params
+        out = p.output
+        if out == "auto":
+            out = "sigmoid" if np.min(info.feature_min) >= 0 and np.max(info.feature_max) <= 1 else "linear"
+        self.spec = {"n_features": int(info.n_features), "hidden": tuple(p.hidden), "output": out, "seed": self.seed}
+        self.phase = "init"
+        self.iteration = 0
+        self.k: dict[int, int] = {}
+        self.weights: dict[int, np.ndarray] = {}
+        self.active = set(range(info.n_clients))
+        self.retrain: set[int] = set()
+        self.owner = np.zeros(0, dtype=np.int64)
+        self.node_class = np.zeros(0, dtype=np.int64)
+        self.edges: list[tuple[int, int]] = []
+        self.edge_history: list[list[tuple[int, int]]] = []
+        self.groups: list[list[int]] = []
+        self.community: np.ndarray | None = None
+        self._fed_round = 0
+        self._row: dict[str, float] = {}
+        self.iterations: list[dict[str, float]] = []
+        self._converged = False
+
+    def validate(self) -> None:
+        p = self.params
+        if (p.init == "dirty" or p.local_k == "true" or p.association == "oracle") and not self.info.has_labels:
+            raise ConfigError(f"algorithm.params: init={p.init!r}, local_k={p.local_k!r}, association="
+                              f"{p.association!r} need labels; the data set has none (use init='kmeans' or 'dec' "
+                              "with local_k='silhouette' or a number)")
+
+    # --- phases ---------------------------------------------------------------
+    def _payload(self) -> dict[str, Any]:
+        p = self.params
+        return {"init": p.init, "dirtiness": p.dirtiness, "local_k": p.local_k, "k_range": list(p.local_k_range),
+                "dec_hidden": list(p.dec_hidden), "output": self.spec["output"], "dec_pretrain_epochs":
+                p.dec_pretrain_epochs, "dec_epochs": p.dec_epochs, "seed": self.seed}
+
+    def configure_round(self, ctx: RoundContext) -> dict[int, Task] | None:
+        p = self.params
+        while True:
+            ph = self.phase
+            if ph == "done":
+                return None
+            if ph == "init":
+                reads = p.init == "dirty" or p.local_k == "true"
+                task = Task(fc.fc_init, self._payload(), evaluation=reads)
+                return {c: task for c in ctx.all_clients}
+            if ph == "train":
+                who = sorted(self.active | self.retrain) if self.iteration else list(ctx.all_clients)
+                if who:
+                    sh = {"spec": self.spec, "epochs": p.local_epochs, "batch_size": p.batch_size, "lr": p.lr}
+                    return {c: Task(fc.fc_train, None, sh) for c in who}
+                self.phase = "evaluate"
+            elif ph == "evaluate":
+                if self.info.has_labels:
+                    task = Task(fc.fc_evaluate, {"n_classes": int(self.info.n_classes)}, evaluation=True)
+                    return {c: task for c in ctx.all_clients}
+                self._after_evaluate({})
+            elif ph == "exchange":
+                self._nodes()
+                if p.association == "reconstruction":
+                    sh = {"spec": self.spec, "weights": self._stacked(), "owner": self.owner,
+                          "percentile": p.percentile}
+                    return {c: Task(fc.fc_exchange, None, sh) for c in ctx.all_clients}
+                self._associate(self._oracle_edges() if p.association == "oracle" else [])
+            elif ph == "federate":
+                sh = {"spec": self.spec, "community": self.community, "epochs": p.fed_epochs,
+                      "batch_size": p.batch_size, "lr": p.lr}
+                jobs: dict[int, list[tuple[int, int]]] = {}
+                for c, nodes in enumerate(self.groups):
+                    for i in nodes:
+                        jobs.setdefault(int(self.owner[i]), []).append((c, int(self.node_cluster[i])))
+                return {cid: Task(fc.fc_federate, jobs[cid], sh) for cid in sorted(jobs)}
+            elif ph == "refine":
+                sh = {"spec": self.spec, "community": self.community, "stability": p.stability}
+                return {c: Task(fc.fc_refine, {"warm": p.warm_start}, sh) for c in sorted(self.active)}
+
+    def aggregate(self, ctx: RoundContext, replies: list[Reply]) -> dict[str, float]:
+        ph = self.phase
+        if ph == "init":
+            self.k = {r.client_id: int(r.update["k"]) for r in replies}
+            self.phase = "train"
+            return {"local_clusters": float(sum(self.k.values()))}
+        if ph == "train":
+            for r in replies:
+                self.weights[r.client_id] = r.update["weights"]
+                self.k[r.client_id] = int(r.update["weights"].shape[0])
+            self.retrain.clear()
+            self.phase = "evaluate"
+            return {"iteration": float(self.iteration), "trained_clients": float(len(replies))}
+        if ph == "evaluate":
+            return self._after_evaluate({r.client_id: r.update for r in replies})
+        if ph == "exchange":
+            M = len(self.owner)
+            S = np.full((M, M), np.nan)
+            for r in replies:
+                rows = np.flatnonzero(self.owner == r.client_id)
+                S[rows] = r.update[: rows.size]
+            self.last_statistics = S
+            return self._associate(link_clusters(S, self.owner, self.params.tau, self.params.link))
+        if ph == "federate":
+            num = np.zeros(self.community.shape, dtype=np.float64)
+            den = np.zeros(len(self.groups))
+            for r in replies:
+                c_of = [c for (c, _p) in ctx_jobs(self, r.client_id)]
+                for j, c in enumerate(c_of):
+                    num[c] += r.update["n"][j] * r.update["weights"][j].astype(np.float64)
+                    den[c] += r.update["n"][j]
+            ok = den > 0
+            self.community[ok] = (num[ok] / den[ok, None]).astype(np.float32)
+            self._fed_round += 1
+            if self._fed_round >= self.params.fed_rounds:
+                self.phase = "refine"
+            return {"fed_round": float(self._fed_round)}
+        return self._after_refine(replies)
+
+    # --- helpers ----------------------------------------------------------------
+    def _nodes(self) -> None:
+        pairs = [(c, k) for c in sorted(self.k) for k in range(self.k[c])]
+        self.owner = np.array([c for c, _ in pairs], dtype=np.int64)
+        self.node_cluster = np.array([k for _, k in pairs], dtype=np.int64)
+
+    def _stacked(self) -> np.ndarray:
+        return np.vstack([self.weights[c] for c in sorted(self.k)])
+
+    def _after_evaluate(self, tables: dict[int, np.ndarray]) -> dict[str, float]:
+        self._tables = tables
+        self._nodes()
+        cls = []
+        for c in sorted(self.k):
+            t = tables.get(c)
+            cls.extend(np.where(t.sum(1) > 0, t.argmax(1), -1).tolist() if t is not None else [-1] * self.k[c])
+        self.node_class = np.array(cls, dtype=np.int64)
+        accs = [acc_from_table(t) for _, t in sorted(tables.items())]
+        self._row = {"iteration": float(self.iteration), "acc_mean": float(np.mean(accs)) if accs else np.nan,
+                     "n_clusters": float(len(self.owner))}
+        self.phase = "exchange"
+        return dict(self._row)
+
+    def _oracle_edges(self) -> list[tuple[int, int]]:
+        M, c = len(self.owner), self.node_class
+        return [(i, j) for i in range(M) for j in range(i + 1, M)
+                if c[i] >= 0 and c[i] == c[j] and self.owner[i] != self.owner[j]]
+
+    def _associate(self, edges: list[tuple[int, int]]) -> dict[str, float]:
+        self.edges = edges
+        self.edge_history.append(list(edges))
+        self.groups, _ = communities(len(self.owner), edges)
+        W = self._stacked()
+        self.community = np.stack([W[g[0]] for g in self.groups]) if self.groups else None
+        q = association_quality(edges, self.groups, self.node_class, len(self.owner))
+        if not self.info.has_labels:
+            q = {k: v for k, v in q.items() if k in ("isolated_clusters", "communities", "edges")}
+        self._row.update(q)
+        self._fed_round = 0
+        self.phase = "federate" if self.groups else "refine"
+        return q
+
+    def _after_refine(self, replies: list[Reply]) -> dict[str, float]:
+        p = self.params
+        for r in replies:
+            if not r.update["active"]:
+                self.active.discard(r.client_id)
+                self.retrain.add(r.client_id)
+            self.k[r.client_id] = int(r.update["k"])
+        stab = [r.update["stability"] for r in replies]
+        self._row.update(active_clients=float(len(self.active)), stability_mean=float(np.mean(stab)) if stab else 1.0)
+        self.iterations.append(dict(self._row))
+        self.iteration += 1
+        comm = [int(r.get("communities", 0)) for r in self.iterations]
+        iso = [int(r.get("isolated_clusters", 0)) for r in self.iterations]
+        stop_rule = p.association != "none" and global_stop(comm, iso, p.stop_window, p.stop_tol)
+        if not self.active or stop_rule or self.iteration >= p.max_iterations:
+            self.phase, self._converged = "done", not self.active or stop_rule
+            self.stop_reason = "no active clients" if not self.active else ("stable communities" if stop_rule
+                                                                            else "max_iterations")
+        else:
+            self.phase = "train"
+        return {"active_clients": float(len(self.active)), "stability_mean": self._row["stability_mean"]}
+
+    # --- evaluation and result -------------------------------------------------
+    def evaluation_task(self, stage: int = 0, previous: list[Reply] | None = None) -> Task | None:
+        if stage == 0 and self.info.has_labels and self.k:
+            return Task(fc.fc_evaluate, {"n_classes": int(self.info.n_classes)}, evaluation=True)
+        return None
+
+    def summarize_evaluation(self, stages: list[list[Reply]]) -> dict[str, Any]:
+        accs = np.array([acc_from_table(r.update) for r in stages[0]])
+        it = self.iterations
+        first, last = (it[0], it[-1]) if it else ({}, {})
+        out: dict[str, Any] = {"acc": float(accs.mean()), "acc_start": first.get("acc_mean", np.nan),
+                               "acc_end": float(accs.mean()), "client_acc": accs.tolist(),
+                               "iterations": len(it), "stop_reason": getattr(self, "stop_reason", "")}
+        for key in ("communities", "wrong_associations", "isolated_clusters", "classes_covered",
+                    "pure_communities", "edges"):
+            out[f"{key}_start"], out[f"{key}_end"] = first.get(key, np.nan), last.get(key, np.nan)
+        out["true_categories"] = int(self.info.n_classes or 0)
+        out["history"] = [dict(r) for r in it]
+        return out
+
+    def result(self) -> dict[str, Any]:
+        W = self._stacked() if self.weights else np.zeros((0, 0), np.float32)
+        return {"community_weights": self.community if self.community is not None else np.zeros((0, W.shape[1]), np.float32),
+                "node_owner": self.owner, "node_cluster": getattr(self, "node_cluster", np.zeros(0, np.int64)),
+                "edges": np.asarray(self.edges, dtype=np.int64).reshape(-1, 2),
+                "communities": [list(map(int, g)) for g in self.groups],
+                "node_weights_sha1": hashlib.sha1(W.tobytes()).hexdigest(),
+                "edge_history": [list(map(list, e)) for e in self.edge_history],
+                "node_class": self.node_class,   # majority true class of each node (evaluation only)
+                "iterations": [dict(r) for r in self.iterations], "autoencoder": dict(self.spec)}
+
+
+def ctx_jobs(alg: FedCRef, cid: int) -> list[tuple[int, int]]:
+    """The (community, cluster) jobs of client ``cid`` in the current federated round, in task order."""
+    return [(c, int(alg.node_cluster[i])) for c, nodes in enumerate(alg.groups) for i in nodes
+            if int(alg.owner[i]) == cid]

@@ -1,0 +1,117 @@
+"""FedCRef on the local runtime with tiny autoencoders on scikit-learn's digits."""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+from fedray.errors import ConfigError, DataError, SharedSamplesWarning
+from fedray.session import Session
+
+TINY = {"hidden": [16, 8], "local_epochs": 2, "fed_rounds": 2, "max_iterations": 2, "batch_size": 32}
+
+
+def _session(n_clients: int = 4, S: int = 30, classes=(2, 3), overlap: float = 0.0, **algo) -> Session:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SharedSamplesWarning)
+        return Session(algorithm={"name": "fedcref", "params": {**TINY, **algo}},
+                       data={"dataset": "sklearn:digits",
+                             "partition": {"name": "class-subsets", "classes": list(classes),
+                                           "samples_per_class": S, "overlap": overlap}},
+                       federation={"n_clients": n_clients, "rounds": 500}, runtime={"backend": "local"}, seed=3)
+
+
+@pytest.mark.parametrize("key,value,allowed", [("percentile", 0, "greater than 0"), ("percentile", 101, "less than or equal to 100"),
+                                               ("tau", 0, "greater than 0"), ("tau", 1.5, "less than or equal to 1")])
+def test_bad_percentile_and_tau_are_clear_errors(key, value, allowed):
+    with pytest.raises(ConfigError, match=rf"algorithm\.params \(fedcref\)\.{key}: .*{allowed}"):
+        _session(**{key: value})
+
+
+def test_client_with_fewer_samples_than_local_clusters_is_a_clear_error():
+    with _session(n_clients=2, S=1, classes=(2, 2), init="kmeans", local_k=3) as s:
+        with pytest.raises(DataError, match=r"client-0.*2 samples but 3 local clusters"):
+            s.run(output=False)
+
+
+def test_class_subsets_federation_gives_each_client_its_classes():
+    with _session(n_clients=5, S=20, classes=(2, 4)) as s:
+        host = s.executor.host
+        for cid, c in host.clients.items():
+            classes = sorted(np.unique(c.labels).tolist())
+            assert classes == c.meta["classes"] and 2 <= len(classes) <= 4
+            assert np.bincount(c.labels)[classes].tolist() == [20] * len(classes)
+
+
+def test_overlap_shares_a_fraction_of_each_class_between_holders():
+    from fedray.data.fedcref_federations import class_subsets_indices
+
+    y = np.repeat(np.arange(3), 1000)
+    parts, chosen, repeats = class_subsets_indices(y, 6, np.random.default_rng(0), (3, 3), 100, overlap=0.3)
+    assert repeats == 0 and all(p.size == 300 for p in parts)
+    common = set(parts[0].tolist()) & set(parts[1].tolist())
+    assert len(common) == 3 * 30                      # 30% of each of the 3 classes is common to all holders
+    _, _, rep = class_subsets_indices(y, 20, np.random.default_rng(0), (3, 3), 100)
+    assert rep == 3 * (2000 - 1000)                   # the pool is too small: clients share samples
+
+
+def _fingerprint(s: Session, res) -> dict:
+    states = s.executor.host.get_state(list(range(s.info.n_clients)))
+    return {"labels": [states[c]["fc_labels"].tolist() for c in sorted(states)],
+            "edges": res.model["edge_history"], "communities": res.model["communities"],
+            "community_weights": res.model["community_weights"].tobytes(),
+            "nodes": res.model["node_weights_sha1"]}
+
+
+def test_labels_do_not_leak_shuffled_evaluation_labels_change_metrics_only():
+    params = {"init": "kmeans", "local_k": 3, "tau": 0.6, "percentile": 50}
+    with _session(n_clients=4, S=25, classes=(3, 3), **params) as s:
+        first = s.run(output=False)
+        fp1 = _fingerprint(s, first)
+        rng = np.random.default_rng(0)
+        for c in s.executor.host.clients.values():
+            c._y = rng.permutation(c._y)           # what evaluation reads; training never sees it
+        second = s.run(output=False)
+        fp2 = _fingerprint(s, second)
+    assert sum(map(len, fp1["edges"])) > 0         # associations were formed, so the comparison means something
+    assert fp1 == fp2
+    assert first.final["acc_start"] != pytest.approx(second.final["acc_start"])
+
+
+def test_same_seed_same_bits_and_metrics_over_iterations():
+    with _session(n_clients=4, S=25) as s:
+        a = s.run(output=False)
+        b = s.run(output=False)
+    assert _fp_bytes(a) == _fp_bytes(b)
+    hist = a.final["history"]
+    assert len(hist) == a.final["iterations"] >= 1
+    for key in ("acc_mean", "communities", "wrong_associations", "isolated_clusters", "classes_covered",
+                "active_clients"):
+        assert key in hist[0]
+    assert a.final["acc_start"] == pytest.approx(0.7, abs=0.02)   # dirtiness 0.3
+
+
+def _fp_bytes(res) -> tuple:
+    return res.model["community_weights"].tobytes(), res.model["node_weights_sha1"], res.final["acc_end"]
+
+
+def test_oracle_association_is_pure_and_ablation_has_no_edges():
+    with _session(n_clients=4, S=25, association="oracle", max_iterations=1) as s:
+        oracle = s.run(output=False)
+        none = s.run("fedcref", {**TINY, "association": "none", "max_iterations": 1}, output=False)
+    assert oracle.final["wrong_associations_end"] == 0.0
+    assert oracle.final["pure_communities_end"] == oracle.final["communities_end"] > 0
+    assert none.final["edges_end"] == 0 and none.final["communities_end"] == 0
+    assert none.model["edges"].shape == (0, 2)
+
+
+def test_dirty_init_needs_labels():
+    from fedray.algorithm import FederationInfo, get_algorithm, make_params
+
+    info = FederationInfo(n_clients=2, n_features=4, sample_shape=(4,), n_samples=np.array([5, 5]),
+                          feature_min=np.zeros(4), feature_max=np.ones(4), has_labels=False)
+    cls = get_algorithm("fedcref")
+    with pytest.raises(ConfigError, match="init='dirty'.*need labels"):
+        cls(make_params(cls, {}), info, 0)
+    cls(make_params(cls, {"init": "kmeans", "local_k": "silhouette"}), info, 0)   # fine without labels
