@@ -68,6 +68,7 @@ class Session:
         ss = np.sum([d["sumsq"] for d in desc], axis=0)
         lo = np.min([d["min"] for d in desc], axis=0)
         hi = np.max([d["max"] for d in desc], axis=0)
+        check_magnitude(lo, hi, N, names)
         scaler = None
         mode = self.config.data.scale
         if mode == "standard":
@@ -244,6 +245,19 @@ def _layers(executor: Executor, cfg: ExperimentConfig) -> Executor:
 
         executor = PrivacyLayer(executor, cfg.privacy, cfg.seed)
     return executor
+
+
+def check_magnitude(lo: np.ndarray, hi: np.ndarray, n_samples: float, names: Any = ()) -> None:
+    """Raise :class:`DataError` when values are so large that sums of squared distances overflow float64."""
+    big = np.maximum(np.abs(lo), np.abs(hi))
+    with np.errstate(over="ignore"):
+        worst = 4.0 * max(n_samples, 1.0) * big * big
+    bad = np.flatnonzero(~np.isfinite(worst))
+    if bad.size:
+        col = int(bad[0])
+        name = names[col] if col < len(names) else f"column {col}"
+        raise DataError(f"feature {name!r}: values up to {float(big[col]):.3g} are too large (sums of squared "
+                        "distances would overflow float64); rescale the data, e.g. divide by a power of ten")
 
 
 def check_descriptions(desc: list[dict[str, Any]]) -> int:
