@@ -339,7 +339,7 @@ class RayExecutor(Executor):
         for cid in sorted(tasks):
             per_actor[self.owner[cid]].append((cid, tasks[cid], which[cid]))
         result = ExecResult([])
-        for a in self._dead.intersection(per_actor):
+        for a in (self._dead.intersection(per_actor) if self._dead else ()):
             for cid, _, _ in per_actor.pop(a):
                 result.failed.append(cid)
                 result.errors[cid] = f"actor {a} is dead (runtime.max_restarts exhausted)"
