@@ -48,29 +48,50 @@ def _reference(dim: int, spread: int, data_dir: str) -> tuple[np.ndarray, np.nda
     return means, ds.X.var(axis=0)
 
 
-def run(data_dir: str, sets: list[tuple[int, int]], clients: list[int], repeats: int,
-        algorithms: tuple[str, ...], max_rounds: int = 50) -> pd.DataFrame:
+def run_set(data_dir: str | None, dim: int, spread: int, clients: list[int], repeats: int,
+            algorithms: tuple[str, ...], max_rounds: int = 50) -> list[dict]:
+    """Every repeat, client count and method on one ``g2mg_{dim}_{spread}`` set."""
+    ref, var = _reference(dim, spread, data_dir)
     rows = []
-    for dim, spread in sets:
-        ref, var = _reference(dim, spread, data_dir)
-        t0 = time.perf_counter()
-        for rep in range(repeats):
-            first = True
-            for P in clients:
-                for alg in algorithms:
-                    sel = select_k(g2_config(dim, spread, P, seed=rep, data_dir=data_dir, algorithm=alg,
-                                             params={"max_rounds": max_rounds}),
-                                   k_min=2, k_max=6, local=False, central=first)
-                    curves = [("central", 0, "central", sel.central_centers)] if first else []
-                    curves.append((alg, P, "federated", sel.federated_centers))
-                    for method, p, col, centres in curves:
-                        idx = dict(zip(sel.table["k"], sel.table[col]))
-                        rows.append({"dim": dim, "spread": spread, "repeat": rep, "method": method, "P": p,
-                                     "chosen_k": sel.chosen[col], "db_k2": idx[2],
-                                     "gap_k2": knowledge_gap(centres[2], ref, var),
-                                     **{f"db_k{k}": v for k, v in idx.items()}})
-                    first = False
-        log.info("g2mg_%d_%d: %d repeats in %.1f s", dim, spread, repeats, time.perf_counter() - t0)
+    t0 = time.perf_counter()
+    for rep in range(repeats):
+        first = True
+        for P in clients:
+            for alg in algorithms:
+                sel = select_k(g2_config(dim, spread, P, seed=rep, data_dir=data_dir, algorithm=alg,
+                                         params={"max_rounds": max_rounds}),
+                               k_min=2, k_max=6, local=False, central=first)
+                curves = [("central", 0, "central", sel.central_centers)] if first else []
+                curves.append((alg, P, "federated", sel.federated_centers))
+                for method, p, col, centres in curves:
+                    idx = dict(zip(sel.table["k"], sel.table[col]))
+                    rows.append({"dim": dim, "spread": spread, "repeat": rep, "method": method, "P": p,
+                                 "chosen_k": sel.chosen[col], "db_k2": idx[2],
+                                 "gap_k2": knowledge_gap(centres[2], ref, var),
+                                 **{f"db_k{k}": v for k, v in idx.items()}})
+                first = False
+    log.info("g2mg_%d_%d: %d repeats in %.1f s", dim, spread, repeats, time.perf_counter() - t0)
+    return rows
+
+
+def run(data_dir: str | None, sets: list[tuple[int, int]], clients: list[int], repeats: int,
+        algorithms: tuple[str, ...], max_rounds: int = 50, jobs: int = 1, partial: Path | None = None) -> pd.DataFrame:
+    """All sets, ``jobs`` worker processes; the rows so far are saved to ``partial`` after each set."""
+    rows: list[dict] = []
+    args = [(data_dir, d, s, clients, repeats, algorithms, max_rounds) for d, s in sets]
+    if jobs <= 1:
+        results = (run_set(*a) for a in args)
+    else:
+        from concurrent.futures import ProcessPoolExecutor
+
+        pool = ProcessPoolExecutor(max_workers=jobs)
+        results = pool.map(run_set, *zip(*args))
+    for r in results:
+        rows += r
+        if partial is not None:
+            pd.DataFrame(rows).to_parquet(partial, index=False)
+    if jobs > 1:
+        pool.shutdown()
     return pd.DataFrame(rows)
 
 
@@ -150,6 +171,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--data-dir", default=None, help="benchmark data folder (default: $FEDRAY_DATA_DIR)")
     ap.add_argument("--repeats", type=int, default=3, help="repeats per set (the paper: 20)")
     ap.add_argument("--max-rounds", type=int, default=50, help="cap on FedFCM rounds per K")
+    ap.add_argument("--dims", type=int, nargs="+", default=None, help="only these dimensions D (full run)")
+    ap.add_argument("--jobs", type=int, default=1, help="worker processes (sets run in parallel)")
+    ap.add_argument("--tables-from", nargs="+", default=None, metavar="PARQUET",
+                    help="skip the runs; build the tables and figures from g2.parquet files of earlier runs")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     logging.getLogger("fedray").setLevel(logging.WARNING)
@@ -158,10 +183,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         sets, clients, repeats, max_rounds = [(2, 10), (8, 30)], [2, 5], 1, 10
     else:
-        sets = [(d, s) for d in (1, 2, 4, 8, 16, 32, 64, 128) for s in range(10, 100, 10)]
+        dims = args.dims or (1, 2, 4, 8, 16, 32, 64, 128)
+        sets = [(d, s) for d in dims for s in range(10, 100, 10)]
         clients, repeats, max_rounds = [2, 5, 10], args.repeats, args.max_rounds
     algorithms = ("fedfcm", "fedfcm-avg")
-    df = run(args.data_dir, sets, clients, repeats, algorithms, max_rounds)
+    if args.tables_from:
+        df = pd.concat([pd.read_parquet(f) for f in args.tables_from], ignore_index=True)
+        repeats = int(df["repeat"].nunique())
+    else:
+        df = run(args.data_dir, sets, clients, repeats, algorithms, max_rounds, jobs=args.jobs,
+                 partial=out / "g2.partial.parquet")
     df.to_parquet(out / "g2.parquet", index=False)
     md = markdown(df, clients, algorithms, repeats)
     (out / "g2.md").write_text(md)
