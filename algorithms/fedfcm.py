@@ -32,7 +32,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field, field_validator
 
-from fedray.algorithm import Reply, RoundContext, Task, register
+from fedray.algorithm import FederationInfo, Reply, RoundContext, Task, register
 from fedray.algorithms._centers import CenterAlgorithm, CenterParams
 from fedray.ops import fcm, fcm_memberships, kmeans, kmeans_plusplus, lloyd
 from fedray.stats import total
@@ -97,7 +97,7 @@ class FedFCM(CenterAlgorithm):
     averaging = "kmeans"
     description = "FedFCM: local FCM to convergence, server k-means over local centres (Stallmann & Wilbik 2022)"
 
-    def __init__(self, params: FedFCMParams, info, seed: int) -> None:
+    def __init__(self, params: FedFCMParams, info: FederationInfo, seed: int) -> None:
         super().__init__(params, info, seed)
         if params.init == "local":
             self.phase = "train"

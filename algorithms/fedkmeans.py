@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 from pydantic import Field
 
-from fedray.algorithm import Reply, RoundContext, Task, register
+from fedray.algorithm import FederationInfo, Reply, RoundContext, Task, register
 from fedray.algorithms._centers import CenterAlgorithm, CenterParams
 from fedray.ops import assign, cluster_sums
 from fedray.stats import Stats, total
@@ -106,7 +106,7 @@ class FedKMeans(CenterAlgorithm):
     Params = FedKMeansParams
     description = "Federated K-means: client mini-batch k-means, server rate alpha (Triebe & Rajagopal 2019)"
 
-    def __init__(self, params: FedKMeansParams, info, seed: int) -> None:
+    def __init__(self, params: FedKMeansParams, info: FederationInfo, seed: int) -> None:
         super().__init__(params, info, seed)
         self._velocity: np.ndarray | None = None
         self._small_rounds = np.zeros(params.n_clusters, dtype=np.int64)

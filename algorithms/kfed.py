@@ -1,4 +1,4 @@
-"""k-FED: one-shot federated k-means (Dennis, Li & Smith, ICML 2021, Algorithm 2).
+"""k-FED: one-shot federated k-means (Dennis, Li & Smith, "Heterogeneity for the win", ICML 2021).
 
 In the single round every client runs k-means (k-means++ seeding and Lloyd) with
 k' = ``local_clusters`` clusters on its own shard and sends its k' local centres
@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 from pydantic import Field
 
-from fedray.algorithm import Algorithm, Params, Reply, RoundContext, Task, register
+from fedray.algorithm import Algorithm, FederationInfo, Params, Reply, RoundContext, Task, register
 from fedray.algorithms._centers import CenterAlgorithm, local_centers
 from fedray.errors import ConfigError, DataError
 from fedray.ops import kmeans
@@ -42,7 +42,7 @@ class KFed(CenterAlgorithm):
     Params = KFedParams
     description = "one-shot k-FED: local k-means with k' clusters, server k-means over local centres (Dennis et al. 2021)"
 
-    def __init__(self, params: KFedParams, info, seed: int) -> None:
+    def __init__(self, params: KFedParams, info: FederationInfo, seed: int) -> None:
         Algorithm.__init__(self, params, info, seed)
         self.centers: np.ndarray | None = None
         self.initial_centers: np.ndarray | None = None
