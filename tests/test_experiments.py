@@ -6,7 +6,6 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import pytest
 
 EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
 
