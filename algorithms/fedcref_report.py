@@ -56,8 +56,6 @@ def central_baseline(session: Any, methods: tuple[str, ...] = ("kmeans", "dec"),
 
 def _plt():
     import matplotlib
-
-    matplotlib.use("Agg", force=False)
     import matplotlib.pyplot as plt
 
     return plt
@@ -68,15 +66,15 @@ PANELS = (("communities", "communities found"), ("wrong_associations", "wrong as
           ("acc_mean", "mean client ACC"))
 
 
-def plot_curves(runs: dict[str, dict[str, Any]], path: str | Path, true_k: int | None = None,
-                title: str = "FedCRef over iterations") -> Path:
+def plot_curves(runs: dict[str, dict[str, Any]], path: str | Path | None, true_k: int | None = None,
+                title: str = "FedCRef over iterations") -> Any:
     """Curves over iterations of several runs.
 
     Parameters
     ----------
     runs : dict
         ``{name: result.final}`` (each with ``history`` and ``acc_end``).
-    path : output PNG
+    path : output PNG, or None to return the figure (notebooks)
     true_k : draws the true number of categories on the communities panel
     """
     plt = _plt()
@@ -99,17 +97,23 @@ def plot_curves(runs: dict[str, dict[str, Any]], path: str | Path, true_k: int |
     axes[-1].legend(fontsize=7)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
+    return _finish(plt, fig, path)
+
+
+def _finish(plt: Any, fig: Any, path: str | Path | None) -> Any:
+    if path is None:
+        return fig
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return Path(path)
 
 
-def plot_community_graph(model: dict[str, Any], path: str | Path, title: str = "final association graph") -> Path:
+def plot_community_graph(model: dict[str, Any], path: str | Path | None, title: str = "final association graph") -> Any:
     """Nodes = local clusters (grouped by community), edges = associations of the last exchange."""
     import networkx as nx
 
     plt = _plt()
-    owner, cl = np.asarray(model["node_owner"]), np.asarray(model["node_cluster"])
+    owner = np.asarray(model["node_owner"])
     node_class = np.asarray(model.get("node_class", np.full(len(owner), -1)))
     g = nx.Graph()
     g.add_nodes_from(range(len(owner)))
@@ -132,7 +136,4 @@ def plot_community_graph(model: dict[str, Any], path: str | Path, title: str = "
                  f"{len(wrong)} wrong edges (node text: majority class, evaluation only)", fontsize=9)
     ax.axis("off")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    del cl
-    return Path(path)
+    return _finish(plt, fig, path)
