@@ -146,7 +146,7 @@ def check_run(sizes, kinds, cfg, tmp_path, backend: str = "local") -> str:
     return "ok"
 
 
-@settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@settings(max_examples=150, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 @given(experiments())
 def test_any_input_runs_or_fails_with_a_fedray_error(tmp_path_factory, exp):
     sizes, kinds, cfg = exp
