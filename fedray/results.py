@@ -9,7 +9,8 @@ Output folder layout::
     clients.parquet   one row a client (samples, rounds taken part in, bytes sent)
     model.npz         the model's arrays (``centers``; ``m`` where fuzzy)
     config.yaml       the validated configuration
-    plots/*.png       convergence, and centres over the data density for 2-D data
+    plots/*.png       convergence; centres over the data density (federated PCA beyond 2-D);
+                      client clusters found (clustered FL)
 """
 from __future__ import annotations
 
@@ -208,6 +209,12 @@ class Result:
                              central=None if central is None else project(central), axis_labels=labels,
                              title="federated centres over the data density" + ("" if C.shape[1] == 2 else
                                                                                " (federated PCA)"))
+            if self.model.get("assignment") is not None:  # clustered FL: which clients ended up together
+                from fedray.plots_cfl import client_clusters
+
+                groups = session.info.extras.get("true_groups") if session is not None else None
+                client_clusters(self.model["assignment"], groups, self.clients["n_samples"].to_numpy(),
+                                out / "plots" / "clients.png", title=f"client clusters found by {self.summary['algorithm']}")
         self.output_dir = out
         log.info("outputs written to %s", out)
         return out
