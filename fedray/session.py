@@ -154,14 +154,12 @@ class Session:
                     bar.update(1)
                     bar.set_postfix({k: _fmt(row[k]) for k in ("phase", "clients_answered", "center_shift", "objective",
                                                                 "accuracy", "n_clusters") if k in row})
+            final, model, state = finish()
         finally:
             if bar is not None:
                 bar.close()
-        final, model, state = finish()
-        if cfg.runtime.backend == "ray":
-            import ray
-
-            ray.kill(server)
+            if cfg.runtime.backend == "ray":
+                ray.kill(server)  # also when the run fails or is interrupted
         result = Result.build(cfg, alg, self, state, model, final, time.perf_counter() - t0)
         if central_baseline if central_baseline is not None else cfg.evaluation.central_baseline:
             result.add_central_baseline(self)
