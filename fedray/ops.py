@@ -15,14 +15,26 @@ _CHUNK = 1 << 20  # elements of the (rows x centres x features) difference block
 
 
 def sq_distances(X: np.ndarray, C: np.ndarray) -> np.ndarray:
-    """Squared Euclidean distances, shape (n_samples, n_centres)."""
+    """Squared Euclidean distances, shape (n_samples, n_centres).
+
+    Uses ||x - c||^2 = ||x||^2 - 2 x.c + ||c||^2 on data centred at the centres' mean
+    (which keeps the cancellation error small), with non-BLAS ``einsum`` so the bits
+    do not depend on thread counts. Rows are processed in blocks to bound memory.
+    """
+    mu = C.mean(axis=0)
+    Cc = C - mu
+    cc = np.einsum("kd,kd->k", Cc, Cc, optimize=False)
     n, d = X.shape
-    k = C.shape[0]
-    out = np.empty((n, k), dtype=np.float64)
-    step = max(1, _CHUNK // max(1, k * d))
+    out = np.empty((n, C.shape[0]), dtype=np.float64)
+    step = max(1, _CHUNK // max(1, d))
     for s in range(0, n, step):
-        diff = X[s : s + step, None, :] - C[None, :, :]
-        np.einsum("nkd,nkd->nk", diff, diff, out=out[s : s + step], optimize=False)
+        Xc = X[s : s + step] - mu
+        block = out[s : s + step]
+        np.einsum("nd,kd->nk", Xc, Cc, out=block, optimize=False)
+        block *= -2.0
+        block += np.einsum("nd,nd->n", Xc, Xc, optimize=False)[:, None]
+        block += cc[None, :]
+        np.maximum(block, 0.0, out=block)
     return out
 
 
