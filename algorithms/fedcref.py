@@ -32,11 +32,15 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field, field_validator
 
+import logging
+
 from fedray.algorithm import Algorithm, Params, Reply, RoundContext, Task, register
 from fedray.algorithms import fedcref_client as fc
 from fedray.algorithms.fedcref_rules import association_quality, communities, global_stop, link_clusters
 from fedray.errors import ConfigError
 from fedray.metrics import acc_from_table
+
+log = logging.getLogger(__name__)
 
 
 class FedCRefParams(Params):
@@ -48,6 +52,8 @@ class FedCRefParams(Params):
     percentile: float = Field(75.0, gt=0.0, le=100.0, description="P of the association test")
     tau: float = Field(0.2, gt=0.0, le=1.0, description="association threshold")
     stability: float = Field(0.8, gt=0.0, le=1.0, description="agreement above which a client stops refining")
+    min_active_iterations: int = Field(1, ge=1, description="refinements a client makes before it may stop "
+                                       "(1: the paper's rule, it may stop after its first)")
     link: Literal["best", "first", "mutual-best"] = "best"
     association: Literal["reconstruction", "none", "oracle"] = "reconstruction"
     hidden: tuple[int, ...] = (100, 64, 32)
@@ -163,7 +169,8 @@ class FedCRef(Algorithm):
                         jobs.setdefault(int(self.owner[i]), []).append((c, int(self.node_cluster[i])))
                 return {cid: Task(fc.fc_federate, jobs[cid], sh) for cid in sorted(jobs)}
             elif ph == "refine":
-                sh = {"spec": self.spec, "community": self.community, "stability": p.stability}
+                sh = {"spec": self.spec, "community": self.community, "stability": p.stability,
+                      "may_stop": self.iteration + 1 >= p.min_active_iterations}
                 return {c: Task(fc.fc_refine, {"warm": p.warm_start}, sh) for c in sorted(self.active)}
 
     def aggregate(self, ctx: RoundContext, replies: list[Reply]) -> dict[str, float]:
@@ -257,6 +264,7 @@ class FedCRef(Algorithm):
         stab = [r.update["stability"] for r in replies]
         self._row.update(active_clients=float(len(self.active)), stability_mean=float(np.mean(stab)) if stab else 1.0)
         self.iterations.append(dict(self._row))
+        log.info("fedcref iteration %d: %s", self.iteration, {k: round(v, 3) for k, v in self._row.items()})
         self.iteration += 1
         comm = [int(r.get("communities", 0)) for r in self.iterations]
         iso = [int(r.get("isolated_clusters", 0)) for r in self.iterations]
@@ -285,7 +293,8 @@ class FedCRef(Algorithm):
         for key in ("communities", "wrong_associations", "isolated_clusters", "classes_covered",
                     "pure_communities", "edges"):
             out[f"{key}_start"], out[f"{key}_end"] = first.get(key, np.nan), last.get(key, np.nan)
-        out["true_categories"] = int(self.info.n_classes or 0)
+        held = self.info.extras.get("client_classes")
+        out["true_categories"] = len(set().union(*map(set, held))) if held else int(self.info.n_classes or 0)
         out["history"] = [dict(r) for r in it]
         return out
 

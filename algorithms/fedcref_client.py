@@ -192,7 +192,7 @@ def fc_refine(payload: dict, shared: dict, client: Any) -> dict[str, Any]:
         source = {int(a): selected[int(r)] for r, a in zip(raw, new)}
         st["fc_warm"] = np.stack([cand[source[a]] for a in range(int(new.max()) + 1)])
     st["fc_labels"] = new
-    if stab > shared["stability"]:
+    if stab > shared["stability"] and shared.get("may_stop", True):
         st["fc_active"], st["fc_retrain"] = False, True
     n_comm = int(np.sum(np.asarray(selected) >= len(own)))
     return {"stability": stab, "active": bool(st["fc_active"]), "k": int(new.max()) + 1,
