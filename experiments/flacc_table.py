@@ -150,8 +150,11 @@ def markdown(runs: pd.DataFrame, args: argparse.Namespace, details: dict[str, An
               f"B = {args.batch_size}, seeds {', '.join(map(str, args.seeds))}; FLACC: alpha_0 = 0, T = 10, "
               f"n_merge = 2, N_sep = {2 if args.quick else 10}; FL+HC: {2 if args.quick else 10} FedAvg rounds "
               "before clustering (Ward linkage); CFL: eps1 = 0.4, eps2 = 1.6."]
-    if shared:
-        lines += ["", "Note: " + "; ".join(shared)]
+    if shared:  # one line, not one note per federation and seed
+        kinds = sorted({n.split(" federation of ")[0] for n in shared})
+        lines += ["", f"Note: clients share samples in the {', '.join(kinds)} federation(s): the {args.dataset} pool "
+                  "is smaller than what the clients ask for; no client's test row is in any client's training rows "
+                  f"(e.g. {shared[0].split(': ', 1)[-1]})."]
     return "\n".join(lines) + "\n"
 
 
