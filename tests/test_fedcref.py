@@ -115,3 +115,12 @@ def test_dirty_init_needs_labels():
     with pytest.raises(ConfigError, match="init='dirty'.*need labels"):
         cls(make_params(cls, {}), info, 0)
     cls(make_params(cls, {"init": "kmeans", "local_k": "silhouette"}), info, 0)   # fine without labels
+
+
+def test_warm_start_trains_from_the_model_that_formed_the_cluster():
+    with _session(n_clients=4, S=25, association="oracle", stability=1.0) as s:
+        cold = s.run(output=False)
+        warm = s.run("fedcref", {**TINY, "association": "oracle", "stability": 1.0, "warm_start": True}, output=False)
+    # the first iteration is the same; afterwards local models start from different weights
+    assert cold.final["history"][0] == warm.final["history"][0]
+    assert cold.model["node_weights_sha1"] != warm.model["node_weights_sha1"]
