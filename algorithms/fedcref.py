@@ -200,7 +200,7 @@ class FedCRef(Algorithm):
             num = np.zeros(self.community.shape, dtype=np.float64)
             den = np.zeros(len(self.groups))
             for r in replies:
-                c_of = [c for (c, _p) in ctx_jobs(self, r.client_id)]
+                c_of = [c for (c, _p) in _client_jobs(self, r.client_id)]
                 for j, c in enumerate(c_of):
                     num[c] += r.update["n"][j] * r.update["weights"][j].astype(np.float64)
                     den[c] += r.update["n"][j]
@@ -310,7 +310,7 @@ class FedCRef(Algorithm):
                 "iterations": [dict(r) for r in self.iterations], "autoencoder": dict(self.spec)}
 
 
-def ctx_jobs(alg: FedCRef, cid: int) -> list[tuple[int, int]]:
+def _client_jobs(alg: FedCRef, cid: int) -> list[tuple[int, int]]:
     """The (community, cluster) jobs of client ``cid`` in the current federated round, in task order."""
     return [(c, int(alg.node_cluster[i])) for c, nodes in enumerate(alg.groups) for i in nodes
             if int(alg.owner[i]) == cid]

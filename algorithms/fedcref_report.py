@@ -55,7 +55,6 @@ def central_baseline(session: Any, methods: tuple[str, ...] = ("kmeans", "dec"),
 
 
 def _plt():
-    import matplotlib
     import matplotlib.pyplot as plt
 
     return plt

@@ -27,7 +27,6 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from fedray.algorithms.fedcref_report import central_baseline, plot_community_graph, plot_curves
