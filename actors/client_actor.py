@@ -6,7 +6,7 @@ from typing import Any
 
 import ray
 
-from fedray.client import ClientHost
+from fedray.client import ClientHost, pack_outcomes
 
 
 @ray.remote
@@ -53,7 +53,7 @@ class ClientActor:
     def run(self, round_: int, tasks: list, *shared: Any) -> list | str:
         if not self._adopted:
             return "restarted"
-        return self._host.run(round_, tasks, *shared)
+        return pack_outcomes(self._host.run(round_, tasks, *shared))
 
     def get_state(self, client_ids: list[int]) -> dict:
         return self._host.get_state(client_ids)

@@ -20,6 +20,7 @@ from fedray.data.federation import ClientSpec, materialize_many
 from fedray.errors import DataError, FedrayError
 from fedray.seeding import client_rng
 from fedray.sizes import nbytes_of
+from fedray.stats import Stats
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +104,45 @@ class Outcome:
     nbytes: int = 0
     error: str | None = None
     user_error: bool = False
+
+
+@dataclass(frozen=True)
+class PackedOutcomes:
+    """Outcomes whose updates are :class:`~fedray.stats.Stats` of one layout, stored column-wise.
+
+    Serialising thousands of small objects costs as much as computing them; an actor
+    sends one array per statistic instead (``arrays[name]`` has shape (n_clients, ...)).
+    """
+
+    client_ids: np.ndarray
+    seconds: np.ndarray
+    nbytes: np.ndarray
+    arrays: dict[str, np.ndarray]
+    others: list[Outcome]
+
+    def unpack(self) -> list[Outcome]:
+        names = list(self.arrays)
+        out = [Outcome(int(cid), Stats(**{k: self.arrays[k][i] for k in names}), float(self.seconds[i]),
+                       int(self.nbytes[i])) for i, cid in enumerate(self.client_ids)]
+        return sorted(out + self.others, key=lambda o: o.client_id)
+
+
+def pack_outcomes(outcomes: list[Outcome]) -> list[Outcome] | PackedOutcomes:
+    """Column-wise form of ``outcomes`` when there are many Stats updates of one layout."""
+    ok = [o for o in outcomes if o.error is None and isinstance(o.update, Stats)]
+    if len(ok) < 16:
+        return outcomes
+    layout = {k: v.shape for k, v in ok[0].update.items()}
+    if any({k: v.shape for k, v in o.update.items()} != layout for o in ok):
+        return outcomes
+    others = [o for o in outcomes if not (o.error is None and isinstance(o.update, Stats))]
+    arrays = {k: np.stack([o.update[k] for o in ok]) for k in layout}
+    return PackedOutcomes(np.array([o.client_id for o in ok]), np.array([o.seconds for o in ok]),
+                          np.array([o.nbytes for o in ok]), arrays, others)
+
+
+def unpack_outcomes(batch: list[Outcome] | PackedOutcomes) -> list[Outcome]:
+    return batch.unpack() if isinstance(batch, PackedOutcomes) else batch
 
 
 class ClientHost:

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from fedray.algorithm import Reply, Task
-from fedray.client import ClientHost, Outcome
+from fedray.client import ClientHost, Outcome, unpack_outcomes
 from fedray.data.federation import ClientSpec
 from fedray.errors import ConfigError, RoundFailedError
 
@@ -57,8 +57,8 @@ def _plan(tasks: dict[int, Task]) -> tuple[list[Any], dict[int, int]]:
     return shared, which
 
 
-def _collect(outcomes: list[Outcome], result: ExecResult) -> None:
-    for o in outcomes:
+def _collect(outcomes: Any, result: ExecResult) -> None:
+    for o in unpack_outcomes(outcomes):
         if o.error is None:
             result.replies.append(Reply(o.client_id, o.update, o.seconds, o.nbytes))
         elif o.user_error:
