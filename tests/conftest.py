@@ -29,3 +29,33 @@ def ray_session():
     yield ray
     if started:
         ray.shutdown()
+
+
+NOTEBOOKS = REPO / "notebooks"
+
+
+@pytest.fixture
+def run_notebook(tmp_path):
+    """Execute ``notebooks/NAME.ipynb`` with its ``parameters`` cell replaced by ``params``.
+
+    Checks the notebook imports fedray without ``sys.path`` edits and that no cell
+    fails; returns ``(stdout text, number of PNG outputs, working folder)``.
+    """
+
+    def run(name: str, params: str, timeout: int = 300) -> tuple[str, int, Path]:
+        nbformat = pytest.importorskip("nbformat")
+        nbclient = pytest.importorskip("nbclient")
+        nb = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
+        tagged = [c for c in nb.cells if "parameters" in c.get("metadata", {}).get("tags", [])]
+        assert len(tagged) == 1, "exactly one cell must be tagged 'parameters'"
+        source = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+        assert "import fedray" in source and "sys.path" not in source
+        tagged[0].source = params
+        nbclient.NotebookClient(nb, timeout=timeout, kernel_name="python3",
+                                resources={"metadata": {"path": str(tmp_path)}}).execute()
+        outputs = [o for c in nb.cells for o in c.get("outputs", [])]
+        assert not [o for o in outputs if o.get("output_type") == "error"]
+        text = "".join(o.get("text", "") for o in outputs if o.get("name") == "stdout")
+        return text, sum("image/png" in o.get("data", {}) for o in outputs), tmp_path
+
+    return run
