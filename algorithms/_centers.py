@@ -182,7 +182,18 @@ class CenterAlgorithm(Algorithm):
         out: dict[str, Any] = {"centers": self.centers}
         if self.initial_centers is not None:
             out["initial_centers"] = self.initial_centers
+        if self.fuzzy:
+            out["m"] = np.array(self.params.m)
         return out
+
+    @staticmethod
+    def predict_proba(model: dict[str, Any], X: np.ndarray) -> np.ndarray:
+        """Fuzzy memberships (n_samples, n_clusters) for fuzzy models (those with a fuzzifier ``m``)."""
+        if "m" not in model:
+            raise NotImplementedError("this model gives crisp assignments only; use predict")
+        from fedray.ops import fcm_memberships
+
+        return fcm_memberships(np.asarray(X, dtype=np.float64), model["centers"], float(model["m"]))
 
     @staticmethod
     def predict(model: dict[str, Any], X: np.ndarray) -> np.ndarray:

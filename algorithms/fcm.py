@@ -81,15 +81,6 @@ class FederatedFCM(CenterAlgorithm):
         self._converged = shift < self.params.tol
         return {"center_shift": shift, "objective": float(t["obj"]), "withheld": float(len(replies) - len(sent))}
 
-    def result(self) -> dict[str, Any]:
-        out = super().result()
-        out["m"] = np.array(self.params.m)
-        return out
-
-    @staticmethod
-    def predict_proba(model: dict[str, Any], X: np.ndarray) -> np.ndarray:
-        return fcm_memberships(np.asarray(X, dtype=np.float64), model["centers"], float(model["m"]))
-
     @staticmethod
     def central(X: np.ndarray, C0: np.ndarray, params: FCMParams, rounds: int) -> np.ndarray:
         from fedray.ops import fcm

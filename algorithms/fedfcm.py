@@ -34,7 +34,7 @@ from pydantic import Field, field_validator
 
 from fedray.algorithm import FederationInfo, Reply, RoundContext, Task, register
 from fedray.algorithms._centers import CenterAlgorithm, CenterParams
-from fedray.ops import fcm, fcm_memberships, kmeans, kmeans_plusplus, lloyd
+from fedray.ops import fcm, kmeans, kmeans_plusplus, lloyd
 from fedray.stats import total
 
 
@@ -160,15 +160,6 @@ class FedFCM(CenterAlgorithm):
             out["fuzzy_db"] = fuzzy_db_from_stats(self.centers, total(r.update for r in stages[2]),
                                                   self.params.q, self.params.p)
         return out
-
-    def result(self) -> dict[str, Any]:
-        out = super().result()
-        out["m"] = np.array(self.params.m)
-        return out
-
-    @staticmethod
-    def predict_proba(model: dict[str, Any], X: np.ndarray) -> np.ndarray:
-        return fcm_memberships(np.asarray(X, dtype=np.float64), model["centers"], float(model["m"]))
 
     @staticmethod
     def central(X: np.ndarray, C0: np.ndarray, params: FedFCMParams, rounds: int) -> np.ndarray:

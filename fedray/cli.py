@@ -12,7 +12,6 @@ import logging
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 from fedray.errors import FedrayError
 

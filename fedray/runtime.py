@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from fedray.algorithm import Reply, Task
-from fedray.client import ClientHost, Outcome, unpack_outcomes
+from fedray.client import ClientHost, unpack_outcomes
 from fedray.data.federation import ClientSpec
 from fedray.errors import ConfigError, RoundFailedError
 
