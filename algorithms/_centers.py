@@ -124,6 +124,28 @@ class CenterAlgorithm(Algorithm):
             raise ConfigError("algorithm.params.init: explicit centres contain NaN or infinite values")
         return C
 
+    # --- the round template: init phase, stop rule, one task for every sampled client ---
+    def configure_round(self, ctx: RoundContext) -> dict[int, Task] | None:
+        if self.phase == "init":
+            return self.init_tasks(ctx)
+        if self._converged or self.rounds_done >= self.params.max_rounds:
+            return None
+        task = self.round_task()
+        return {cid: task for cid in ctx.sampled}
+
+    def aggregate(self, ctx: RoundContext, replies: list[Reply]) -> dict[str, float]:
+        if self.phase == "init":
+            return self.aggregate_init(ctx, replies)
+        return self.update(ctx, replies)
+
+    def round_task(self) -> Task:  # pragma: no cover - abstract
+        """The task every sampled client runs in a training round."""
+        raise NotImplementedError
+
+    def update(self, ctx: RoundContext, replies: list[Reply]) -> dict[str, float]:  # pragma: no cover - abstract
+        """Fold a training round's replies into the centres; returns the round's metrics."""
+        raise NotImplementedError
+
     # --- init phase -----------------------------------------------------
     def init_tasks(self, ctx: RoundContext) -> dict[int, Task]:
         task = Task(local_centers, {"k": self.params.n_clusters})

@@ -56,17 +56,10 @@ class FederatedFCM(CenterAlgorithm):
     fuzzy = True
     description = "federated fuzzy c-means: sums of u^m x and u^m per cluster (Corcuera Barcena et al. 2021)"
 
-    def configure_round(self, ctx: RoundContext) -> dict[int, Task] | None:
-        if self.phase == "init":
-            return self.init_tasks(ctx)
-        if self._converged or self.rounds_done >= self.params.max_rounds:
-            return None
-        task = Task(fcm_stats, {"m": self.params.m, "guard": self.params.min_sample_guard}, self.centers)
-        return {cid: task for cid in ctx.sampled}
+    def round_task(self) -> Task:
+        return Task(fcm_stats, {"m": self.params.m, "guard": self.params.min_sample_guard}, self.centers)
 
-    def aggregate(self, ctx: RoundContext, replies: list[Reply]) -> dict[str, float]:
-        if self.phase == "init":
-            return self.aggregate_init(ctx, replies)
+    def update(self, ctx: RoundContext, replies: list[Reply]) -> dict[str, float]:
         sent = [r.update for r in replies if r.update is not None]
         if not sent:
             raise RoundFailedError(f"round {ctx.round}: no client could send its sums (min_sample_guard)")

@@ -103,16 +103,11 @@ class FedFCM(CenterAlgorithm):
             self.phase = "train"
         self.last_shift = float("nan")
 
-    def configure_round(self, ctx: RoundContext) -> dict[int, Task] | None:
-        if self.phase == "init":
-            return self.init_tasks(ctx)
-        if self._converged or self.rounds_done >= self.params.max_rounds:
-            return None
+    def round_task(self) -> Task:
         p = self.params
         payload = {"k": p.n_clusters, "m": p.m, "tol": p.local_tol, "max_iter": p.local_max_iter,
                    "support": self.averaging == "support" or p.weighted}
-        task = Task(local_fcm, payload, self.centers)
-        return {cid: task for cid in ctx.sampled}
+        return Task(local_fcm, payload, self.centers)
 
     def combine(self, ctx: RoundContext, local: np.ndarray, support: np.ndarray | None) -> np.ndarray:
         """k-means averaging (eq. 14) of the local centres (P, k, d) -> (k, d)."""
@@ -123,9 +118,7 @@ class FedFCM(CenterAlgorithm):
             return kmeans(pts, k, ctx.rng(1), n_init=self.params.n_init, weights=w)
         return lloyd(pts, self.centers, max_iter=300, weights=w)[0]
 
-    def aggregate(self, ctx: RoundContext, replies: list[Reply]) -> dict[str, float]:
-        if self.phase == "init":
-            return self.aggregate_init(ctx, replies)
+    def update(self, ctx: RoundContext, replies: list[Reply]) -> dict[str, float]:
         local = np.stack([r.update["centers"] for r in replies])
         support = np.stack([r.update["support"] for r in replies]) if "support" in replies[0].update else None
         new = self.combine(ctx, local, support)

@@ -112,19 +112,12 @@ class FedKMeans(CenterAlgorithm):
         self._small_rounds = np.zeros(params.n_clusters, dtype=np.int64)
         self.reassigned = 0
 
-    def configure_round(self, ctx: RoundContext) -> dict[int, Task] | None:
-        if self.phase == "init":
-            return self.init_tasks(ctx)
-        if self._converged or self.rounds_done >= self.params.max_rounds:
-            return None
+    def round_task(self) -> Task:
         p = self.params
-        task = Task(client_minibatch_kmeans, {"beta": p.beta, "epochs": p.epochs, "batch_size": p.batch_size},
+        return Task(client_minibatch_kmeans, {"beta": p.beta, "epochs": p.epochs, "batch_size": p.batch_size},
                     self.centers)
-        return {cid: task for cid in ctx.sampled}
 
-    def aggregate(self, ctx: RoundContext, replies: list[Reply]) -> dict[str, float]:
-        if self.phase == "init":
-            return self.aggregate_init(ctx, replies)
+    def update(self, ctx: RoundContext, replies: list[Reply]) -> dict[str, float]:
         p = self.params
         t = total(r.update for r in replies)
         counts = t["counts"]

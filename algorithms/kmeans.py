@@ -41,17 +41,10 @@ class FederatedKMeans(CenterAlgorithm):
     Params = KMeansParams
     description = "exact federated Lloyd k-means (per-cluster sums and counts)"
 
-    def configure_round(self, ctx: RoundContext) -> dict[int, Task] | None:
-        if self.phase == "init":
-            return self.init_tasks(ctx)
-        if self._converged or self.rounds_done >= self.params.max_rounds:
-            return None
-        task = Task(lloyd_stats, None, self.centers)
-        return {cid: task for cid in ctx.sampled}
+    def round_task(self) -> Task:
+        return Task(lloyd_stats, None, self.centers)
 
-    def aggregate(self, ctx: RoundContext, replies: list[Reply]) -> dict[str, float]:
-        if self.phase == "init":
-            return self.aggregate_init(ctx, replies)
+    def update(self, ctx: RoundContext, replies: list[Reply]) -> dict[str, float]:
         t = total(r.update for r in replies)
         counts = t["counts"]
         new = self.centers.copy()
