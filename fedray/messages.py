@@ -19,8 +19,6 @@ the :class:`~fedray.results.Result` (``result.extras["payloads"]``) for audits;
 """
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,7 +26,7 @@ import numpy as np
 
 from fedray.algorithm import Task
 from fedray.runtime import Executor, ExecResult, ExecutorWrapper
-from fedray.sizes import describe_message
+from fedray.sizes import describe_message, leaves
 from fedray.stats import Stats
 
 
@@ -140,24 +138,7 @@ def messages_table(rows: list[dict[str, Any]]) -> Any:
 
 # --- the row check ------------------------------------------------------------------
 def _float_leaves(obj: Any, prefix: str = "") -> list[tuple[str, np.ndarray]]:
-    out: list[tuple[str, np.ndarray]] = []
-    if isinstance(obj, np.ndarray):
-        if obj.dtype.kind == "f":
-            out.append((prefix or "value", obj))
-    elif hasattr(obj, "detach") and hasattr(obj, "numpy"):  # a torch tensor, without importing torch
-        out.extend(_float_leaves(obj.detach().cpu().numpy(), prefix))
-    elif isinstance(obj, Mapping):
-        for k, v in obj.items():
-            out.extend(_float_leaves(v, f"{prefix}.{k}" if prefix else str(k)))
-    elif isinstance(obj, (list, tuple)):
-        for i, v in enumerate(obj):
-            out.extend(_float_leaves(v, f"{prefix}[{i}]"))
-    elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        for f in dataclasses.fields(obj):
-            out.extend(_float_leaves(getattr(obj, f.name), f"{prefix}.{f.name}" if prefix else f.name))
-    elif hasattr(obj, "state_dict") and callable(obj.state_dict):  # a torch module
-        out.extend(_float_leaves(dict(obj.state_dict()), prefix))
-    return out
+    return [(n, v) for n, v in leaves(obj, prefix) if isinstance(v, np.ndarray) and v.dtype.kind == "f"]
 
 
 def find_own_rows(update: Any, X: np.ndarray) -> list[str]:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import pickle
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -33,20 +33,32 @@ def nbytes_of(obj: Any) -> int:
         return 0
 
 
-def describe_message(obj: Any, prefix: str = "") -> list[tuple[str, tuple[int, ...], str, int]]:
-    """(name, shape, dtype, bytes) of every array-like leaf in ``obj``."""
-    rows: list[tuple[str, tuple[int, ...], str, int]] = []
+def leaves(obj: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
+    """(name, leaf) for every leaf of a nested message: mappings, sequences and dataclasses
+    are walked; torch tensors and modules (recognised without importing torch) become numpy
+    arrays; ``None`` is skipped."""
+    if obj is None:
+        return
     if isinstance(obj, np.ndarray):
-        rows.append((prefix or "value", tuple(obj.shape), str(obj.dtype), int(obj.nbytes)))
+        yield prefix or "value", obj
+    elif hasattr(obj, "detach") and hasattr(obj, "numpy"):  # a torch tensor
+        yield prefix or "value", obj.detach().cpu().numpy()
     elif isinstance(obj, Mapping):
         for k, v in obj.items():
-            rows.extend(describe_message(v, f"{prefix}.{k}" if prefix else str(k)))
+            yield from leaves(v, f"{prefix}.{k}" if prefix else str(k))
     elif isinstance(obj, (list, tuple)):
         for i, v in enumerate(obj):
-            rows.extend(describe_message(v, f"{prefix}[{i}]"))
+            yield from leaves(v, f"{prefix}[{i}]")
     elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         for f in dataclasses.fields(obj):
-            rows.extend(describe_message(getattr(obj, f.name), f"{prefix}.{f.name}" if prefix else f.name))
-    elif obj is not None:
-        rows.append((prefix or "value", (), type(obj).__name__, nbytes_of(obj)))
-    return rows
+            yield from leaves(getattr(obj, f.name), f"{prefix}.{f.name}" if prefix else f.name)
+    elif hasattr(obj, "state_dict") and callable(obj.state_dict):  # a torch module
+        yield from leaves(dict(obj.state_dict()), prefix)
+    else:
+        yield prefix or "value", obj
+
+
+def describe_message(obj: Any, prefix: str = "") -> list[tuple[str, tuple[int, ...], str, int]]:
+    """(name, shape, dtype, bytes) of every leaf in ``obj``."""
+    return [(name, tuple(v.shape), str(v.dtype), int(v.nbytes)) if isinstance(v, np.ndarray)
+            else (name, (), type(v).__name__, nbytes_of(v)) for name, v in leaves(obj, prefix)]
