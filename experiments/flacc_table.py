@@ -48,7 +48,7 @@ LABELS = {"local": "NoFed", "fedavg": "FedAvg", "cfl": "CFL", "ifca": "IFCA (k)"
 FLHC_D = (0.5, 0.75, 1.0)
 
 
-def variants(method: str, federation: str, quick: bool) -> list[tuple[str, dict[str, Any]]]:
+def variants(method: str, federation: str, quick: bool, n_merge: int = 2) -> list[tuple[str, dict[str, Any]]]:
     """(label, extra params) of each run of ``method`` on ``federation``."""
     s = N_GROUPS[federation]
     if method == "ifca":
@@ -57,8 +57,8 @@ def variants(method: str, federation: str, quick: bool) -> list[tuple[str, dict[
     if method == "flhc":
         ds = FLHC_D[1:2] if quick else FLHC_D
         return [(f"d={d}", {"distance_threshold": d, **({"n_pre": 2} if quick else {})}) for d in ds]
-    if method == "flacc" and quick:
-        return [("", {"n_sep": 2})]
+    if method == "flacc":
+        return [("", {"n_merge": n_merge, **({"n_sep": 2} if quick else {})})]
     if method == "cfl" and quick:
         return [("", {"warmup": 1})]
     return [("", {})]
@@ -82,7 +82,7 @@ def run_table(args: argparse.Namespace) -> tuple[pd.DataFrame, pd.DataFrame, dic
             notes = sorted({str(w.message) for w in caught if issubclass(w.category, SharedSamplesWarning)})
             with session:
                 for method in args.methods:
-                    for label, extra in variants(method, fed, args.quick):
+                    for label, extra in variants(method, fed, args.quick, args.n_merge):
                         base = session.config
                         if method == "cfl":  # CFL needs every client every round (paper: all 100)
                             session.config = base.model_copy(deep=True)
@@ -148,7 +148,7 @@ def markdown(runs: pd.DataFrame, args: argparse.Namespace, details: dict[str, An
               f"(CFL: 1.0), samples per client {args.samples[0]}-{args.samples[1]} (85/15 train/test), "
               f"{args.rounds} rounds, model {args.model}, SGD lr {args.lr}, E = {args.epochs}, "
               f"B = {args.batch_size}, seeds {', '.join(map(str, args.seeds))}; FLACC: alpha_0 = 0, T = 10, "
-              f"n_merge = 2, N_sep = {2 if args.quick else 10}; FL+HC: {2 if args.quick else 10} FedAvg rounds "
+              f"n_merge = {args.n_merge}, N_sep = {2 if args.quick else 10}; FL+HC: {2 if args.quick else 10} FedAvg rounds "
               "before clustering (Ward linkage); CFL: eps1 = 0.4, eps2 = 1.6."]
     if shared:  # one line, not one note per federation and seed
         kinds = sorted({n.split(" federation of ")[0] for n in shared})
@@ -211,6 +211,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--lr", type=float, default=0.1)
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--eval-every", type=int, default=None, help="evaluate every r rounds, default 5 (quick: 2)")
+    p.add_argument("--n-merge", type=int, default=2,
+                   help="FLACC entity pairs merged per round (paper's experiments: 2; it recommends 1 when "
+                        "nothing is known of the federation)")
     p.add_argument("--model", default="auto", help="auto = cnn8 for 8x8 digits, the paper's cnn28 for 28x28")
     p.add_argument("--backend", default="local", choices=["local", "ray"])
     p.add_argument("--num-cpus", type=int, default=None, help="CPUs of an embedded Ray instance")
