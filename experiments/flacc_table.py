@@ -18,7 +18,7 @@ Examples::
 
     python experiments/flacc_table.py --out runs/flacc_digits            # sklearn:digits, 3 seeds
     python experiments/flacc_table.py --federations rotated --methods local fedavg flacc \\
-        --seeds 0 1 2 3 4 --samples 100 300 --rounds 100 --n-merge 1    # docs/reproductions.md
+        --seeds 0 1 2 3 4 --samples 80 240 --rounds 100 --n-merge 1     # docs/reproductions.md
     python experiments/flacc_table.py --dataset mnist --data-dir ../shared/datasets \\
         --federations rotated --out runs/flacc_mnist
     python experiments/flacc_table.py --quick --out /tmp/flacc_quick      # seconds, for tests
