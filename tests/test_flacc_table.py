@@ -62,3 +62,15 @@ def test_markdown_table_has_the_papers_layout_and_the_numbers(quick) -> None:
     assert [float(m) for m, _ in cells] == pytest.approx(
         [flacc[f] for f in ("rotated", "grouped", "label-swapped", "grouped+rotated")], abs=0.006)
     assert "Clusters found by FLACC" in md and "| rotated | 4 |" in md
+
+
+def test_n_merge_option_reaches_flacc_and_bounds_its_merges(quick, tmp_path) -> None:
+    mod, _, _ = quick
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        mod.main(["--quick", "--federations", "rotated", "--methods", "flacc", "--n-merge", "1",
+                  "--out", str(tmp_path)])
+    rounds = pd.read_parquet(tmp_path / "rounds.parquet")
+    merging = rounds[rounds["phase"] == "merging"]
+    assert len(merging) and merging["merges"].max() == 1  # one merge a round at most, and it did merge
+    assert "n_merge = 1" in (tmp_path / "table.md").read_text()
