@@ -18,7 +18,7 @@
   becomes its own federation trained by FedAvg.
 
 All are supervised; the shared machinery (client function, per-group FedAvg,
-evaluation every r rounds, metrics) is :mod:`fedray.algorithms._cfl_common`.
+evaluation every r rounds, metrics) is :mod:`fedray.supervised`.
 No torch is imported here.
 """
 from __future__ import annotations
@@ -29,13 +29,13 @@ import numpy as np
 from pydantic import Field
 
 from fedray.algorithm import Reply, RoundContext, Task, register
-from fedray.algorithms._cfl_common import (ClusteredFL, SupervisedParams, client_round, cosine_similarities,
+from fedray.supervised import (SupervisedAlgorithm, SupervisedParams, client_round, cosine_similarities,
                                            weighted_average)
 from fedray.errors import ConfigError
 
 
 @register
-class FedAvg(ClusteredFL):
+class FedAvg(SupervisedAlgorithm):
     """FedAvg: one model for all clients."""
 
     name = "fedavg"
@@ -52,7 +52,7 @@ class FedAvg(ClusteredFL):
 
 
 @register
-class Local(ClusteredFL):
+class Local(SupervisedAlgorithm):
     """No federation: each client trains its own model, kept in its state."""
 
     name = "local"
@@ -99,7 +99,7 @@ class IFCAParams(SupervisedParams):
 
 
 @register
-class IFCA(ClusteredFL):
+class IFCA(SupervisedAlgorithm):
     """IFCA: k models, each client joins the one with the lowest training loss."""
 
     name = "ifca"
@@ -156,7 +156,7 @@ class CFLParams(SupervisedParams):
 
 
 @register
-class CFL(ClusteredFL):
+class CFL(SupervisedAlgorithm):
     """CFL: recursive bipartition of clusters by cosine similarity of updates."""
 
     name = "cfl"
@@ -241,7 +241,7 @@ class FLHCParams(SupervisedParams):
 
 
 @register
-class FLHC(ClusteredFL):
+class FLHC(SupervisedAlgorithm):
     """FL+HC: FedAvg, one hierarchical clustering of client updates, then FedAvg per cluster."""
 
     name = "flhc"

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 from pydantic import Field
 
-from fedray.algorithms._centers import CenterAlgorithm, CenterParams
+from fedray.centers import CenterAlgorithm, CenterParams
 from fedray.algorithm import Reply, RoundContext, Task, register
 from fedray.errors import RoundFailedError
 from fedray.ops import fcm_memberships, sq_distances, warn_empty, weighted_sums

@@ -33,7 +33,7 @@ import numpy as np
 from pydantic import Field, field_validator
 
 from fedray.algorithm import FederationInfo, Reply, RoundContext, Task, register
-from fedray.algorithms._centers import CenterAlgorithm, CenterParams
+from fedray.centers import CenterAlgorithm, CenterParams
 from fedray.ops import fcm, kmeans, kmeans_plusplus, lloyd
 from fedray.stats import total
 

@@ -34,7 +34,7 @@ import numpy as np
 from pydantic import Field
 
 from fedray.algorithm import FederationInfo, Reply, RoundContext, Task, register
-from fedray.algorithms._centers import CenterAlgorithm, CenterParams
+from fedray.centers import CenterAlgorithm, CenterParams
 from fedray.ops import assign, cluster_sums
 from fedray.stats import Stats, total
 

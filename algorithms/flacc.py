@@ -1,7 +1,7 @@
 """FLACC: federated learning via agglomerative client clustering (Mehta & Shao 2023).
 
 Algorithm 1 of the paper, on the shared clustered-FL machinery of
-:mod:`fedray.algorithms._cfl_common`:
+:mod:`fedray.supervised`:
 
 * **Merging phase** — FedAvg with model averaging (line 20): each round the
   sampled clients train the global model for E epochs and send their weights;
@@ -34,7 +34,7 @@ import pandas as pd
 from pydantic import Field
 
 from fedray.algorithm import FederationInfo, Reply, RoundContext, Task, register
-from fedray.algorithms._cfl_common import ClusteredFL, SupervisedParams
+from fedray.supervised import SupervisedAlgorithm, SupervisedParams
 from fedray.algorithms.flacc_rules import MergeEvent, SimilarityMemory, entities, merge_round
 
 
@@ -51,7 +51,7 @@ class FLACCParams(SupervisedParams):
 
 
 @register
-class FLACC(ClusteredFL):
+class FLACC(SupervisedAlgorithm):
     """FLACC: FedAvg while agglomerating clients by update similarity, then one federation per entity."""
 
     name = "flacc"

@@ -19,7 +19,7 @@ import numpy as np
 from pydantic import Field
 
 from fedray.algorithm import Algorithm, FederationInfo, Params, Reply, RoundContext, Task, register
-from fedray.algorithms._centers import CenterAlgorithm, local_centers
+from fedray.centers import CenterAlgorithm, local_centers
 from fedray.errors import ConfigError, DataError
 from fedray.ops import kmeans
 

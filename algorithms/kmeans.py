@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 from pydantic import Field
 
-from fedray.algorithms._centers import CenterAlgorithm, CenterParams
+from fedray.centers import CenterAlgorithm, CenterParams
 from fedray.algorithm import Reply, RoundContext, Task, register
 from fedray.ops import assign, cluster_sums, warn_empty
 from fedray.stats import Stats, total

@@ -11,19 +11,45 @@ from __future__ import annotations
 
 import logging
 
-from fedray.algorithm import Algorithm, FederationInfo, Reply, RoundContext, Task, available_algorithms, register
+from typing import Any
+
+from fedray.algorithm import (Algorithm, FederationInfo, Params, Reply, RoundContext, Task, available_algorithms,
+                              register)
+from fedray.centers import CenterAlgorithm, CenterParams
 from fedray.config import ExperimentConfig, make_config
 from fedray.errors import ConfigError, DataError, EmptyClusterWarning, FedrayError, FedrayWarning, RoundFailedError
 from fedray.results import Result
 from fedray.session import Session, run
-from fedray.stats import Stats
+from fedray.stats import Stats, total
 
 __version__ = "0.1.0"
 
 logging.getLogger("fedray").addHandler(logging.NullHandler())
 
+# Public names whose modules are imported on first use: the supervised base pulls in the
+# model catalogue (and, when it trains, torch); arrays and estimators are optional conveniences.
+_LAZY = {
+    "SupervisedAlgorithm": "fedray.supervised",
+    "SupervisedParams": "fedray.supervised",
+    "from_arrays": "fedray.data.arrays",
+    "ArrayData": "fedray.data.arrays",
+}
+
+
+def __getattr__(name: str) -> Any:
+    mod = _LAZY.get(name)
+    if mod is None:
+        raise AttributeError(f"module 'fedray' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(mod), name)
+    globals()[name] = value
+    return value
+
+
 __all__ = [
-    "Algorithm", "ConfigError", "DataError", "EmptyClusterWarning", "ExperimentConfig", "FederationInfo",
-    "FedrayError", "FedrayWarning", "Reply", "Result", "RoundContext", "RoundFailedError", "Session", "Stats",
-    "Task", "available_algorithms", "make_config", "register", "run",
+    "Algorithm", "ArrayData", "CenterAlgorithm", "CenterParams", "ConfigError", "DataError", "EmptyClusterWarning",
+    "ExperimentConfig", "FederationInfo", "FedrayError", "FedrayWarning", "Params", "Reply", "Result",
+    "RoundContext", "RoundFailedError", "Session", "Stats", "SupervisedAlgorithm", "SupervisedParams", "Task",
+    "available_algorithms", "from_arrays", "make_config", "register", "run", "total",
 ]

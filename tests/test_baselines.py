@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import fedray
-from fedray.algorithms._cfl_common import cluster_metrics, cosine_similarities, weighted_average
+from fedray.supervised import cluster_metrics, cosine_similarities, weighted_average
 from fedray.algorithms.baselines import bipartition, cluster_updates
 from fedray.errors import ConfigError
 
@@ -137,7 +137,7 @@ def test_bad_inputs_are_clear_errors():
 
 
 def test_algorithm_modules_import_without_torch():
-    code = ("import sys, fedray.algorithms.baselines, fedray.algorithms._cfl_common, fedray.data.image_federations, "
+    code = ("import sys, fedray.algorithms.baselines, fedray.supervised, fedray.data.image_federations, "
             "fedray.plots_cfl; assert 'torch' not in sys.modules, 'torch imported'")
     subprocess.run([sys.executable, "-c", code], check=True)
 

@@ -26,7 +26,7 @@ def test_one_shot_recovers_heterogeneous_blobs():
 
 def test_server_clusters_exactly_the_local_centres():
     from fedray.algorithm import Task
-    from fedray.algorithms._centers import local_centers
+    from fedray.centers import local_centers
     from fedray.ops import kmeans
     from fedray.seeding import server_rng
 

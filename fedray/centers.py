@@ -1,4 +1,4 @@
-"""Shared pieces of centre-based clustering algorithms: initialisation and evaluation.
+"""Centre-based clustering: the public base class of algorithms whose model is a set of centres.
 
 Initialisation (``init``):
 

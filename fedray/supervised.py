@@ -9,7 +9,7 @@ API for an algorithm module
 ``SupervisedParams``
     model, optimizer (``sgd``/``adam``), lr, epochs (E), batch_size (B),
     eval_every (r), test_fraction, device, model_seed. Subclass it for more.
-``ClusteredFL(Algorithm)`` — base class; state:
+``SupervisedAlgorithm(Algorithm)`` — base class; state:
     ``self.spec`` (model spec), ``self.init`` (theta_0, float32 (P,)),
     ``self.models: dict[key, ndarray (P,) float32]`` — the models on the server;
     ``self.model_of: ndarray (n_clients,)`` — the model key each client trains/evaluates;
@@ -179,7 +179,7 @@ def client_round(payload: Mapping[str, Any], shared: Any, client: Any) -> dict[s
 
 
 # --- the base class ---------------------------------------------------------------
-class ClusteredFL(Algorithm):
+class SupervisedAlgorithm(Algorithm):
     """Base of supervised (clustered) federated learning algorithms; see the module docstring."""
 
     Params: ClassVar[type[Params]] = SupervisedParams
