@@ -68,9 +68,17 @@ def cmd_list(args: argparse.Namespace) -> int:
     from fedray.algorithm import available_algorithms
     from fedray.data import available_datasets, available_partitions
 
+    from fedray.plugins import ENTRY_POINT_GROUP, entry_points
+
     print("algorithms:")
     for name, cls in available_algorithms().items():
         print(f"  {name:<16} {cls.description}")
+    installed = entry_points()
+    print(f"plug-ins (entry-point group {ENTRY_POINT_GROUP}; or any package.module:ClassName):")
+    if not installed:
+        print("  (none installed)")
+    for name, ep in sorted(installed.items()):
+        print(f"  {name:<16} {ep.value}")
     print("datasets:")
     for d in available_datasets():
         print(f"  {d}")
@@ -112,6 +120,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # Plug-ins given as package.module:Name are looked up from the current folder too, as
+    # `python -m` would (the console script's own folder is what Python puts first).
+    if "" not in sys.path and str(Path.cwd()) not in sys.path:
+        sys.path.insert(0, str(Path.cwd()))
     parser = build_parser()
     args = parser.parse_args(argv)
     level = logging.WARNING - 10 * min(args.verbose + 1, 2)

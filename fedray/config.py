@@ -255,9 +255,7 @@ def validate_static(cfg: ExperimentConfig) -> None:
         raise ConfigError(
             f"federation.min_clients: {fed.min_clients} is more than federation.n_clients={fed.n_clients}")
     _check_reliability(cfg)
-    check = getattr(cls, "check_config", None)
-    if check is not None:
-        check(cfg)
+    cls.check_config(cfg)
 
 
 def _check_reliability(cfg: ExperimentConfig) -> None:

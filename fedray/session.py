@@ -91,13 +91,21 @@ class Session:
         return info, scaler
 
     # --- running ----------------------------------------------------------------
-    def make_algorithm(self, name: str | None = None, params: dict[str, Any] | None = None) -> Algorithm:
+    def make_algorithm(self, name: str | type[Algorithm] | None = None,
+                       params: dict[str, Any] | None = None) -> Algorithm:
+        """An algorithm on this session's federation: a name (or ``package.module:ClassName``),
+        an :class:`Algorithm` subclass, or None for the configured one."""
         cfg = self.config
-        cls = get_algorithm(name) if name else self.algorithm_cls
+        if isinstance(name, type):
+            from fedray.plugins import check_algorithm_class
+
+            cls = check_algorithm_class(name, name.__qualname__, key="algorithm")
+        else:
+            cls = get_algorithm(name) if name else self.algorithm_cls
         p = make_params(cls, cfg.algorithm.params if params is None else params)
         return cls(p, self.info, cfg.seed)
 
-    def run(self, algorithm: str | Algorithm | None = None, params: dict[str, Any] | None = None, *,
+    def run(self, algorithm: str | type[Algorithm] | Algorithm | None = None, params: dict[str, Any] | None = None, *,
             output: str | Path | None | bool = None, progress: bool | None = None,
             central_baseline: bool | None = None, resume_from: dict[str, Any] | None = None) -> Result:
         """Run one algorithm on this session's clients and return its :class:`Result`.
