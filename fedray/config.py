@@ -78,6 +78,7 @@ class EvaluationConfig(_Section):
 
 class OutputConfig(_Section):
     directory: str | None = None
+    overwrite: bool = False  # replace the contents of a non-empty output folder (else it is refused)
     plots: bool = True
     messages: bool = False  # write messages.parquet (every message: round, client, direction, names, shapes, bytes)
     message_payloads: bool = False  # also keep what the server received on the Result (audits, tests)

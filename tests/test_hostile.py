@@ -86,3 +86,66 @@ def test_a_checkpoint_from_another_key_names_the_remedy(tmp_path, checkpoint_key
     monkeypatch.setenv(checkpoint.KEY_ENV, "xyz")
     with pytest.raises(ConfigError, match="must be hexadecimal"):
         checkpoint.resume(out)
+
+
+# --- output folders ------------------------------------------------------------------
+SMALL = {"algorithm": {"name": "kmeans", "params": {"n_clusters": 3}}, "data": {"dataset": "sklearn:iris"},
+         "federation": {"n_clients": 4, "rounds": 3}, "runtime": {"backend": "local", "progress": False}}
+
+
+def test_a_non_empty_output_folder_is_refused_before_ray_starts(tmp_path, monkeypatch):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "messages.parquet").write_bytes(b"old run")
+    import fedray.session as S
+
+    monkeypatch.setattr(S, "ensure_ray", lambda *a, **k: pytest.fail("Ray started before the output check"))
+    with pytest.raises(ConfigError, match=r"is not empty \(1 entries\).*--overwrite") as err:
+        fedray.run(SMALL, runtime={"backend": "ray"}, output=out)
+    assert "\n" not in str(err.value)
+    assert (out / "messages.parquet").read_bytes() == b"old run"
+
+
+def test_overwrite_replaces_the_old_run_entirely(tmp_path):
+    out = tmp_path / "out"
+    fedray.run(SMALL, output=out)
+    (out / "messages.parquet").write_bytes(b"left over from an older run")
+    fedray.run(SMALL, output=out, **{"output.overwrite": True})
+    assert not (out / "messages.parquet").exists()
+    assert (out / "summary.json").is_file()
+
+
+def test_overwrite_never_empties_a_folder_that_is_not_a_fedray_output(tmp_path):
+    home = tmp_path / "my-documents"
+    home.mkdir()
+    (home / "thesis.tex").write_text("precious")
+    with pytest.raises(ConfigError, match="does not look like a fedray output folder"):
+        fedray.run(SMALL, output=home, **{"output.overwrite": True})
+    assert (home / "thesis.tex").read_text() == "precious"
+
+
+@pytest.mark.parametrize("make", ["file", "below a file"])
+def test_an_unusable_output_path_fails_before_the_run(tmp_path, make):
+    f = tmp_path / "results.txt"
+    f.write_text("x")
+    out = f if make == "file" else f / "sub"
+    with pytest.raises(ConfigError, match="output folder") as err:
+        fedray.run(SMALL, output=out)
+    assert "\n" not in str(err.value)
+
+
+def test_a_run_failing_in_round_n_writes_what_it_had(tmp_path):
+    out = tmp_path / "out"
+    cfg = {**SMALL, "federation": {"n_clients": 4, "rounds": 6, "min_clients": 4},
+           "faults": {"crashes": [[2, 1]]}}
+    with pytest.raises(fedray.RoundFailedError):
+        fedray.run(cfg, output=out)
+    import json
+
+    import pandas as pd
+
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "failed" and summary["rounds"] == 2
+    assert len(pd.read_parquet(out / "rounds.parquet")) == 2
+    assert pd.read_parquet(out / "failures.parquet")["round"].tolist() == [2]
+    assert (out / "config.yaml").is_file()
