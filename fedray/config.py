@@ -20,6 +20,28 @@ from fedray.errors import ConfigError
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_as_number(cls, v: Any, info: Any) -> Any:
+        """``n_clients: true`` is a mistake, not 1 client: numbers never come from booleans."""
+        if isinstance(v, bool):
+            ann = cls.model_fields[info.field_name].annotation
+            if not _allows_bool(ann) and _allows_number(ann):
+                raise ValueError(f"expected a number, not a boolean ({v!r})")
+        return v
+
+
+def _allows_bool(ann: Any) -> bool:
+    import typing
+
+    return ann is bool or ann is Any or any(_allows_bool(a) for a in typing.get_args(ann))
+
+
+def _allows_number(ann: Any) -> bool:
+    import typing
+
+    return ann in (int, float) or any(_allows_number(a) for a in typing.get_args(ann))
+
 
 class AlgorithmConfig(_Section):
     name: str = "kmeans"
@@ -185,17 +207,61 @@ def _nest_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
     return raw
 
 
+#: Largest config file read, and most nodes its YAML may expand to (aliases counted each time
+#: they are used), so that an alias "bomb" of a few hundred bytes fails at once.
+MAX_CONFIG_BYTES = 1 << 20
+MAX_CONFIG_NODES = 100_000
+
+
 def load_yaml(path: str | Path) -> dict[str, Any]:
+    """Read a YAML config file (one-line errors for every way it can be unusable)."""
     p = Path(path)
     if not p.exists():
         raise ConfigError(f"config file {str(p)!r} does not exist")
+    if not p.is_file():
+        raise ConfigError(f"config file {str(p)!r} is not a file (a directory?)")
+    size = p.stat().st_size
+    if size > MAX_CONFIG_BYTES:
+        raise ConfigError(f"config file {str(p)!r} has {size} bytes; a config is at most {MAX_CONFIG_BYTES}")
     try:
-        raw = yaml.safe_load(p.read_text()) or {}
+        text = p.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"config file {str(p)!r} is not UTF-8 text (byte {exc.start}); save it as UTF-8") from None
+    except OSError as exc:
+        raise ConfigError(f"config file {str(p)!r} cannot be read: {exc.strerror}") from None
+    return parse_yaml(text, f"config file {str(p)!r}")
+
+
+def parse_yaml(text: str, what: str) -> dict[str, Any]:
+    """Parse YAML text holding a mapping, refusing documents that expand beyond MAX_CONFIG_NODES."""
+    try:
+        raw = yaml.safe_load(text) or {}
     except yaml.YAMLError as exc:
-        raise ConfigError(f"config file {str(p)!r} is not valid YAML: {exc}") from None
+        first = str(exc).strip().splitlines()
+        raise ConfigError(f"{what} is not valid YAML: {' '.join(ln.strip() for ln in first[:3])}") from None
+    if _expanded_nodes(raw, MAX_CONFIG_NODES) > MAX_CONFIG_NODES:
+        raise ConfigError(f"{what} expands to more than {MAX_CONFIG_NODES} values (nested YAML aliases?); "
+                          "refusing to read it")
     if not isinstance(raw, dict):
-        raise ConfigError(f"config file {str(p)!r} must hold a mapping at the top level")
+        raise ConfigError(f"{what} must hold a mapping at the top level")
     return raw
+
+
+def _expanded_nodes(obj: Any, limit: int) -> int:
+    """Nodes of ``obj`` counting shared sub-trees each time they appear; stops past ``limit``."""
+    count = 0
+    stack = [obj]
+    while stack:
+        cur = stack.pop()
+        count += 1
+        if count > limit:
+            return count
+        if isinstance(cur, dict):
+            stack.extend(cur.keys())
+            stack.extend(cur.values())
+        elif isinstance(cur, (list, tuple)):
+            stack.extend(cur)
+    return count
 
 
 def make_config(config: ExperimentConfig | dict | str | Path | None = None,

@@ -23,6 +23,7 @@ from fedray.errors import DataError
 from fedray.results import Result, peak_memory_mb
 from fedray.runtime import Executor, ensure_ray, make_executor
 from fedray.server import Server
+from fedray.sizes import check_memory
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +43,7 @@ class Session:
         self.config: ExperimentConfig = make_config(config, **kwargs) if (kwargs or not isinstance(config, ExperimentConfig)) else config
         cfg = self.config
         self.algorithm_cls = get_algorithm(cfg.algorithm.name)
+        check_memory(cfg)
         self.federation: Federation = build_federation(cfg.data, cfg.federation.n_clients, cfg.seed)
         rt = cfg.runtime
         self._started_ray = False

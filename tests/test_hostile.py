@@ -149,3 +149,71 @@ def test_a_run_failing_in_round_n_writes_what_it_had(tmp_path):
     assert len(pd.read_parquet(out / "rounds.parquet")) == 2
     assert pd.read_parquet(out / "failures.parquet")["round"].tolist() == [2]
     assert (out / "config.yaml").is_file()
+
+
+# --- configs ---------------------------------------------------------------------------
+BOMB = "".join(f"{a}: &{a} [{', '.join(['*' + p] * 9) if p else '1, 1, 1, 1, 1, 1, 1, 1, 1'}]\n"
+               for p, a in zip([None, *"abcdefgh"], "abcdefghi"))
+
+
+@pytest.mark.parametrize("content, message", [
+    (BOMB.encode(), "expands to more than"),
+    (b"seed: 1\nname: \xff\xfe\n", "is not UTF-8 text"),
+    (None, "is not a file (a directory?)"),
+    (b"federation: {n_clients: true}\n", "expected a number, not a boolean"),
+    (b"a: [1\n", "is not valid YAML"),
+])
+def test_bad_config_files_fail_at_once_in_one_line(tmp_path, content, message):
+    path = tmp_path / "cfg.yaml"
+    if content is None:
+        path.mkdir()
+    else:
+        path.write_bytes(content)
+    proc = subprocess.run([*CLI, "run", str(path)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert message in proc.stderr and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().count("\n") <= 1  # pydantic's "invalid configuration:" header + one line
+
+
+def test_a_federation_too_large_for_memory_is_refused_with_the_estimate():
+    with pytest.raises(ConfigError, match=r"1000000000 clients of 200 x 2 points need about .* GiB"):
+        fedray.run(data={"dataset": "blobs"}, federation={"n_clients": 10**9}, runtime={"backend": "local"},
+                   output=False)
+
+
+# --- tables: unusable files and silent coercions ----------------------------------------
+@pytest.mark.parametrize("kind, make, message", [
+    ("csv", lambda p: p.write_text(""), "is an empty file"),
+    ("csv", lambda p: p.write_text("a,b,c\n1,2,3\n4,5,6,7\n"), "is not a well-formed CSV"),
+    ("csv", lambda p: p.mkdir(), "is not a file (a directory?)"),
+    ("parquet", lambda p: p.mkdir(), "is not a file (a directory?)"),
+    ("csv", lambda p: __import__("pandas").DataFrame({"a": [1.0, 2.0]}).to_parquet(p), "is a Parquet file; use parquet:"),
+    ("parquet", lambda p: p.write_bytes(b"PAR1 this is no parquet"), "is not a readable Parquet file"),
+    ("parquet", lambda p: p.write_text("a,b\n1,2\n"), "a CSV? use csv:PATH"),
+    ("csv", lambda p: p.write_bytes(b"a,b\n1,\xff\n"), "is not UTF-8 text"),
+])
+@pytest.mark.parametrize("by_column", [False, True])
+def test_unusable_tables_are_one_line_errors(tmp_path, kind, make, message, by_column):
+    path = tmp_path / f"t.{kind}"
+    make(path)
+    extra = {"client_column": "a"} if by_column else {}
+    with pytest.raises(fedray.DataError, match=message.replace("(", r"\(").replace(")", r"\)").replace("?", r"\?")) as err:
+        fedray.run(data={"dataset": f"{kind}:{path}", **extra}, federation={"n_clients": None if by_column else 2},
+                   runtime={"backend": "local"}, output=False)
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("table, options, message", [
+    ("a,b,label\n1,2,0\n3,x,1\n5,6,1\n7,8,0\n", {}, "column 'b' has the non-numeric value 'x' at row 2"),
+    ("a,b,label\n1,2,0\n3,4,1\n5,6,\n7,8,0\n", {"label_column": "label"}, "column 'label' has a missing value at row 3"),
+    ("a,b,site\n1,2,s1\n3,4,\n5,6,s2\n7,8,s2\n", {"client_column": "site"}, "column 'site' has a missing value at row 2"),
+    ("a,b,site\n1,2,s1\n3,x,s1\n5,6,s2\n7,8,s2\n", {"client_column": "site"}, "column 'b' has the non-numeric value"),
+])
+def test_values_are_never_silently_coerced_or_dropped(tmp_path, table, options, message):
+    path = tmp_path / "t.csv"
+    path.write_text(table)
+    n = None if "client_column" in options else 2
+    with pytest.raises(fedray.DataError, match=message):
+        fedray.run(data={"dataset": f"csv:{path}", **options}, federation={"n_clients": n},
+                   algorithm={"name": "kmeans", "params": {"n_clusters": 2}}, runtime={"backend": "local"},
+                   output=False)

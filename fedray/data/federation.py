@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from fedray.data.datasets import _is_numeric, check_dataset_name, load_dataset, read_table, resolve_data_dir, table_feature_columns
+from fedray.data.datasets import _is_numeric, check_columns, check_dataset_name, load_dataset, read_table, resolve_data_dir, table_feature_columns
 from fedray.data.partitions import partition_indices
 from fedray.errors import ConfigError, DataError
 from fedray.seeding import data_rng
@@ -192,7 +192,10 @@ def _table_by_column(path: str, kind: str, data: Any) -> Federation:
     feats = table_feature_columns(columns, dtypes, data.feature_columns, data.label_column, data.client_column)
     # The driver reads only the client (and label) column: the feature values stay with the clients.
     df = read_table(path, kind, columns=[c for c in (data.client_column, data.label_column) if c])
-    values = sorted(df[data.client_column].dropna().unique().tolist(), key=str)
+    check_columns(df, None, data.label_column, data.client_column)
+    if kind == "csv":  # feature columns: the schema came from the first rows; no value there may be coerced
+        check_columns(read_table(path, kind, nrows=5000), data.feature_columns, None, None)
+    values = sorted(df[data.client_column].unique().tolist(), key=str)
     label_values = None
     if data.label_column is not None:
         label_values = sorted(df[data.label_column].dropna().unique().tolist(), key=str)
@@ -210,12 +213,20 @@ def table_schema(path: str, kind: str) -> tuple[list[str], Any]:
     p = Path(path).expanduser()
     if not p.exists():
         raise DataError(f"data.dataset: file {str(p)!r} does not exist")
+    if not p.is_file():
+        raise DataError(f"data.dataset: {kind}:{path} is not a file (a directory?); give the path of one "
+                        f"{kind.upper()} file")
     if kind == "parquet":
+        import pyarrow as pa
         import pyarrow.parquet as pq
 
-        empty = pq.read_schema(p).empty_table().to_pandas()
+        try:
+            empty = pq.read_schema(p).empty_table().to_pandas()
+        except (pa.ArrowException, OSError, ValueError):
+            read_table(path, kind)  # raises the one-line error with its hint
+            raise
         return list(empty.columns), empty.dtypes
-    head = pd.read_csv(p, nrows=5000)
+    head = read_table(path, kind, nrows=5000)
     return list(head.columns), head.dtypes
 
 
