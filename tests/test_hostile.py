@@ -217,3 +217,18 @@ def test_values_are_never_silently_coerced_or_dropped(tmp_path, table, options, 
         fedray.run(data={"dataset": f"csv:{path}", **options}, federation={"n_clients": n},
                    algorithm={"name": "kmeans", "params": {"n_clusters": 2}}, runtime={"backend": "local"},
                    output=False)
+
+
+# --- one feature ---------------------------------------------------------------------
+@pytest.mark.parametrize("data", [{"dataset": "scenario:triebe-1d"},
+                                  {"dataset": "sklearn:iris", "feature_columns": None}])
+def test_one_feature_runs_plot_their_centres(tmp_path, data):
+    if data["dataset"] == "sklearn:iris":  # a one-column user table
+        path = tmp_path / "one.csv"
+        path.write_text("x\n" + "\n".join(str(v) for v in np.r_[np.linspace(0, 1, 30), np.linspace(5, 6, 30)]))
+        data = {"dataset": f"csv:{path}"}
+    out = tmp_path / "out"
+    res = fedray.run(data=data, algorithm={"name": "kmeans", "params": {"n_clusters": 2}},
+                     federation={"n_clients": 3}, runtime={"backend": "local", "progress": False}, output=out)
+    assert res.centers.shape[1] == 1
+    assert (out / "plots" / "centers.png").stat().st_size > 5000
