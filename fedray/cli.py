@@ -132,11 +132,13 @@ def main(argv: list[str] | None = None) -> int:
         sys.path.insert(0, str(Path.cwd()))
     parser = build_parser()
     args = parser.parse_args(argv)
-    level = logging.WARNING - 10 * min(args.verbose + 1, 2)
+    level = (logging.WARNING, logging.INFO, logging.DEBUG)[min(args.verbose, 2)]  # -v: progress notes, -vv: debug
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
     try:
         return int(args.func(args) or 0)
     except FedrayError as exc:
+        if args.verbose:
+            log.debug("traceback", exc_info=True)
         print(f"fedray: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
@@ -147,6 +149,12 @@ def main(argv: list[str] | None = None) -> int:
 
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except Exception as exc:  # noqa: BLE001 - a defect or an unexpected environment: one line unless -v
+        if args.verbose:
+            raise
+        text = " ".join(str(exc).split())[:300]
+        print(f"fedray: internal error: {type(exc).__name__}: {text} (run with -v for the traceback)", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":  # pragma: no cover

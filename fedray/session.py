@@ -150,10 +150,10 @@ class Session:
             server = ServerActor.remote(alg, executor, kwargs)
             if resume_from is not None:
                 ray.get(server.restore.remote(resume_from["server"]))
-            step = lambda: ray.get(server.step.remote())  # noqa: E731
-            finish = lambda: ray.get([server.evaluate.remote(), server.result.remote(), server.state.remote()])  # noqa: E731
-            snapshot = lambda: ray.get(server.snapshot.remote())  # noqa: E731
-            state_of = lambda: ray.get(server.state.remote(), timeout=30)  # noqa: E731
+            step = lambda: _server_call(server.step.remote())  # noqa: E731
+            finish = lambda: _server_call([server.evaluate.remote(), server.result.remote(), server.state.remote()])  # noqa: E731
+            snapshot = lambda: _server_call(server.snapshot.remote())  # noqa: E731
+            state_of = lambda: _server_call(server.state.remote(), timeout=30)  # noqa: E731
         else:
             local = Server(alg, executor, **kwargs)
             if resume_from is not None:
@@ -324,6 +324,27 @@ def _histogram2d(payload: Any, shared: tuple, client: Any) -> np.ndarray:
     P = (client.data.X - mean) @ axes
     H, _, _ = np.histogram2d(P[:, 0], P[:, 1], bins=edges)
     return H
+
+
+def _server_call(refs: Any, timeout: float | None = None) -> Any:
+    """``ray.get`` on the server actor: its errors arrive as the fedray error it raised, and
+    its death as one :class:`RoundFailedError` line, not as Ray's remote traceback."""
+    import ray
+    from ray.exceptions import RayActorError, RayTaskError
+
+    from fedray.errors import FedrayError, RoundFailedError
+
+    try:
+        return ray.get(refs, timeout=timeout)
+    except RayTaskError as exc:
+        cause = getattr(exc, "cause", None)
+        if isinstance(cause, FedrayError):
+            raise cause from None
+        raise
+    except RayActorError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise RoundFailedError(f"the server actor died ({type(exc).__name__}: {first[:200]}); the run cannot go "
+                               "on — check the Ray logs of the node that hosted it (e.g. out of memory)") from None
 
 
 def _histogram1d(payload: Any, edges: np.ndarray, client: Any) -> np.ndarray:

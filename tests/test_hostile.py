@@ -232,3 +232,42 @@ def test_one_feature_runs_plot_their_centres(tmp_path, data):
                      federation={"n_clients": 3}, runtime={"backend": "local", "progress": False}, output=out)
     assert res.centers.shape[1] == 1
     assert (out / "plots" / "centers.png").stat().st_size > 5000
+
+
+# --- failures: one line without -v, the details with it ---------------------------------------
+def test_a_failed_round_is_one_line_and_its_traceback_appears_only_with_v(tmp_path):
+    args = ["run", "-q", "--set", "federation.min_clients=10", "--set", "faults.crashes=[[1, 3]]",
+            "--set", "runtime.backend=local", "--out"]
+    quiet = subprocess.run([*CLI, *args, str(tmp_path / "a")], capture_output=True, text=True, timeout=120)
+    assert quiet.returncode == 2
+    assert "Traceback" not in quiet.stderr
+    err = [ln for ln in quiet.stderr.splitlines() if ln.startswith("fedray: error:")]
+    assert len(err) == 1 and "client 3 crashed in round 1" in err[0]
+    loud = subprocess.run([*CLI, "-v", *args, str(tmp_path / "b")], capture_output=True, text=True, timeout=120)
+    assert "Traceback" in loud.stderr and "crash_client" in loud.stderr
+
+
+def test_errors_raised_inside_the_server_actor_reach_the_user_as_one_line(ray_session, tmp_path):
+    cfg = {**SMALL, "federation": {"n_clients": 4, "rounds": 6, "min_clients": 4},
+           "faults": {"crashes": [[2, 1]]}, "runtime": {"backend": "ray", "progress": False}}
+    with pytest.raises(fedray.RoundFailedError) as err:
+        fedray.run(cfg, output=False)
+    assert "\n" not in str(err.value) and "ray::" not in str(err.value)
+    assert str(err.value).startswith("round 2: 3 of 4 clients answered")
+
+
+def test_unexpected_errors_are_one_line_without_v(tmp_path):
+    # a plug-in with a bug: the CLI reports it in one line and points to -v
+    (tmp_path / "buggy_plugin.py").write_text(
+        "import fedray\n"
+        "class Buggy(fedray.Algorithm):\n"
+        "    def configure_round(self, ctx):\n"
+        "        return {}['missing']\n"
+        "    def aggregate(self, ctx, replies):\n"
+        "        return {}\n"
+        "    def result(self):\n"
+        "        return {}\n")
+    proc = subprocess.run([*CLI, "run", "--set", "algorithm.name=buggy_plugin:Buggy", "--set", "runtime.backend=local",
+                           "--out", str(tmp_path / "o")], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert "fedray: internal error: KeyError: 'missing' (run with -v for the traceback)" in proc.stderr
