@@ -271,3 +271,14 @@ def test_unexpected_errors_are_one_line_without_v(tmp_path):
                            "--out", str(tmp_path / "o")], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert "fedray: internal error: KeyError: 'missing' (run with -v for the traceback)" in proc.stderr
+
+
+def test_dp_noise_never_stops_kmeans_as_converged():
+    # seed 2: every noisy count of round 3 was <= 0, so no centre moved and the old rule
+    # stopped the run as "converged" with ARI 0.0
+    res = fedray.run(seed=2, privacy={"dp": {"clip": 5.0, "noise_multiplier": 1.0}}, data={"scale": "standard"},
+                     federation={"rounds": 30}, runtime={"backend": "local", "progress": False}, output=False)
+    h = res.history[res.history["phase"] == "train"]
+    k = 3
+    assert not (h["empty_clusters"] == k).any() or not res.summary["converged"]
+    assert len(h) > 3
