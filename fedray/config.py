@@ -188,6 +188,8 @@ def _nest_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
     raw: dict[str, Any] = {}
     for k, v in kwargs.items():
         key = k.replace("__", ".")
+        if key == "data" and isinstance(v, ArrayData):  # data=fedray.from_arrays(...)
+            v = {"dataset": v}
         if "." in key:
             set_dotted(raw, key, v)
         elif isinstance(v, dict) and isinstance(raw.get(key), dict):
@@ -238,8 +240,6 @@ def make_config(config: ExperimentConfig | dict | str | Path | None = None,
     else:
         raw = copy.deepcopy(dict(config))
     for k, v in _nest_kwargs(kwargs).items():
-        if k == "data" and isinstance(v, ArrayData):  # data=fedray.from_arrays(...)
-            v = {"dataset": v}
         if isinstance(v, dict) and isinstance(raw.get(k), dict):
             merged = copy.deepcopy(raw[k])
             for kk, vv in v.items():

@@ -376,7 +376,9 @@ def _as_vector(v: Any, what: str, n: int) -> np.ndarray:
         raise DataError(f"{what}: {arr.shape[0]} values for {n} rows of X; they must have the same length")
     missing = _missing(arr)
     if missing.any():
-        raise DataError(f"{what}: missing value ({arr[int(np.argmax(missing))]!r}) at row {int(np.argmax(missing))}")
+        row = int(np.argmax(missing))
+        v = arr[row]
+        raise DataError(f"{what}: missing value ({'None' if v is None else float(v)}) at row {row}")
     return arr
 
 
