@@ -161,7 +161,7 @@ def test_non_finite_value_message_equals_file_data_and_comes_before_ray(tmp_path
     df.to_csv(path, index=False)
     want = _message(lambda: fedray.run(algorithm=KMEANS, runtime=LOCAL, data={
         "dataset": f"csv:{path}", "client_column": "site", "label_column": "label"}))
-    assert want == "client 1 (b): non-finite value nan in column 'f2' (row 1 of the client's shard); clean or impute the data first"
+    assert want == "client 1 (b): non-finite value nan in column 'f2' (row 1 of the client's shard); clean or impute the data first (NaN and inf are not allowed)"
 
     import fedray.session as S
 
@@ -202,13 +202,16 @@ BAD = [
     (lambda: fedray.from_arrays(X_IRIS, Y_IRIS[:-1]), DataError, r"^y: 149 values for 150 rows of X"),
     (lambda: fedray.from_arrays(X_IRIS, clients=SITES[:10]), DataError, r"^clients: 10 values for 150 rows"),
     (lambda: fedray.from_arrays(np.zeros((0, 4))), DataError, r"^X: 0 rows"),
-    (lambda: fedray.from_arrays(np.zeros((5, 0))), DataError, r"^X: 0 feature columns"),
+    (lambda: fedray.from_arrays(np.zeros((5, 0))), DataError, r"^X: 0 feature\(s\) \(shape=\(5, 0\)\) while a minimum of 1 is required\."),
     (lambda: fedray.from_arrays(np.zeros((4, 3, 2))), DataError, r"^X: expected a 2-D array .*got 3-D shape \(4, 3, 2\)"),
     (lambda: fedray.from_arrays(np.zeros(4)), DataError, r"^X: expected a 2-D array .*1-D.*reshape"),
     (lambda: fedray.from_arrays(np.array([["a", "b"], ["c", "d"]])), DataError, r"^X: strings are not numeric.*'a'"),
     (lambda: fedray.from_arrays([[1.0, "x"], [2.0, 3.0]]), DataError, r"^X: strings are not numeric"),
     (lambda: fedray.from_arrays(np.array([[1.0, None]], dtype=object)), DataError, r"^X: non-numeric value None"),
     (lambda: fedray.from_arrays(np.ones((3, 2), dtype=bool)), DataError, r"^X: boolean values are not numeric"),
+    (lambda: fedray.from_arrays(np.ones((3, 2), dtype=complex)), DataError, r"^X: Complex data not supported"),
+    (lambda: fedray.from_arrays(__import__("scipy.sparse").sparse.csr_matrix(np.ones((3, 2)))), DataError,
+     r"^X: sparse input is not supported \(csr_matrix\)"),
     (lambda: fedray.from_arrays("data.csv"), DataError, r"^X: expected a 2-D array .*got str 'data.csv'"),
     (lambda: fedray.from_arrays(_frame()), DataError, r"^X: column 'site' has dtype \w+, which is not numeric"),
     (lambda: fedray.from_arrays(_frame(), clients="site"), None, None),

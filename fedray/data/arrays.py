@@ -313,6 +313,9 @@ def _as_matrix(X: Any, what: str) -> tuple[np.ndarray, tuple[str, ...]]:
     if _is_dataframe_series(X):
         raise DataError(f"{what}: expected a 2-D array (n_samples, n_features); got a 1-D Series of length "
                         f"{len(X)}; use X.to_frame() for one feature")
+    if hasattr(X, "tocsr") or hasattr(X, "toarray"):
+        raise DataError(f"{what}: sparse input is not supported ({type(X).__name__}); pass a dense array, "
+                        "e.g. X.toarray()")
     if isinstance(X, str) or X is None or np.isscalar(X):
         raise DataError(f"{what}: expected a 2-D array (n_samples, n_features); got {type(X).__name__} {X!r:.40}")
     try:
@@ -326,7 +329,7 @@ def _as_matrix(X: Any, what: str) -> tuple[np.ndarray, tuple[str, ...]]:
                         f"{arr.shape}{hint}")
     arr = _numeric(arr, what)
     if arr.shape[1] == 0:
-        raise DataError(f"{what}: 0 feature columns (shape {arr.shape}); need at least one feature")
+        raise DataError(f"{what}: 0 feature(s) (shape={arr.shape}) while a minimum of 1 is required.")
     return arr, tuple(f"x{i}" for i in range(arr.shape[1]))
 
 
@@ -357,6 +360,8 @@ def _numeric(arr: np.ndarray, what: str) -> np.ndarray:
             if isinstance(v, (int, np.integer)) and abs(int(v)) > _EXACT_INT:
                 raise DataError(f"{what}: integers beyond 2**53 do not convert to float64 exactly; scale them first")
         return np.ascontiguousarray(arr.astype(np.float64))
+    if kind == "c":
+        raise DataError(f"{what}: Complex data not supported (dtype {arr.dtype}); features must be real numbers")
     raise DataError(f"{what}: values of dtype {arr.dtype} are not numeric features (real numbers)")
 
 
