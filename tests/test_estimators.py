@@ -144,3 +144,22 @@ def test_ray_backend_equals_local(ray_session):
     b = FederatedFuzzyCMeans(3, random_state=1, n_clients=4, backend="ray").fit(X_IRIS)
     np.testing.assert_array_equal(a.cluster_centers_, b.cluster_centers_)
     assert a.n_iter_ == b.n_iter_
+
+
+def test_readme_from_python_arrays_snippet_runs():
+    """The README's "From Python arrays" example runs as printed and gives what its comments say."""
+    import contextlib
+    import io
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = text.split("## From Python arrays", 1)[1].split("\n## ", 1)[0]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    out = io.StringIO()
+    scope: dict = {}
+    with contextlib.redirect_stdout(out):
+        exec(compile(code, "README.md", "exec"), scope)  # noqa: S102 - the documented example
+    assert out.getvalue().startswith("arrays: 3 clients, 150x4 ")
+    assert scope["km"].cluster_centers_.shape == (3, 4) and scope["km"].n_clients_ == 3
+    np.testing.assert_allclose(scope["fcm"].predict_proba(X_IRIS[:2]).sum(axis=1), 1.0)
