@@ -11,9 +11,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_serializer, field_validator
 
 from fedray.algorithm import format_validation_error, get_algorithm, make_params
+from fedray.data.arrays import ArrayData
 from fedray.errors import ConfigError
 
 
@@ -49,7 +50,10 @@ class AlgorithmConfig(_Section):
 
 
 class DataConfig(_Section):
-    dataset: str = "sklearn:iris"
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, arbitrary_types_allowed=True)
+
+    # A data set name, or arrays from Python (fedray.from_arrays), written out as their description.
+    dataset: str | ArrayData = "sklearn:iris"
     data_dir: str | None = None
     options: dict[str, Any] = Field(default_factory=dict)
     partition: dict[str, Any] = Field(default_factory=dict)
@@ -57,6 +61,10 @@ class DataConfig(_Section):
     feature_columns: list[str] | None = None
     label_column: str | None = None
     client_column: str | None = None
+
+    @field_serializer("dataset")
+    def _dataset_text(self, v: str | ArrayData) -> str:
+        return v if isinstance(v, str) else str(v)
 
 
 class FederationConfig(_Section):
@@ -160,6 +168,11 @@ class ExperimentConfig(_Section):
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
     extra: dict[str, Any] = Field(default_factory=dict)
 
+    @field_validator("data", mode="before")
+    @classmethod
+    def _arrays_as_data(cls, v: Any) -> Any:
+        return {"dataset": v} if isinstance(v, ArrayData) else v
+
     def to_dict(self) -> dict[str, Any]:
         return self.model_dump(mode="json")
 
@@ -198,6 +211,8 @@ def _nest_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
     raw: dict[str, Any] = {}
     for k, v in kwargs.items():
         key = k.replace("__", ".")
+        if key == "data" and isinstance(v, ArrayData):  # data=fedray.from_arrays(...)
+            v = {"dataset": v}
         if "." in key:
             set_dotted(raw, key, v)
         elif isinstance(v, dict) and isinstance(raw.get(key), dict):
@@ -283,6 +298,8 @@ def make_config(config: ExperimentConfig | dict | str | Path | None = None,
     """
     if isinstance(config, ExperimentConfig):
         raw = config.to_dict()
+        if isinstance(config.data.dataset, ArrayData):  # to_dict writes its description; keep the arrays
+            raw["data"]["dataset"] = config.data.dataset
     elif isinstance(config, (str, Path)):
         raw = load_yaml(config)
     elif config is None:
@@ -316,13 +333,35 @@ def validate_static(cfg: ExperimentConfig) -> None:
 
     cls = get_algorithm(cfg.algorithm.name)
     make_params(cls, cfg.algorithm.params)
-    check_dataset_name(cfg.data.dataset)
+    if isinstance(cfg.data.dataset, ArrayData):
+        _check_arrays(cfg)
+    else:
+        check_dataset_name(cfg.data.dataset)
     fed = cfg.federation
     if fed.n_clients is not None and fed.min_clients > fed.n_clients:
         raise ConfigError(
             f"federation.min_clients: {fed.min_clients} is more than federation.n_clients={fed.n_clients}")
     _check_reliability(cfg)
     cls.check_config(cfg)
+
+
+def _check_arrays(cfg: ExperimentConfig) -> None:
+    """``data`` keys that apply to files only are unset; ``federation.n_clients`` agrees with the arrays' split."""
+    d = cfg.data
+    for key, arg in (("data_dir", None), ("feature_columns", "select the columns of X"),
+                     ("label_column", "y="), ("client_column", "clients="), ("options", None),
+                     ("partition", "partition=")):
+        value = getattr(d, key)
+        if value:
+            how = f"pass {arg} to fedray.from_arrays instead" if arg else "remove it"
+            raise ConfigError(f"data.{key}: {value!r} applies to files, not to data.dataset from fedray.from_arrays; "
+                              + how)
+    arrays, fed = d.dataset, cfg.federation
+    if arrays.n_clients is not None:
+        if "n_clients" in fed.model_fields_set and fed.n_clients not in (None, arrays.n_clients):
+            raise ConfigError(f"federation.n_clients: {fed.n_clients}, but the arrays from fedray.from_arrays are "
+                              f"split over {arrays.n_clients} clients; leave federation.n_clients unset")
+        fed.n_clients = arrays.n_clients
 
 
 def _check_reliability(cfg: ExperimentConfig) -> None:

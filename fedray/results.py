@@ -91,7 +91,7 @@ class Result:
         late = int(history["clients_late"].sum()) if len(history) else 0
         summary = {
             "algorithm": alg.name,
-            "dataset": cfg.data.dataset,
+            "dataset": str(cfg.data.dataset),  # arrays from Python: their description
             "n_clients": session.info.n_clients,
             "n_samples": session.info.total_samples,
             "n_features": session.info.n_features,

@@ -309,7 +309,8 @@ def check_descriptions(desc: list[dict[str, Any]]) -> int:
         if "error" in d:
             raise DataError(f"{who}: {d['error']}")
         if "bad_value" in d:
-            raise DataError(f"{who}: non-finite value {d['bad_value']}; clean or impute the data first")
+            raise DataError(f"{who}: non-finite value {d['bad_value']}; clean or impute the data first "
+                            "(NaN and inf are not allowed)")
         if d["n"] == 0:
             raise DataError(f"{who} has no samples; remove it or change the partition")
     dims = sorted({d["n_features"] for d in desc})

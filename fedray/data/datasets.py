@@ -115,6 +115,9 @@ def check_dataset_name(name: str) -> None:
         if rest in _SCENARIOS:
             return
         raise ConfigError(f"data.dataset: unknown scenario {rest!r}; choose one of {', '.join(sorted(_SCENARIOS)) or 'none'}")
+    if kind == "arrays":
+        raise ConfigError(f"data.dataset: {name!r} describes arrays passed from Python, which a configuration file "
+                          "cannot hold; pass data=fedray.from_arrays(...) to fedray.run or fedray.Session")
     raise ConfigError(
         f"data.dataset: unknown dataset {name!r}; expected one of {', '.join(available_datasets())}"
     )

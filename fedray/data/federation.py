@@ -100,6 +100,11 @@ def _load_builders() -> None:
 def build_federation(data: Any, n_clients: int | None, seed: int) -> Federation:
     """Build client recipes from a validated ``data`` config section."""
     name = data.dataset
+    if not isinstance(name, str):  # arrays from Python (fedray.from_arrays)
+        from fedray.data.arrays import ArrayData
+
+        if isinstance(name, ArrayData):
+            return name.federation(n_clients, seed)
     check_dataset_name(name)
     options = dict(data.options or {})
     part = dict(data.partition or {})
@@ -230,6 +235,28 @@ def table_schema(path: str, kind: str) -> tuple[list[str], Any]:
     return list(head.columns), head.dtypes
 
 
+def put_shards(specs: list[ClientSpec]) -> list[ClientSpec]:
+    """Recipes whose rows travel with them (kind ``arrays``) with each shard moved to Ray's object store.
+
+    One ``ray.put`` per shard; the recipe keeps the reference, so each client's actor
+    fetches its own shard once and nothing broadcasts the whole table. Other recipes
+    are returned as they are. The caller keeps the returned specs alive as long as the
+    actors may need them (a restarted actor rebuilds its shards from the same recipes).
+    """
+    if not any(s.source.get("kind") == "arrays" for s in specs):
+        return specs
+    import dataclasses
+
+    import ray
+
+    out = []
+    for s in specs:
+        if s.source.get("kind") == "arrays" and isinstance(s.source["shard"], tuple):
+            s = dataclasses.replace(s, source={**s.source, "shard": ray.put(s.source["shard"])})
+        out.append(s)
+    return out
+
+
 def materialize_many(specs: list[ClientSpec]) -> list[tuple[np.ndarray, np.ndarray | None, tuple[str, ...]]]:
     """:func:`materialize` for several clients; table clients of one file share one read."""
     tables: dict[tuple, list[int]] = {}
@@ -289,6 +316,14 @@ def _materialize_raw(spec: ClientSpec, table: Any = None) -> tuple[np.ndarray, n
         idx = spec.indices if spec.indices is not None else np.arange(ds.n_samples)
         y = ds.y[idx] if ds.y is not None else None
         return ds.X[idx], y, ds.feature_names
+    if kind == "arrays":
+        shard = src["shard"]
+        if not isinstance(shard, tuple):  # a reference into Ray's object store (see put_shards)
+            import ray
+
+            shard = ray.get(shard)
+        X, y = shard
+        return X, y, tuple(src["features"])
     if kind == "table":
         cols = list(src["features"]) + [c for c in (src["label_column"],) if c]
         df = table if table is not None else read_table(
