@@ -49,7 +49,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             cfg = fedray.make_config(cfg, overrides=["output.overwrite=true"])
         out = args.out or cfg.output.directory or _default_out(cfg.algorithm.name)
         result = fedray.run(cfg, output=out, progress=None if not args.quiet else False)
-    print(result.table())
+    print(result.table(color=sys.stdout.isatty()))
     print(f"outputs: {result.output_dir}")
     return 0
 
@@ -63,7 +63,7 @@ def cmd_quickstart(args: argparse.Namespace) -> int:
         cfg = fedray.make_config(cfg, overrides=["output.overwrite=true"])
     print("fedray quickstart: federated fuzzy c-means on scikit-learn's iris, 8 clients with label skew, on Ray")
     result = fedray.run(cfg, output=out, progress=None if not args.quiet else False)
-    print(result.table())
+    print(result.table(color=sys.stdout.isatty()))
     print(f"outputs: {result.output_dir} (summary.json, rounds.parquet, clients.parquet, model.npz, plots/)")
     return 0
 

@@ -90,7 +90,8 @@ class RuntimeConfig(_Section):
     round_timeout: float | None = Field(default=None, gt=0)
     placement: Literal["pack", "spread"] = "pack"
     actor_batch: int = Field(default=64, ge=1)
-    max_restarts: int = Field(default=0, ge=-1)
+    max_restarts: int = Field(default=3, ge=-1, description="times Ray restarts a crashed client actor (its "
+                              "shards are rebuilt from their recipes; -1: always)")
     startup_timeout: float = Field(default=300.0, gt=0)
     progress: bool | None = None
 

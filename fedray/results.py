@@ -87,8 +87,12 @@ class Result:
                          "rounds": int(cr.get("rounds", 0)), "bytes_up": int(cr.get("bytes_up", 0)),
                          "compute_s": float(cr.get("compute_s", 0.0))})
         clients = pd.DataFrame(rows)
-        failures = int(history["clients_failed"].sum()) if len(history) else 0
-        late = int(history["clients_late"].sum()) if len(history) else 0
+        # Counted from the same rows as failures.parquet: every attempt of every round, and
+        # the evaluation passes (negative rounds).
+        fail_rows = state.get("failures", [])
+        failures = sum(1 for f in fail_rows if f["kind"] == "failed")
+        late = sum(1 for f in fail_rows if f["kind"] == "late")
+        in_eval = sum(1 for f in fail_rows if f["round"] < 0)
         summary = {
             "algorithm": alg.name,
             "dataset": str(cfg.data.dataset),  # arrays from Python: their description
@@ -101,7 +105,7 @@ class Result:
             "converged": bool(state.get("converged", False)),
             "wall_time_s": float(wall_s),
             "startup_s": float(session.startup_s),
-            "failures": {"failed": failures, "late": late},
+            "failures": {"failed": failures, "late": late, "in_evaluation": in_eval},
             "bytes": {"down": int(history["bytes_down"].sum()) if len(history) else 0,
                       "up": int(history["bytes_up"].sum()) if len(history) else 0},
             "final": _jsonable(final),
@@ -222,8 +226,8 @@ class Result:
         log.info("outputs written to %s", out)
         return out
 
-    def table(self) -> str:
-        """A short text table of the final metrics."""
+    def table(self, color: bool = False) -> str:
+        """A short text table of the final metrics (``color``: an incomplete evaluation in red)."""
         fin = self.summary["final"]
         keys = [k for k in ("ari", "nmi", "acc", "davies_bouldin", "objective", "central_ari",
                             "center_distance_to_central", "accuracy") if k in fin]
@@ -233,6 +237,15 @@ class Result:
                  f"{'rounds (converged)':<28}{self.summary['rounds']} ({self.summary['converged']})",
                  f"{'wall time':<28}{self.summary['wall_time_s']:.2f} s"]
         lines += [f"{k:<28}{fin[k]:.4f}" for k in keys if isinstance(fin[k], (int, float))]
+        cov = fin.get("evaluation_coverage")
+        if cov:
+            text = (f"{'evaluated':<28}{cov['clients']} of {cov['of_clients']} clients, "
+                    f"{cov['samples']} of {cov['of_samples']} samples")
+            if cov["clients"] < cov["of_clients"]:
+                text += " (INCOMPLETE)"
+                if color:
+                    text = f"\033[31m{text}\033[0m"
+            lines.append(text)
         return "\n".join(lines)
 
 

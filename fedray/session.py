@@ -147,7 +147,7 @@ class Session:
 
             from fedray.actors.server_actor import ServerActor
 
-            server = ServerActor.remote(alg, executor, kwargs)
+            server = ServerActor.remote(alg, executor, kwargs, logging.getLogger("fedray").getEffectiveLevel())
             if resume_from is not None:
                 ray.get(server.restore.remote(resume_from["server"]))
             step = lambda: _server_call(server.step.remote())  # noqa: E731
@@ -180,6 +180,11 @@ class Session:
                 bar.close()
             if cfg.runtime.backend == "ray":
                 ray.kill(server)  # also when the run fails or is interrupted
+        cov = final.get("evaluation_coverage")
+        if cov and cov["clients"] < cov["of_clients"]:
+            log.warning("evaluation covers %d of %d clients (%d of %d samples): the final metrics describe only "
+                        "those; missing clients: %s", cov["clients"], cov["of_clients"], cov["samples"],
+                        cov["of_samples"], cov["missing"][:20])
         result = Result.build(cfg, alg, self, state, model, final, time.perf_counter() - t0)
         if central_baseline if central_baseline is not None else cfg.evaluation.central_baseline:
             result.add_central_baseline(self)

@@ -282,3 +282,40 @@ def test_dp_noise_never_stops_kmeans_as_converged():
     k = 3
     assert not (h["empty_clusters"] == k).any() or not res.summary["converged"]
     assert len(h) > 3
+
+
+# --- silent data loss ----------------------------------------------------------------
+RCFG = {"seed": 0, "algorithm": {"name": "kmeans", "params": {"n_clusters": 3}},
+        "data": {"dataset": "blobs", "options": {"points_per_client": 50}},
+        "federation": {"n_clients": 4, "rounds": 4}, "runtime": {"backend": "ray", "clients_per_actor": 1}}
+
+
+@pytest.mark.parametrize("max_restarts", [0, 3])
+def test_a_killed_client_actor_never_silently_shrinks_the_evaluation(ray_session, max_restarts, caplog):
+    import ray
+
+    with fedray.Session(RCFG, runtime={**RCFG["runtime"], "max_restarts": max_restarts}) as s:
+        ray.kill(s.executor.actors[1], no_restart=False)
+        with caplog.at_level("WARNING", logger="fedray"):
+            res = s.run(output=False, progress=False)
+    cov = res.final["evaluation_coverage"]
+    assert cov["of_clients"] == 4 and cov["of_samples"] == 200
+    if max_restarts:  # restarted and rebuilt: every client is evaluated
+        assert cov["clients"] == 4 and cov["samples"] == 200
+    else:  # reported, on the console and in the summary
+        assert cov["clients"] == 3 and cov["samples"] == 150
+        assert any("evaluation covers 3 of 4 clients (150 of 200 samples)" in r.getMessage() for r in caplog.records)
+    # the summary counts exactly the rows of failures.parquet
+    f = res.failures
+    assert res.summary["failures"]["failed"] == int((f["kind"] == "failed").sum())
+    assert res.summary["failures"]["in_evaluation"] == int((f["round"] < 0).sum())
+
+
+def test_summary_failures_count_every_attempt_like_failures_parquet():
+    res = fedray.run(SMALL, seed=1, faults={"crash_probability": 0.15}, federation={"n_clients": 6, "rounds": 5,
+                                                                         "min_clients": 5, "round_retries": 8},
+                     output=False)
+    f = res.failures
+    assert len(f) > 0 and f["attempt"].max() > 0  # some round was retried
+    assert res.summary["failures"]["failed"] == int((f["kind"] == "failed").sum())
+    assert res.summary["failures"]["failed"] > int(res.history["clients_failed"].sum())
