@@ -41,7 +41,8 @@ class ClientData:
 class Client:
     """What a client function sees: ``id``, ``data``, ``state``, ``rng``, ``round``."""
 
-    __slots__ = ("id", "name", "_X", "_y", "_supervised", "sample_shape", "state", "_rng", "round", "seed", "meta")
+    __slots__ = ("id", "name", "_X", "_y", "_supervised", "sample_shape", "state", "_rng", "round", "seed", "meta",
+                 "secrets")
 
     def __init__(self, spec: ClientSpec, X: np.ndarray, y: np.ndarray | None, seed: int,
                  supervised: bool, sample_shape: tuple[int, ...]) -> None:
@@ -54,6 +55,9 @@ class Client:
         self.state: dict[str, Any] = {}
         self.meta: dict[str, Any] = dict(spec.meta)  # recipe facts (e.g. test split, true group: evaluation only)
         self.seed = seed
+        # Keys of the privacy protocols (fedray.privacy), drawn from the OS where the client lives; never
+        # returned to the server, never in ``state`` (so never in checkpoints).
+        self.secrets: dict[str, Any] = {}
         self.round = -1
         self._rng: np.random.Generator | None = None
 
