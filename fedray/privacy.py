@@ -83,14 +83,17 @@ Minimum-sample guard (Corcuera Bárcena et al. 2021, Section 4.2)
     L = C (F + 1) (+1 for the objective), which is the paper's N_m > C (F + 1) / F.
 
 Small-cluster guard (``privacy.min_cluster_count``)
-    A per-cluster sum with count 1 is a row (``sums[k] = x`` for k-means; for FCM,
-    ``ws[k] / u[k] = x`` on a one-row client). With ``min_cluster_count = c`` a
-    client zeroes every cluster whose count (``counts`` next to ``sums``, ``u``
-    next to ``ws``) is positive but below c, in training and evaluation replies,
-    so such a cluster is left out of the sums (the result is no longer exact).
-    Without secure aggregation and without this guard, every per-client cluster
-    with count in (0, 2) is counted as a disclosure (``small_clusters``); under
-    secure aggregation the same count is taken on the unmasked totals.
+    A per-cluster sum with count 1 is a row (``sums[k] = x`` next to ``counts[k] = 1``:
+    k-means training and every centre-based evaluation pass). With
+    ``min_cluster_count = c`` a client zeroes every cluster whose count is positive
+    but below c, in training and evaluation replies, so such a cluster is left out
+    of the sums (the result is no longer exact). Without secure aggregation, DP or
+    this guard, every per-client cluster of one point is counted as a disclosure
+    (``small_clusters``); under secure aggregation the same count is taken on the
+    unmasked totals (``small_cluster_totals``: a global cluster of one point).
+    Fuzzy sums (``ws``, ``u``) have no point counts: a one-row client reveals its
+    row as ws[k] / u[k], which the minimum-sample guard (or secure aggregation)
+    covers.
 """
 from __future__ import annotations
 
@@ -131,8 +134,8 @@ _DP_STREAM = 29
 _RING_STREAM = 13
 _KEEP_INSTANCES = 8  # protocol instances a client remembers (older ones are dropped)
 
-# Per-cluster sums and the counts (or membership masses) next to them (small-cluster guard).
-CLUSTER_PAIRS = {"sums": "counts", "ws": "u"}
+# Per-cluster sums and the point counts next to them (crisp clusters: the small-cluster guard and count).
+CLUSTER_PAIRS = {"sums": "counts"}
 
 
 # --- masked messages --------------------------------------------------------------
@@ -533,8 +536,8 @@ class PrivacyLayer(ExecutorWrapper):
                 acc["withheld"] += training and cfg.min_samples_guard
             elif isinstance(r.update, (Stats, MaskedStats)):
                 n_stats += 1
-                if isinstance(r.update, Stats):
-                    self._disclose("small_clusters", 0 if cfg.min_cluster_count else count_small_clusters(r.update))
+                if isinstance(r.update, Stats) and dp_std is None and not cfg.min_cluster_count:
+                    self._disclose("small_clusters", count_small_clusters(r.update))
             else:
                 acc["unprotected_messages"] += 1
         if sa:
