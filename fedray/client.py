@@ -179,8 +179,13 @@ class ClientHost:
             self.clients[spec.client_id].state["_feature_names"] = names
 
     # --- set-up ---------------------------------------------------------
-    def describe(self) -> list[dict[str, Any]]:
-        """Per-client facts the server may know: size, dimension, column sums, bounds, bad values."""
+    def describe(self, private: bool = False) -> list[dict[str, Any]]:
+        """Per-client facts the server may know: size, dimension, column sums, bounds, bad values.
+
+        With ``private`` (any ``privacy.*`` mechanism on) the per-client column sums, sums of
+        squares, minima and maxima are left out: for a small client they are rows (a one-row
+        client's sum and a client's extremes); the session then sums moments securely.
+        """
         out = []
         for cid in sorted(self.clients):
             c = self.clients[cid]
@@ -198,7 +203,7 @@ class ClientHost:
                 row = int(np.flatnonzero(~finite[:, col])[0])
                 colname = names[col] if col < len(names) else f"column {col}"
                 d["bad_value"] = f"{float(X[row, col])} in column {colname!r} (row {row} of the client's shard)"
-            elif X.shape[0]:
+            elif X.shape[0] and not private:
                 d["sum"] = X.sum(axis=0)
                 d["sumsq"] = (X * X).sum(axis=0)
                 d["min"] = X.min(axis=0)
