@@ -439,8 +439,7 @@ def mask_peers(cohort: list[int], neighbors: int | None, seed: int, round_: int,
 def _new_account() -> dict[str, Any]:
     return {"rounds": [], "withheld": 0, "recovered_masks": 0, "reconstructed_keys": 0,
             "unprotected_messages": 0, "masked_messages": 0, "refused_rounds": 0,
-            "protocol_messages": 0, "protocol_bytes": 0, "small_clusters_withheld": 0,
-            "disclosures": {}}
+            "protocol_messages": 0, "protocol_bytes": 0, "disclosures": {}}
 
 
 class PrivacyLayer(ExecutorWrapper):
