@@ -97,6 +97,7 @@ Small-cluster guard (``privacy.min_cluster_count``)
 """
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import os
@@ -242,18 +243,24 @@ def shamir_split(secret: int, xs: list[int], t: int) -> dict[int, int]:
     return out
 
 
-def shamir_combine(shares: dict[int, int]) -> int:
-    """f(0) from shares {x: f(x)} (Lagrange interpolation at 0); needs at least t of them."""
-    total = 0
-    xs = list(shares)
+@functools.lru_cache(maxsize=4096)
+def _lagrange_at_zero(xs: tuple[int, ...]) -> tuple[int, ...]:
+    """Lagrange coefficients l_i(0) = prod_{j != i} x_j / (x_j - x_i) over GF(2^521 - 1)."""
+    out = []
     for xi in xs:
         num, den = 1, 1
         for xj in xs:
             if xj != xi:
-                num = num * (-xj) % PRIME
-                den = den * (xi - xj) % PRIME
-        total = (total + shares[xi] * num * pow(den, PRIME - 2, PRIME)) % PRIME
-    return total
+                num = num * xj % PRIME
+                den = den * (xj - xi) % PRIME
+        out.append(num * pow(den, -1, PRIME) % PRIME)
+    return tuple(out)
+
+
+def shamir_combine(shares: dict[int, int], t: int | None = None) -> int:
+    """f(0) from shares {x: f(x)} (Lagrange interpolation at 0); uses the ``t`` smallest x (all if None)."""
+    xs = tuple(sorted(shares))[: t if t else None]
+    return sum(shares[x] * c for x, c in zip(xs, _lagrange_at_zero(xs))) % PRIME
 
 
 def _share_key(client: Any, peer: int, peer_cpk: bytes) -> bytes:
@@ -640,14 +647,14 @@ class PrivacyLayer(ExecutorWrapper):
         for _, r in masked:
             total = [a + b for a, b in zip(total, r.update.ints())]
         for c in survivors:  # remove the self-masks PRG(b_u)
-            b = shamir_combine(revealed_b[c]).to_bytes(32, "little")
+            b = shamir_combine(revealed_b[c], keys[c]["t"]).to_bytes(32, "little")
             total = [a - m for a, m in zip(total, prg(b, L))]
         self.transcript["revealed"] = {"b": sorted(survivors), "s": []}
         for v in dropped:  # masks that survivors share with clients whose vector did not arrive
             ups = [u for u in keys[v]["peers"] if u in surv]
             if not ups:
                 continue
-            sk = _sk_from_int(shamir_combine(revealed_s[v]))
+            sk = _sk_from_int(shamir_combine(revealed_s[v], keys[v]["t"]))
             if _pk_bytes(sk) != bytes(keys[v]["s_pk"]):
                 raise RoundFailedError(f"round {round_}: secure aggregation: the key of client {v} reconstructed "
                                        f"from its shares does not match its public key")

@@ -16,7 +16,7 @@ import fedray
 from fedray.algorithm import Task
 from fedray.errors import ConfigError, RoundFailedError
 from fedray.messages import find_own_rows
-from fedray.privacy import MOD, PrivacyLayer, decode, encode, pair_seed, prg
+from fedray.privacy import MOD, PrivacyLayer, decode
 from fedray.seeding import client_rng
 from fedray.session import Session
 from fedray.stats import Stats
@@ -76,6 +76,8 @@ def test_the_server_cannot_compute_a_surviving_clients_mask():
     masked messages and even the survivors' self-masks (which the server reconstructs), one
     client's message does not unmask; the old seed-keyed derivation does not unmask it either.
     The attack harness is checked by unmasking with the client's own secret key."""
+    from fedray.privacy import pair_seed, prg
+
     with _session() as s:
         layer = PrivacyLayer(s.executor, s.config.privacy, s.config.seed)
         cohort = list(range(6))
