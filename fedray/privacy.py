@@ -136,7 +136,7 @@ _RING_STREAM = 13
 _KEEP_INSTANCES = 8  # protocol instances a client remembers (older ones are dropped)
 
 # Per-cluster sums and the point counts next to them (crisp clusters: the small-cluster guard and count).
-CLUSTER_PAIRS = {"sums": "counts"}
+CLUSTER_PAIRS = {"sums": "counts", "weighted": "counts"}  # k-means, evaluation passes; fedkmeans
 
 
 # --- masked messages --------------------------------------------------------------
