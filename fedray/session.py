@@ -53,7 +53,7 @@ class Session:
         # Disclosures outside the protected path, counted for the privacy summary (fedray.privacy).
         self.disclosures: dict[str, int] = {}
         try:
-            self.descriptions = self.executor.describe(private=cfg.privacy.active)
+            self.descriptions = self.executor.describe(private=True) if cfg.privacy.active else self.executor.describe()
             self.info, self.scaler = self._check_and_scale(self.descriptions)
         except BaseException:
             self.close()
