@@ -189,28 +189,12 @@ class ClientHost:
         out = []
         for cid in sorted(self.clients):
             c = self.clients[cid]
-            X = c._X
-            names = c.state.get("_feature_names", ())
-            d: dict[str, Any] = {"client_id": cid, "name": c.name, "n": int(X.shape[0]),
-                                 "n_features": int(X.shape[1]) if X.ndim == 2 else -1}
             if cid in self.build_errors:
-                d["error"] = self.build_errors[cid]
-                out.append(d)
+                out.append({"client_id": cid, "name": c.name, "n": int(c._X.shape[0]),
+                            "n_features": int(c._X.shape[1]) if c._X.ndim == 2 else -1,
+                            "error": self.build_errors[cid]})
                 continue
-            finite = np.isfinite(X)
-            if X.size and not finite.all():
-                col = int(np.flatnonzero(~finite.all(axis=0))[0])
-                row = int(np.flatnonzero(~finite[:, col])[0])
-                colname = names[col] if col < len(names) else f"column {col}"
-                d["bad_value"] = f"{float(X[row, col])} in column {colname!r} (row {row} of the client's shard)"
-            elif X.shape[0] and not private:
-                d["sum"] = X.sum(axis=0)
-                d["sumsq"] = (X * X).sum(axis=0)
-                d["min"] = X.min(axis=0)
-                d["max"] = X.max(axis=0)
-            if c._y is not None:
-                d["classes"] = np.unique(c._y)
-            out.append(d)
+            out.append(describe_shard(cid, c.name, c._X, c._y, c.state.get("_feature_names", ()), moments=not private))
         return out
 
     def apply_scaler(self, shift: np.ndarray, scale: np.ndarray) -> int:
@@ -250,6 +234,31 @@ class ClientHost:
     def gather_data(self, labels: bool = True) -> list[tuple[int, np.ndarray, np.ndarray | None]]:
         """The shards themselves — only for central baselines in simulations."""
         return [(cid, c._X, c._y if labels else None) for cid, c in sorted(self.clients.items())]
+
+
+def describe_shard(client_id: int, name: str, X: np.ndarray, y: np.ndarray | None, feature_names: Any = (),
+                   moments: bool = True) -> dict[str, Any]:
+    """What :meth:`ClientHost.describe` reports for one shard ``X`` (n, d) with labels ``y`` (n,) or None.
+
+    With ``moments=False`` only size, dimension and the first non-finite value (what
+    :func:`fedray.session.check_descriptions` checks) are computed.
+    """
+    d: dict[str, Any] = {"client_id": client_id, "name": name, "n": int(X.shape[0]),
+                         "n_features": int(X.shape[1]) if X.ndim == 2 else -1}
+    finite = np.isfinite(X)
+    if X.size and not finite.all():
+        col = int(np.flatnonzero(~finite.all(axis=0))[0])
+        row = int(np.flatnonzero(~finite[:, col])[0])
+        colname = feature_names[col] if col < len(feature_names) else f"column {col}"
+        d["bad_value"] = f"{float(X[row, col])} in column {colname!r} (row {row} of the client's shard)"
+    elif X.shape[0] and moments:
+        d["sum"] = X.sum(axis=0)
+        d["sumsq"] = (X * X).sum(axis=0)
+        d["min"] = X.min(axis=0)
+        d["max"] = X.max(axis=0)
+    if y is not None:
+        d["classes"] = np.unique(y)
+    return d
 
 
 def check_shape(X: np.ndarray, where: str) -> None:

@@ -91,7 +91,7 @@ class Result:
         late = int(history["clients_late"].sum()) if len(history) else 0
         summary = {
             "algorithm": alg.name,
-            "dataset": cfg.data.dataset,
+            "dataset": str(cfg.data.dataset),  # arrays from Python: their description
             "n_clients": session.info.n_clients,
             "n_samples": session.info.total_samples,
             "n_features": session.info.n_features,
@@ -199,7 +199,11 @@ class Result:
             (out / "plots").mkdir(exist_ok=True)
             P.convergence(self.history, out / "plots" / "convergence.png", title=self.summary["algorithm"])
             C = self.model.get("centers")
-            if session is not None and isinstance(C, np.ndarray) and C.ndim == 2 and C.shape[1] == session.info.n_features:
+            if session is not None and isinstance(C, np.ndarray) and C.ndim == 2 and C.shape[1] == 1 == session.info.n_features:
+                name = (session.info.extras.get("feature_names") or ("x0",))[0]
+                P.centers_1d(C, out / "plots" / "centers.png", density=session.density_1d(),
+                             central=self.model.get("central_centers"), axis_label=str(name))
+            elif session is not None and isinstance(C, np.ndarray) and C.ndim == 2 and C.shape[1] == session.info.n_features:
                 mean, axes = session.projection_2d()
                 project = (lambda A: (np.asarray(A) - mean) @ axes)
                 central = self.model.get("central_centers")

@@ -270,7 +270,12 @@ class RayExecutor(Executor):
         import ray
 
         from fedray.actors.client_actor import ClientActor
+        from fedray.data.federation import put_shards
 
+        # Shards given from Python go to the object store, one object per client; the
+        # recipes holding the references stay here while the actors may need them.
+        specs = put_shards(specs)
+        self.specs = specs
         res = runtime.client_resources
         total, max_actors = client_capacity(res.custom)
         self.clients_per_actor, actor_cpus = resolve_layout(
@@ -438,6 +443,7 @@ class RayExecutor(Executor):
             except Exception:  # noqa: BLE001 - already gone
                 pass
         self.actors = []
+        self.specs = []
 
 
 def check_feasible(options: dict[str, Any], n_actors: int) -> None:

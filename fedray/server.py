@@ -88,10 +88,13 @@ class Server:
                 first = next(iter(res.errors.values()), "")
                 retried = (f"; retried {attempt} time(s) (federation.round_retries={self.round_retries})"
                            if self.round_retries else "; set federation.round_retries to retry such rounds")
+                if first:
+                    log.info("round %d: first client failure:\n%s", self.round, first)
+                last = first.strip().splitlines()[-1] if first.strip() else ""
                 raise RoundFailedError(
                     f"round {self.round}: {len(res.replies)} of {len(tasks)} clients answered "
                     f"({len(res.failed)} failed, {len(res.late)} late); federation.min_clients={self.min_clients}"
-                    + retried + (f"\nfirst failure:\n{first}" if first else ""))
+                    + retried + (f"; first failure: {last} (-v shows its traceback)" if last else ""))
             attempt += 1
             log.warning("round %d: %d of %d clients answered (federation.min_clients=%d); attempt %d of %d",
                         self.round, len(res.replies), len(tasks), self.min_clients, attempt + 1, self.round_retries + 1)

@@ -23,6 +23,7 @@ from fedray.errors import ConfigError, DataError
 from fedray.results import Result, peak_memory_mb
 from fedray.runtime import Executor, ensure_ray, make_executor
 from fedray.server import Server
+from fedray.sizes import check_memory
 from fedray.stats import Stats
 
 log = logging.getLogger(__name__)
@@ -43,6 +44,7 @@ class Session:
         self.config: ExperimentConfig = make_config(config, **kwargs) if (kwargs or not isinstance(config, ExperimentConfig)) else config
         cfg = self.config
         self.algorithm_cls = get_algorithm(cfg.algorithm.name)
+        check_memory(cfg)
         self.federation: Federation = build_federation(cfg.data, cfg.federation.n_clients, cfg.seed)
         rt = cfg.runtime
         self._started_ray = False
@@ -163,6 +165,10 @@ class Session:
         executor = self.executor
         if cfg.faults.active or cfg.output.messages or cfg.output.message_payloads or cfg.privacy.active:
             executor = _layers(executor, cfg, self.disclosures)
+        if out:
+            from fedray.outputs import prepare
+
+            prepare(out, cfg.output.overwrite, resuming=resume_from is not None)
         checkpoint = None
         if cfg.checkpoint.every:
             from fedray.checkpoint import Checkpointer
@@ -181,9 +187,10 @@ class Session:
             server = ServerActor.remote(alg, executor, kwargs)
             if resume_from is not None:
                 ray.get(server.restore.remote(resume_from["server"]))
-            step = lambda: ray.get(server.step.remote())  # noqa: E731
-            finish = lambda: ray.get([server.evaluate.remote(), server.result.remote(), server.state.remote()])  # noqa: E731
-            snapshot = lambda: ray.get(server.snapshot.remote())  # noqa: E731
+            step = lambda: _server_call(server.step.remote())  # noqa: E731
+            finish = lambda: _server_call([server.evaluate.remote(), server.result.remote(), server.state.remote()])  # noqa: E731
+            snapshot = lambda: _server_call(server.snapshot.remote())  # noqa: E731
+            state_of = lambda: _server_call(server.state.remote(), timeout=30)  # noqa: E731
         else:
             local = Server(alg, executor, **kwargs)
             if resume_from is not None:
@@ -191,6 +198,7 @@ class Session:
             step = local.step
             finish = lambda: [local.evaluate(), local.result(), local.state()]  # noqa: E731
             snapshot = local.snapshot
+            state_of = local.state
         try:
             while (row := step()) is not None:
                 if checkpoint is not None:
@@ -200,6 +208,10 @@ class Session:
                     bar.set_postfix({k: _fmt(row[k]) for k in ("phase", "clients_answered", "center_shift", "objective",
                                                                 "accuracy", "n_clusters") if k in row})
             final, model, state = finish()
+        except BaseException as exc:
+            if out:
+                self._save_partial(out, exc, state_of)
+            raise
         finally:
             if bar is not None:
                 bar.close()
@@ -211,6 +223,21 @@ class Session:
         if out:
             result.save(out, plots=cfg.output.plots, session=self)
         return result
+
+    def _save_partial(self, out: str | Path, exc: BaseException, state_of: Any) -> None:
+        """Write what a failed run has (see :func:`fedray.outputs.write_partial`)."""
+        from fedray.outputs import write_partial
+
+        try:
+            state = state_of()
+        except Exception:  # noqa: BLE001 - the server itself may be gone
+            state = None
+        try:
+            write_partial(out, self.config, state, exc)
+            log.warning("the run failed after %d round(s); wrote what it had (config, history, failures) to %s",
+                        len((state or {}).get("history") or []), out)
+        except OSError as err:
+            log.warning("the run failed and its partial outputs could not be written to %s: %s", out, err)
 
     def execute(self, tasks: dict[int, Task], round_: int = -100):
         """Run ad-hoc tasks on clients (evaluation helpers); returns the executor's result."""
@@ -271,6 +298,17 @@ class Session:
         res = self.execute(tasks)
         return sum((r.update for r in res.replies[1:]), start=res.replies[0].update)
 
+    def density_1d(self, bins: int | None = None) -> tuple[np.ndarray, np.ndarray] | None:
+        """Summed histogram of all clients' values of a one-feature data set, for plots (no rows move).
+
+        Summed securely under privacy; None when the federation is too small for that."""
+        if bins is None:
+            bins = int(np.clip(np.sqrt(self.info.total_samples), 20, 120))
+        lo, hi = float(self.info.feature_min[0]), float(self.info.feature_max[0])
+        edges = np.linspace(lo, hi if hi > lo else lo + 1.0, bins + 1)
+        t = self._sum_over_clients(_histogram1d, edges)
+        return None if t is None else (t["h"], edges)
+
     def close(self) -> None:
         try:
             self.executor.shutdown()
@@ -327,7 +365,8 @@ def check_descriptions(desc: list[dict[str, Any]]) -> int:
         if "error" in d:
             raise DataError(f"{who}: {d['error']}")
         if "bad_value" in d:
-            raise DataError(f"{who}: non-finite value {d['bad_value']}; clean or impute the data first")
+            raise DataError(f"{who}: non-finite value {d['bad_value']}; clean or impute the data first "
+                            "(NaN and inf are not allowed)")
         if d["n"] == 0:
             raise DataError(f"{who} has no samples; remove it or change the partition")
     dims = sorted({d["n_features"] for d in desc})
@@ -342,6 +381,31 @@ def _histogram2d(payload: Any, shared: tuple, client: Any) -> Stats:
     P = (client.data.X - mean) @ axes
     H, _, _ = np.histogram2d(P[:, 0], P[:, 1], bins=edges)
     return Stats(h=H)
+
+
+def _server_call(refs: Any, timeout: float | None = None) -> Any:
+    """``ray.get`` on the server actor: its errors arrive as the fedray error it raised, and
+    its death as one :class:`RoundFailedError` line, not as Ray's remote traceback."""
+    import ray
+    from ray.exceptions import RayActorError, RayTaskError
+
+    from fedray.errors import FedrayError, RoundFailedError
+
+    try:
+        return ray.get(refs, timeout=timeout)
+    except RayTaskError as exc:
+        cause = getattr(exc, "cause", None)
+        if isinstance(cause, FedrayError):
+            raise cause from None
+        raise
+    except RayActorError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise RoundFailedError(f"the server actor died ({type(exc).__name__}: {first[:200]}); the run cannot go "
+                               "on — check the Ray logs of the node that hosted it (e.g. out of memory)") from None
+
+
+def _histogram1d(payload: Any, edges: np.ndarray, client: Any) -> Stats:
+    return Stats(h=np.histogram(client.data.X[:, 0], bins=edges)[0].astype(np.float64))
 
 
 def _moments(payload: Any, shared: Any, client: Any) -> Stats:
@@ -395,6 +459,11 @@ def run(config: Any = None, *, overrides: list[str] | dict[str, Any] | None = No
     ...                  data={"dataset": "sklearn:iris"}, runtime={"backend": "local"})  # doctest: +SKIP
     """
     cfg = make_config(config, overrides=overrides, **kwargs)
+    out = cfg.output.directory if output is None else output
+    if out:  # before Ray starts and before any data is read
+        from fedray.outputs import prepare
+
+        prepare(out, cfg.output.overwrite)
     with Session(cfg) as session:
         result = session.run(output=output, progress=progress, central_baseline=central_baseline)
         result.peak_memory_mb = peak_memory_mb()
