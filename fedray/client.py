@@ -41,7 +41,8 @@ class ClientData:
 class Client:
     """What a client function sees: ``id``, ``data``, ``state``, ``rng``, ``round``."""
 
-    __slots__ = ("id", "name", "_X", "_y", "_supervised", "sample_shape", "state", "_rng", "round", "seed", "meta")
+    __slots__ = ("id", "name", "_X", "_y", "_supervised", "sample_shape", "state", "_rng", "round", "seed", "meta",
+                 "secrets")
 
     def __init__(self, spec: ClientSpec, X: np.ndarray, y: np.ndarray | None, seed: int,
                  supervised: bool, sample_shape: tuple[int, ...]) -> None:
@@ -54,6 +55,9 @@ class Client:
         self.state: dict[str, Any] = {}
         self.meta: dict[str, Any] = dict(spec.meta)  # recipe facts (e.g. test split, true group: evaluation only)
         self.seed = seed
+        # Keys of the privacy protocols (fedray.privacy), drawn from the OS where the client lives; never
+        # returned to the server, never in ``state`` (so never in checkpoints).
+        self.secrets: dict[str, Any] = {}
         self.round = -1
         self._rng: np.random.Generator | None = None
 
@@ -175,8 +179,13 @@ class ClientHost:
             self.clients[spec.client_id].state["_feature_names"] = names
 
     # --- set-up ---------------------------------------------------------
-    def describe(self) -> list[dict[str, Any]]:
-        """Per-client facts the server may know: size, dimension, column sums, bounds, bad values."""
+    def describe(self, private: bool = False) -> list[dict[str, Any]]:
+        """Per-client facts the server may know: size, dimension, column sums, bounds, bad values.
+
+        With ``private`` (any ``privacy.*`` mechanism on) the per-client column sums, sums of
+        squares, minima and maxima are left out: for a small client they are rows (a one-row
+        client's sum and a client's extremes); the session then sums moments securely.
+        """
         out = []
         for cid in sorted(self.clients):
             c = self.clients[cid]
@@ -185,7 +194,7 @@ class ClientHost:
                             "n_features": int(c._X.shape[1]) if c._X.ndim == 2 else -1,
                             "error": self.build_errors[cid]})
                 continue
-            out.append(describe_shard(cid, c.name, c._X, c._y, c.state.get("_feature_names", ())))
+            out.append(describe_shard(cid, c.name, c._X, c._y, c.state.get("_feature_names", ()), moments=not private))
         return out
 
     def apply_scaler(self, shift: np.ndarray, scale: np.ndarray) -> int:

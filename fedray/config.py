@@ -136,17 +136,26 @@ class DPConfig(_Section):
     clip: float = Field(gt=0)
     noise_multiplier: float = Field(gt=0)
     delta: float = Field(default=1e-5, gt=0, lt=1)
+    seeded_noise: bool = Field(default=False, description="debugging only: noise from the seed, not private")
 
 
 class PrivacyConfig(_Section):
+    """Secure aggregation, DP and guards (see fedray.privacy and docs/reliability.md)."""
+
     secure_aggregation: bool = False
     mask_neighbors: int | None = Field(default=None, ge=2, description="pairwise masks with this many peers (None: all)")
+    min_cohort: int = Field(default=3, ge=2, description="secure aggregation refuses smaller cohorts or survivor sets")
+    secagg_threshold: float = Field(default=0.5, gt=0, lt=1,
+                                    description="Shamir threshold t = floor(value * peers) + 1")
     dp: DPConfig | None = None
     min_samples_guard: bool = False
+    min_cluster_count: int = Field(default=0, ge=0, description="clients zero clusters with fewer points (0: off)")
+    feature_bounds: list[tuple[float, float]] | None = Field(
+        default=None, description="(low, high) per feature, known a priori: min-max scaling and bounds under privacy")
 
     @property
     def active(self) -> bool:
-        return bool(self.secure_aggregation or self.dp is not None or self.min_samples_guard)
+        return bool(self.secure_aggregation or self.dp is not None or self.min_samples_guard or self.min_cluster_count)
 
 
 class CheckpointConfig(_Section):
@@ -380,7 +389,27 @@ def _check_reliability(cfg: ExperimentConfig) -> None:
                           "use delay_mode='virtual'")
     if f.delay_probability and f.delay_seconds and rt.round_timeout is None:
         raise ConfigError("faults.delay_probability: delays only matter with a deadline; set runtime.round_timeout")
+    _check_privacy(cfg)
     for r, c in f.crashes:
         if r < 0 or c < 0 or (cfg.federation.n_clients is not None and c >= cfg.federation.n_clients):
             raise ConfigError(f"faults.crashes: ({r}, {c}) must be (round >= 0, client id in "
                               f"[0, federation.n_clients))")
+
+
+def _check_privacy(cfg: ExperimentConfig) -> None:
+    """Privacy settings that cannot hold: min-max scaling from clients' extremes, cohorts below the minimum."""
+    p = cfg.privacy
+    if p.active and cfg.data.scale == "minmax" and p.feature_bounds is None:
+        raise ConfigError("data.scale: 'minmax' uses each client's minimum and maximum (which can be rows) and is "
+                          "refused under privacy; use data.scale='standard' (securely summed moments) or give "
+                          "privacy.feature_bounds")
+    for k, (lo, hi) in enumerate(p.feature_bounds or ()):
+        if not (lo < hi):
+            raise ConfigError(f"privacy.feature_bounds[{k}]: ({lo}, {hi}) must have low < high")
+    n = cfg.federation.n_clients
+    if p.secure_aggregation and n is not None:
+        m = max(1, int(cfg.federation.fraction * n + 1e-12))
+        if min(m, n) < p.min_cohort:
+            raise ConfigError(f"privacy.min_cohort: secure aggregation needs cohorts of at least {p.min_cohort} "
+                              f"clients; federation.n_clients={n} with fraction={cfg.federation.fraction} samples "
+                              f"{min(m, n)}")

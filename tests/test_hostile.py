@@ -276,7 +276,9 @@ def test_unexpected_errors_are_one_line_without_v(tmp_path):
 def test_dp_noise_never_stops_kmeans_as_converged():
     # seed 2: every noisy count of round 3 was <= 0, so no centre moved and the old rule
     # stopped the run as "converged" with ARI 0.0
-    res = fedray.run(seed=2, privacy={"dp": {"clip": 5.0, "noise_multiplier": 1.0}}, data={"scale": "standard"},
+    # seeded_noise: the noise of the old run (drawn from the seed), so the regression replays exactly
+    res = fedray.run(seed=2, privacy={"dp": {"clip": 5.0, "noise_multiplier": 1.0, "seeded_noise": True}},
+                     data={"scale": "standard"},
                      federation={"rounds": 30}, runtime={"backend": "local", "progress": False}, output=False)
     h = res.history[res.history["phase"] == "train"]
     k = 3
