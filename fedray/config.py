@@ -93,6 +93,10 @@ class RuntimeConfig(_Section):
     max_restarts: int = Field(default=3, ge=-1, description="times Ray restarts a crashed client actor (its "
                               "shards are rebuilt from their recipes; -1: always)")
     startup_timeout: float = Field(default=300.0, gt=0)
+    call_timeout: float = Field(default=300.0, gt=0, description="seconds to wait for any other call to the client "
+                                "actors (set-up, checkpoint state, gathering data); past it the call fails in one line")
+    stall_warning: float = Field(default=10.0, gt=1, description="without round_timeout, warn when a round waits "
+                                 "this many times the median round time (at least 60 s)")
     progress: bool | None = None
 
     @field_validator("clients_per_actor")

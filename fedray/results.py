@@ -93,6 +93,7 @@ class Result:
         failures = sum(1 for f in fail_rows if f["kind"] == "failed")
         late = sum(1 for f in fail_rows if f["kind"] == "late")
         in_eval = sum(1 for f in fail_rows if f["round"] < 0)
+        spill = sum(1 for f in fail_rows if f["kind"] == "late" and "spill-over" in f.get("error", ""))
         summary = {
             "algorithm": alg.name,
             "dataset": str(cfg.data.dataset),  # arrays from Python: their description
@@ -105,7 +106,7 @@ class Result:
             "converged": bool(state.get("converged", False)),
             "wall_time_s": float(wall_s),
             "startup_s": float(session.startup_s),
-            "failures": {"failed": failures, "late": late, "in_evaluation": in_eval},
+            "failures": {"failed": failures, "late": late, "late_spillover": spill, "in_evaluation": in_eval},
             "bytes": {"down": int(history["bytes_down"].sum()) if len(history) else 0,
                       "up": int(history["bytes_up"].sum()) if len(history) else 0},
             "final": _jsonable(final),

@@ -123,9 +123,11 @@ class Server:
             err = res.errors.get(cid, "").strip()
             self.failures.append({"round": self.round, "attempt": attempt, "client_id": cid, "kind": "failed",
                                   "error": err.splitlines()[-1] if err else ""})
+        spill = set(res.spillover)
         for cid in res.late:
+            why = (" (its actor was still busy with an earlier round's late task: spill-over)" if cid in spill else "")
             self.failures.append({"round": self.round, "attempt": attempt, "client_id": cid, "kind": "late",
-                                  "error": f"no answer within runtime.round_timeout={self.round_timeout}"})
+                                  "error": f"no answer within runtime.round_timeout={self.round_timeout}{why}"})
         if res.failed:
             log.warning("round %d: client(s) %s failed: %s", self.round, res.failed,
                         self.failures[-len(res.failed) - len(res.late)]["error"])
@@ -163,8 +165,12 @@ class Server:
                 missing = sorted(set(res.failed) | set(res.late))
                 if not missing:
                     break
+                spill = set(res.spillover)
                 for cid in missing:
-                    err = res.errors.get(cid, "no answer within runtime.round_timeout").strip()
+                    late = ("no answer within runtime.round_timeout" +
+                            (" (its actor was still busy with an earlier round's late task: spill-over)"
+                             if cid in spill else ""))
+                    err = res.errors.get(cid, late).strip()
                     self.failures.append({"round": -1 - len(stages), "attempt": attempt, "client_id": cid,
                                           "kind": "late" if cid in res.late else "failed",
                                           "error": err.splitlines()[-1] if err else ""})

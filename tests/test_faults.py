@@ -72,7 +72,7 @@ def test_listed_crashes_drop_exactly_those_clients_and_equal_a_run_without_them(
     assert h.loc[1, "clients_failed"] == 2 and h.loc[2, "clients_failed"] == 1 and h.loc[0, "clients_failed"] == 0
     assert sorted(map(tuple, faulty.failures[["round", "client_id"]].to_numpy().tolist())) == [(1, 0), (1, 1), (2, 5)]
     assert "crashed in round 1 (injected fault)" in faulty.failures["error"].iloc[0]
-    assert faulty.summary["failures"] == {"failed": 3, "late": 0, "in_evaluation": 0, "injected": 3}
+    assert faulty.summary["failures"] == {"failed": 3, "late": 0, "late_spillover": 0, "in_evaluation": 0, "injected": 3}
 
 
 def test_too_few_answers_retry_then_fail_with_a_clear_message():

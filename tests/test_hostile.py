@@ -321,3 +321,66 @@ def test_summary_failures_count_every_attempt_like_failures_parquet():
     assert len(f) > 0 and f["attempt"].max() > 0  # some round was retried
     assert res.summary["failures"]["failed"] == int((f["kind"] == "failed").sum())
     assert res.summary["failures"]["failed"] > int(res.history["clients_failed"].sum())
+
+
+# --- hangs ---------------------------------------------------------------------------
+def test_late_tasks_spilling_into_later_rounds_are_counted_apart_from_stragglers(ray_session):
+    cfg = {**RCFG, "federation": {"n_clients": 4, "rounds": 6, "round_retries": 3},
+           "runtime": {"backend": "ray", "clients_per_actor": 1, "round_timeout": 2.0, "progress": False},
+           "faults": {"delay_probability": 0.25, "delay_seconds": 5.0, "delay_mode": "sleep"}}
+    res = fedray.run(cfg, output=False)
+    f = res.failures
+    late = f[f["kind"] == "late"]
+    spill = late["error"].str.contains("spill-over")
+    assert res.summary["failures"]["late_spillover"] == int(spill.sum())
+    # every late client-round is either an injected straggler or a spill-over of one
+    assert bool((late["injected"] | spill).all())
+    assert int((late["injected"] & ~spill).sum()) <= int(f["injected"].sum())
+
+
+def test_calls_to_stuck_actors_fail_within_call_timeout(ray_session):
+    import ray
+
+    from fedray.faults import delayed
+    from fedray.session import _moments
+
+    with fedray.Session(RCFG, runtime={**RCFG["runtime"], "call_timeout": 2.0}) as s:
+        sleepy = fedray.Task(delayed, {"delay": 6.0, "fn": _moments, "payload": None})
+        blocker = s.executor.actors[0].run.remote(0, [(0, sleepy, -1)])
+        with pytest.raises(fedray.RoundFailedError, match=r"client state: client actors did not answer within "
+                                                          r"runtime.call_timeout=2 s"):
+            s.executor.get_state([0, 1])
+        ray.get(blocker)
+
+
+def test_a_stalled_round_without_round_timeout_is_reported(ray_session, monkeypatch, caplog):
+    from fedray import runtime
+    from fedray.faults import delayed
+    from fedray.session import _moments
+
+    monkeypatch.setattr(runtime, "STALL_FIRST_S", 1.0)
+    with fedray.Session(RCFG) as s:
+        slow = fedray.Task(delayed, {"delay": 3.5, "fn": _moments, "payload": None})
+        fast = fedray.Task(_moments)
+        with caplog.at_level("WARNING", logger="fedray"):
+            res = s.executor.execute(0, {0: slow, 1: fast, 2: fast, 3: fast}, None)
+    assert len(res.replies) == 4  # no deadline: it waits, but says so
+    assert any("round 0: still waiting for 1 of 4 client actors" in r.getMessage() for r in caplog.records)
+
+
+def test_a_checkpoint_blocked_by_a_stuck_actor_is_skipped_not_hung(ray_session, tmp_path, checkpoint_key, caplog):
+    from fedray.checkpoint import Checkpointer
+    from fedray.faults import delayed
+    from fedray.session import _moments
+
+    cfg = fedray.make_config(RCFG, runtime={**RCFG["runtime"], "call_timeout": 1.5}, checkpoint={"every": 1})
+    with fedray.Session(cfg) as s:
+        blocker = s.executor.actors[2].run.remote(0, [(2, fedray.Task(delayed, {"delay": 4.0, "fn": _moments,
+                                                                               "payload": None}), -1)])
+        with caplog.at_level("WARNING", logger="fedray"):
+            path = Checkpointer(cfg, tmp_path, s).save({"round": 3})
+        import ray
+
+        ray.get(blocker)
+    assert path is None
+    assert any("checkpoint after round 2 skipped" in r.getMessage() for r in caplog.records)
