@@ -61,7 +61,7 @@ from fedray.sizes import nbytes_of
 class SupervisedParams(Params):
     """Local training and evaluation of supervised clustered FL (paper defaults for MNIST)."""
 
-    model: str = Field(default="auto", description="cnn28 | cnn8 | mlp | cnn1d | auto")
+    model: str = Field(default="auto", description="cnn28 | cnn8 | mlp | cnn1d | auto | package.module:function")
     optimizer: Literal["sgd", "adam"] = "sgd"
     lr: float = Field(default=0.1, gt=0, description="local learning rate eta")
     epochs: int = Field(default=5, ge=1, description="local epochs E")
@@ -75,8 +75,10 @@ class SupervisedParams(Params):
     @field_validator("model")
     @classmethod
     def _known_model(cls, v: str) -> str:
-        from fedray.nn import MODEL_KINDS, available_models
+        from fedray.nn import MODEL_KINDS, available_models, is_model_reference
 
+        if is_model_reference(v):  # a user's factory: checked (one line) by check_config and validate
+            return v
         if v != "auto" and v not in MODEL_KINDS:
             raise ValueError(f"unknown model {v!r}; choose one of {', '.join(available_models())}")
         return v
@@ -308,7 +310,13 @@ class SupervisedAlgorithm(Algorithm):
 
     @classmethod
     def check_config(cls, cfg: Any) -> None:
-        """Before any data: a fraction that samples too few clients per round."""
+        """Before any data: a model reference that does not import, a fraction that samples
+        too few clients per round."""
+        from fedray.nn import is_model_reference, resolve_model_factory
+
+        model = (cfg.algorithm.params or {}).get("model")
+        if isinstance(model, str) and is_model_reference(model):
+            resolve_model_factory(model)
         fed = cfg.federation
         if fed.n_clients is not None and n_sampled(fed.fraction, fed.n_clients) < cls.min_sampled:
             m = n_sampled(fed.fraction, fed.n_clients)
