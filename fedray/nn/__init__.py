@@ -97,7 +97,7 @@ def resolve_model_factory(name: str, key: str = "algorithm.params.model") -> Cal
             raise ConfigError(f"{key}: module {mod_name!r} has no attribute {attr!r} (model {name!r})")
         obj = getattr(obj, part)
     if not callable(obj):
-        raise ConfigError(f"{key}: {name!r} is a {type(obj).__name__}, not callable; it must be a function "
+        raise ConfigError(f"{key}: {name!r} is not callable (got {type(obj).__name__}); it must be a function "
                           "(input_shape, n_classes) -> torch.nn.Module")
     return obj
 

@@ -178,7 +178,7 @@ def check_factory_model(model: object, name: str, sample_shape: tuple[int, ...],
     """
     key = "algorithm.params.model"
     if not isinstance(model, nn.Module):
-        raise ConfigError(f"{key}: {name!r} returned a {type(model).__name__}, not a torch.nn.Module")
+        raise ConfigError(f"{key}: {name!r} returned {type(model).__name__}, not a torch.nn.Module")
     if not any(True for _ in model.parameters()):
         raise ConfigError(f"{key}: {name!r} returned a module without trainable parameters")
     was_training = model.training
@@ -193,7 +193,7 @@ def check_factory_model(model: object, name: str, sample_shape: tuple[int, ...],
         model.train(was_training)
     shape = tuple(out.shape) if isinstance(out, torch.Tensor) else None
     if shape != (2, n_classes):
-        got = f"outputs of shape {shape}" if shape is not None else f"a {type(out).__name__}"
+        got = f"outputs of shape {shape}" if shape is not None else f"{type(out).__name__} outputs"
         raise ConfigError(f"{key}: {name!r} returns {got} for a batch of shape {(2, *sample_shape)}; "
                           f"expected logits of shape (2, {n_classes}) (n_classes = {n_classes})")
 
