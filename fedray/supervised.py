@@ -1,39 +1,72 @@
-"""Shared pieces of clustered federated learning: per-group FedAvg, evaluation, metrics.
+"""The public base of supervised (clustered) federated learning: :class:`SupervisedAlgorithm`.
 
 Used by FLACC (Mehta & Shao 2023) and the methods it is compared with (FedAvg,
-local, IFCA, CFL, FL+HC in :mod:`fedray.algorithms.baselines`). Imports no torch:
-client functions import :mod:`fedray.nn.train` when they run.
+local, IFCA, CFL, FL+HC in :mod:`fedray.algorithms.baselines`), and by users'
+plug-ins (FedProx, Per-FedAvg in ``examples/plugins``; see ``docs/extending.md``).
+Imports no torch: client hooks import it when they run on the client.
 
-API for an algorithm module
----------------------------
+A round (server side, instance methods)
+---------------------------------------
+``configure_round(ctx)``
+    Default: FedAvg — the sampled clients train the model of their key
+    (``make_tasks(ctx, ctx.sampled)``).
+``aggregate(ctx, replies)``
+    Default: FedAvg per model key (``average_into``), then ``round_metrics``:
+    theta_g = sum_i n_i w_i / sum_i n_i over the group's trained clients
+    (McMahan et al. 2017; Mehta & Shao 2023, Algorithm 1 line 20).
+``client_payload()``
+    Entries the client hooks need (e.g. FedProx's ``mu``), added to every payload.
+
+On the client (classmethods, run by :func:`client_round`)
+---------------------------------------------------------
+The payload carries the algorithm's class (by reference: module and name), so a
+client runs the hooks of the class that made the task, in this order:
+
+``choose_model(model, shared, ctx) -> ndarray (P,)``
+    Which received weights the client starts from: the one model sent, the model
+    of its key in a mapping (``payload["assign"]``), IFCA's lowest-loss model of
+    k, the ``local`` method's own kept model.
+``client_evaluate(model, ctx) -> {"test_loss", "acc"}``
+    In evaluation rounds, before training, on the client's test split.
+``client_train(model, ctx) -> {"train_loss", "weights"}``
+    E local epochs of mini-batches B (``ClientUpdate``) minimising ``client_loss``.
+``client_loss(model, outputs, targets, ctx) -> scalar tensor``
+    Cross-entropy of logits ``outputs`` (b, n_classes) against ``targets`` (b,).
+
+``ctx`` is a :class:`ClientContext`: the client (``rng``, ``state``), the payload,
+the client's split, ``start`` (the weights it started from, (P,) float32; as
+tensors: ``start_tensors(model)``), ``batches()`` (mini-batches in the client's
+seeded order), ``weights(model)`` / ``load(model, w)``, and ``out`` (the reply).
+
+State and helpers of the base
+-----------------------------
 ``SupervisedParams``
-    model, optimizer (``sgd``/``adam``), lr, epochs (E), batch_size (B),
-    eval_every (r), test_fraction, device, model_seed. Subclass it for more.
-``SupervisedAlgorithm(Algorithm)`` — base class; state:
-    ``self.spec`` (model spec), ``self.init`` (theta_0, float32 (P,)),
-    ``self.models: dict[key, ndarray (P,) float32]`` — the models on the server;
-    ``self.model_of: ndarray (n_clients,)`` — the model key each client trains/evaluates;
-    ``self.assignment: ndarray (n_clients,)`` — the cluster label of each client
-    (for metrics; ``-1`` unknown; FLACC keeps one model but many entities before
-    separation).
-    Helpers:
-    ``self.check_round(ctx)`` — raise ConfigError when fewer than ``min_sampled`` clients are sampled;
-    ``self.eval_due(ctx)`` — ``ctx.round % eval_every == 0``;
-    ``self.make_tasks(ctx, train_clients, evaluate=None)`` -> ``{cid: Task}``: sampled
-    clients get the model ``self.models[self.model_of[cid]]`` and train it (E epochs,
-    returning weights); in evaluation rounds every client also evaluates the model
-    it receives on its own test split *before* training (so the accuracy in row t is
-    that of the models after t rounds). One shared object per model (one broadcast).
-    ``self.weights_of(replies)`` -> ``{cid: (w_i float32 (P,), n_i)}`` of trained clients;
-    ``self.updates(replies)`` -> ``{cid: delta_i float64 (P,)}`` = w_i - the model it received;
-    ``self.average_into(replies, key_of=None)`` — FedAvg per model key
-    (theta_g = sum n_i w_i / sum n_i over the group's trained clients);
-    ``self.round_metrics(ctx, replies)`` -> dict with ``accuracy`` (mean client test
-    accuracy, evaluation rounds only), ``test_loss``, ``train_loss``, ``clients_trained``
-    (the server's ``clients_sampled`` also counts evaluation-only tasks), ``n_clusters``,
-    ``ari`` (found clusters vs the true groups of the federation, where known),
-    ``bytes_train`` (model bytes down and up of the training tasks).
-    Final evaluation (after the last round) and ``result()`` are provided.
+    model (a built-in name or ``package.module:function``), optimizer
+    (``sgd``/``adam``), lr, epochs (E), batch_size (B), eval_every (r),
+    test_fraction, device, model_seed. Subclass it for more.
+``self.spec`` (model spec), ``self.init`` (theta_0, float32 (P,)),
+``self.models: dict[key, ndarray (P,) float32]`` — the models on the server;
+``self.model_of: ndarray (n_clients,)`` — the model key each client trains/evaluates;
+``self.assignment: ndarray (n_clients,)`` — the cluster label of each client
+(for metrics; ``-1`` unknown; FLACC keeps one model but many entities before
+separation).
+``self.check_round(ctx)`` — raise ConfigError when fewer than ``min_sampled`` clients are sampled;
+``self.eval_due(ctx)`` — ``ctx.round % eval_every == 0``;
+``self.task_payload(train, evaluate, **extra)`` — the payload of a task;
+``self.make_tasks(ctx, train_clients, evaluate=None, fn=client_round, **extra)`` -> ``{cid: Task}``:
+sampled clients get the model ``self.models[self.model_of[cid]]`` and train it; in
+evaluation rounds every client also evaluates the model it receives on its own test
+split *before* training (so the accuracy in row t is that of the models after t
+rounds). One shared object per model (one broadcast). ``fn`` replaces the client function.
+``self.weights_of(replies)`` -> ``{cid: (w_i float32 (P,), n_i)}`` of trained clients;
+``self.updates(replies)`` -> ``{cid: delta_i float64 (P,)}`` = w_i - the model it received;
+``self.average_into(replies, key_of=None)`` — FedAvg per model key;
+``self.round_metrics(ctx, replies)`` -> dict with ``accuracy`` (mean client test
+accuracy, evaluation rounds only), ``test_loss``, ``train_loss``, ``clients_trained``
+(the server's ``clients_sampled`` also counts evaluation-only tasks), ``n_clusters``,
+``ari`` (found clusters vs the true groups of the federation, where known),
+``bytes_train`` (model bytes down and up of the training tasks).
+Final evaluation (after the last round) and ``result()`` are provided.
 Free functions: ``weighted_average``, ``cosine_similarities``, ``cluster_metrics``,
 ``n_sampled``, ``client_round`` (the client function).
 
@@ -522,3 +555,7 @@ class SupervisedAlgorithm(Algorithm):
         if self.true_groups is not None:
             out["true_groups"] = self.true_groups.copy()
         return out
+
+
+__all__ = ["ClientContext", "SupervisedAlgorithm", "SupervisedParams", "client_round", "cluster_metrics",
+           "cosine_similarities", "n_sampled", "weighted_average"]

@@ -3,12 +3,15 @@
 Each client i wants the model that is best *after one step of its own gradient
 descent*: min_w F_i(w) = f_i(w - alpha grad f_i(w)) (eq. 3). The server averages
 (FedAvg) what the sampled clients send after local training, where each local
-step t (Algorithm 1, first-order approximation of eq. 8) uses two fresh mini-batches:
+step t (Algorithm 1, first-order approximation of eq. 8) uses two independent
+mini-batches D_t, D'_t of size B:
 
     w_tmp = w - alpha grad f_i(w; D_t)
     w     = w - beta grad f_i(w_tmp; D'_t)          (beta = algorithm.params.lr)
 
-E epochs of mini-batches B give E * ceil(n_i / B) batches, i.e. half as many steps.
+A client takes as many steps as FedAvg's E epochs of mini-batches B make
+(tau = E * ceil(n_i / B)): D'_t runs through E epochs of the client's rows, D_t
+through another E epochs in an independent order (two gradients a step).
 Evaluation is personalised: a client takes ``personal_steps`` full-batch gradient
 steps of size alpha on its training rows from the model it received, scores that
 model on its test rows and reloads the received one (the FLACC paper's Table I
@@ -59,8 +62,8 @@ class PerFedAvg(fedray.SupervisedAlgorithm):
         alpha, beta = ctx.payload["alpha"], ctx.train_cfg["lr"]
         params, losses = list(model.parameters()), []
         model.train()
-        batches = ctx.batches()  # the client's seeded order, E epochs
-        for (x1, y1), (x2, y2) in zip(batches, batches):
+        # D_t and D'_t: two passes of E epochs in independent orders from the client's seeded rng
+        for (x1, y1), (x2, y2) in zip(ctx.batches(), ctx.batches()):
             w = [p.detach().clone() for p in params]
             g, _ = gradients(cls, model, x1, y1, ctx)
             with torch.no_grad():  # w_tmp = w - alpha grad f(w; D)
