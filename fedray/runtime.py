@@ -74,7 +74,8 @@ class Executor:
     backend = "base"
     n_actors = 0
 
-    def describe(self) -> list[dict[str, Any]]:  # pragma: no cover - interface
+    def describe(self, private: bool = False) -> list[dict[str, Any]]:  # pragma: no cover - interface
+        """Per-client facts; ``private`` leaves out per-client sums and extremes (see ClientHost.describe)."""
         raise NotImplementedError
 
     def apply_scaler(self, shift: np.ndarray, scale: np.ndarray) -> None:  # pragma: no cover
@@ -122,8 +123,8 @@ class ExecutorWrapper(Executor):
         inner = self.inner
         return inner.base if isinstance(inner, ExecutorWrapper) else inner
 
-    def describe(self) -> list[dict[str, Any]]:
-        return self.inner.describe()
+    def describe(self, private: bool = False) -> list[dict[str, Any]]:
+        return self.inner.describe(private)
 
     def apply_scaler(self, shift: np.ndarray, scale: np.ndarray) -> None:
         self.inner.apply_scaler(shift, scale)
@@ -160,8 +161,8 @@ class LocalExecutor(Executor):
         self.host = ClientHost(specs, seed, supervised, sample_shape)
         self.n_actors = 0
 
-    def describe(self) -> list[dict[str, Any]]:
-        return self.host.describe()
+    def describe(self, private: bool = False) -> list[dict[str, Any]]:
+        return self.host.describe(private)
 
     def apply_scaler(self, shift: np.ndarray, scale: np.ndarray) -> None:
         self.host.apply_scaler(shift, scale)
@@ -269,7 +270,12 @@ class RayExecutor(Executor):
         import ray
 
         from fedray.actors.client_actor import ClientActor
+        from fedray.data.federation import put_shards
 
+        # Shards given from Python go to the object store, one object per client; the
+        # recipes holding the references stay here while the actors may need them.
+        specs = put_shards(specs)
+        self.specs = specs
         res = runtime.client_resources
         total, max_actors = client_capacity(res.custom)
         self.clients_per_actor, actor_cpus = resolve_layout(
@@ -319,9 +325,9 @@ class RayExecutor(Executor):
 
         return ray.get([getattr(a, method).remote(*args) for a in self.actors])
 
-    def describe(self) -> list[dict[str, Any]]:
+    def describe(self, private: bool = False) -> list[dict[str, Any]]:
         out = []
-        for part in self._call_all("describe"):
+        for part in self._call_all("describe", private):
             out.extend(part)
         return sorted(out, key=lambda d: d["client_id"])
 
@@ -437,6 +443,7 @@ class RayExecutor(Executor):
             except Exception:  # noqa: BLE001 - already gone
                 pass
         self.actors = []
+        self.specs = []
 
 
 def check_feasible(options: dict[str, Any], n_actors: int) -> None:

@@ -12,6 +12,8 @@ import logging
 import time
 from typing import Any
 
+import numpy as np
+
 from fedray.algorithm import Algorithm, Reply, RoundContext, Task
 from fedray.errors import FedrayError, RoundFailedError
 from fedray.runtime import Executor
@@ -88,10 +90,13 @@ class Server:
                 first = next(iter(res.errors.values()), "")
                 retried = (f"; retried {attempt} time(s) (federation.round_retries={self.round_retries})"
                            if self.round_retries else "; set federation.round_retries to retry such rounds")
+                if first:
+                    log.info("round %d: first client failure:\n%s", self.round, first)
+                last = first.strip().splitlines()[-1] if first.strip() else ""
                 raise RoundFailedError(
                     f"round {self.round}: {len(res.replies)} of {len(tasks)} clients answered "
                     f"({len(res.failed)} failed, {len(res.late)} late); federation.min_clients={self.min_clients}"
-                    + retried + (f"\nfirst failure:\n{first}" if first else ""))
+                    + retried + (f"; first failure: {last} (-v shows its traceback)" if last else ""))
             attempt += 1
             log.warning("round %d: %d of %d clients answered (federation.min_clients=%d); attempt %d of %d",
                         self.round, len(res.replies), len(tasks), self.min_clients, attempt + 1, self.round_retries + 1)
@@ -132,21 +137,50 @@ class Server:
             pass
         return self.history
 
-    def evaluate(self) -> dict[str, Any]:
-        """Run the algorithm's evaluation passes on every client; returns the final metrics."""
+    def evaluate(self, retries: int = 2) -> dict[str, Any]:
+        """Run the algorithm's evaluation passes on every client; returns the final metrics.
+
+        Clients that fail are asked again (``retries`` times: a crashed actor is restarted
+        and its shards rebuilt meanwhile). Metrics that still miss clients say so:
+        ``evaluation_coverage`` gives the clients and samples they cover and the missing
+        clients (the session warns about them), so a shrunken evaluation is never silent.
+        """
         stages: list[list[Reply]] = []
         prev: list[Reply] | None = None
+        info = self.algorithm.info
+        covered = set(range(info.n_clients))
         while True:
             task = self.algorithm.evaluation_task(len(stages), prev)
             if task is None:
                 break
-            tasks = {cid: task for cid in range(self.algorithm.info.n_clients)}
-            res = self.executor.execute(-1 - len(stages), tasks, None)
-            if res.user_errors:
-                raise type_of_user_error(res.user_errors[min(res.user_errors)])
-            prev = res.replies
+            todo = {cid: task for cid in range(info.n_clients)}
+            replies: list[Reply] = []
+            for attempt in range(retries + 1):
+                res = self.executor.execute(-1 - len(stages), todo, self.round_timeout)
+                if res.user_errors:
+                    raise type_of_user_error(res.user_errors[min(res.user_errors)])
+                replies.extend(res.replies)
+                missing = sorted(set(res.failed) | set(res.late))
+                if not missing:
+                    break
+                for cid in missing:
+                    err = res.errors.get(cid, "no answer within runtime.round_timeout").strip()
+                    self.failures.append({"round": -1 - len(stages), "attempt": attempt, "client_id": cid,
+                                          "kind": "late" if cid in res.late else "failed",
+                                          "error": err.splitlines()[-1] if err else ""})
+                todo = {cid: task for cid in missing}
+            answered = {r.client_id for r in replies}
+            covered &= answered
+            prev = sorted(replies, key=lambda r: r.client_id)
             stages.append(prev)
-        return self.algorithm.summarize_evaluation(stages) if stages else {}
+        final = self.algorithm.summarize_evaluation(stages) if stages else {}
+        if stages:
+            n = info.n_samples
+            cov = {"clients": len(covered), "of_clients": int(info.n_clients),
+                   "samples": int(sum(int(n[c]) for c in covered)), "of_samples": int(np.sum(n))}
+            cov["missing"] = sorted(set(range(info.n_clients)) - covered)
+            final["evaluation_coverage"] = cov
+        return final
 
     def result(self) -> dict[str, Any]:
         return self.algorithm.result()

@@ -136,7 +136,9 @@ def _count(payload, shared, client):
 def test_evaluation_stages_receive_the_previous_stage_replies():
     with fedray.Session(CFG, runtime={"backend": "local"}) as s:
         res = s.run(_Staged, {}, output=False)
+    cov = res.final.pop("evaluation_coverage")
     assert res.final == {"stages": 2, "n": 178.0, "replies": 6}
+    assert cov["clients"] == cov["of_clients"] == 6 and cov["samples"] == 178
 
 
 def test_plugin_runs_from_the_cli_on_local_and_ray_with_identical_results(tmp_path):
