@@ -10,8 +10,13 @@ import numpy as np
 
 
 def nbytes_of(obj: Any) -> int:
-    """Bytes of the arrays and numbers in ``obj`` (recursing into containers)."""
-    if obj is None:
+    """Bytes of the arrays and numbers in ``obj`` (recursing into containers).
+
+    Classes count 0: like a task's client function they name code (by module and
+    name), they are not data (the supervised algorithms send their class so the
+    client finds its hooks).
+    """
+    if obj is None or isinstance(obj, type):
         return 0
     if isinstance(obj, np.ndarray):
         return int(obj.nbytes)
