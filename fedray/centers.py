@@ -25,7 +25,6 @@ from fedray.algorithm import Algorithm, Params, Reply, RoundContext, Task
 from fedray.errors import ConfigError, DataError
 from fedray.metrics import acc_from_table, ari_from_table, davies_bouldin_from_stats, nmi_from_table
 from fedray.ops import assign, cluster_sums, kmeans, kmeans_plusplus, lloyd, sq_distances
-from fedray.seeding import client_rng, server_rng
 from fedray.stats import Stats, total
 
 
@@ -36,8 +35,8 @@ class CenterParams(Params):
     n_clusters: int = Field(default=3, ge=1, description="number of clusters K")
     init: Literal["kfed", "random-box"] | list[list[float]] = "kfed"
     max_rounds: int = Field(default=100, ge=1)
-    init_retries: int = Field(default=5, ge=0, description="rounds in which the k-FED start asks the clients that "
-                              "failed or were late again, so that a fault does not change the initial centres")
+    init_retries: int = Field(default=5, ge=0, description="times the k-FED start asks clients that failed or were "
+                              "late again (same round, same streams), so that a fault does not change the start")
 
     @field_validator("init", mode="before")
     @classmethod
@@ -49,17 +48,12 @@ class CenterParams(Params):
 
 # --- client functions -------------------------------------------------------
 def local_centers(payload: dict, shared: Any, client: Any) -> dict[str, np.ndarray]:
-    """k-means++ and Lloyd on the client's shard; returns local centres and their sizes.
-
-    ``payload["round"]`` (optional) keys the client's generator to the start's first
-    round, so that a client asked again after a failure computes the same centres.
-    """
+    """k-means++ and Lloyd on the client's shard; returns local centres and their sizes."""
     X = client.data.X
     k = min(int(payload["k"]), _n_distinct_upto(X, int(payload["k"])))
     if k == 0:
         return {"centers": np.zeros((0, X.shape[1])), "counts": np.zeros(0)}
-    rng = client.rng if payload.get("round") is None else client_rng(client.seed, client.id, int(payload["round"]))
-    C, labels, _ = lloyd(X, kmeans_plusplus(X, k, rng), max_iter=100)
+    C, labels, _ = lloyd(X, kmeans_plusplus(X, k, client.rng), max_iter=100)
     return {"centers": C, "counts": np.bincount(labels, minlength=k).astype(float)}
 
 
@@ -160,22 +154,17 @@ class CenterAlgorithm(Algorithm):
 
     # --- init phase -----------------------------------------------------
     def init_tasks(self, ctx: RoundContext) -> dict[int, Task]:
-        """Every client (or, after a fault, those that have not answered yet) sends local centres."""
-        if not hasattr(self, "_init_parts"):
-            self._init_round, self._init_parts, self._init_tries = ctx.round, {}, 0
-        task = Task(local_centers, {"k": self.params.n_clusters, "round": self._init_round})
-        return {cid: task for cid in ctx.all_clients if cid not in self._init_parts}
+        """Every client sends its local centres."""
+        task = Task(local_centers, {"k": self.params.n_clusters})
+        return {cid: task for cid in ctx.all_clients}
+
+    def retries_for_missing(self, ctx: RoundContext) -> int:
+        """The k-FED start needs every client: a fault would change the initial centres."""
+        return self.params.init_retries if self.phase == "init" else 0
 
     def aggregate_init(self, ctx: RoundContext, replies: list[Reply]) -> dict[str, float]:
-        for r in replies:
-            self._init_parts[r.client_id] = r.update
-        missing = self.info.n_clients - len(self._init_parts)
-        if missing and self._init_tries < self.params.init_retries:
-            self._init_tries += 1  # ask the clients that failed or were late again next round
-            return {"local_centers": float(len(replies)), "init_missing": float(missing)}
-        parts = [self._init_parts[c] for c in sorted(self._init_parts)]  # client-id order: same bits as without faults
-        cents = [u["centers"] for u in parts if len(u["centers"])]
-        counts = [u["counts"] for u in parts if len(u["centers"])]
+        cents = [r.update["centers"] for r in replies if len(r.update["centers"])]
+        counts = [r.update["counts"] for r in replies if len(r.update["centers"])]
         k = self.params.n_clusters
         if not cents:
             raise DataError("init 'kfed': no client returned local centres")
@@ -184,10 +173,10 @@ class CenterAlgorithm(Algorithm):
         if np.unique(C, axis=0).shape[0] < k:
             raise DataError(f"init 'kfed': only {np.unique(C, axis=0).shape[0]} distinct local centres for "
                             f"n_clusters={k}; use init='random-box' or fewer clusters")
-        if missing:
+        if len(replies) < self.info.n_clients:
             log.warning("init 'kfed': %d of %d clients never answered (init_retries=%d); the start uses the others",
-                        missing, self.info.n_clients, self.params.init_retries)
-        self.centers = kmeans(C, k, server_rng(self.seed, self._init_round, 7, 1), n_init=3, weights=w)
+                        self.info.n_clients - len(replies), self.info.n_clients, self.params.init_retries)
+        self.centers = kmeans(C, k, ctx.rng(1), n_init=3, weights=w)
         self.initial_centers = self.centers.copy()
         self.phase = "train"
         return {"local_centers": float(C.shape[0])}

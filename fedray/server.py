@@ -77,13 +77,29 @@ class Server:
             return None
         need = min(self.min_clients, len(tasks))
         attempt = 0
+        ask_again = int(self.algorithm.retries_for_missing(ctx))
+        executions = 0
         while True:
             res = self.executor.execute(self.round, tasks, self.round_timeout)
             if res.user_errors:
                 cid = min(res.user_errors)
                 raise type_of_user_error(res.user_errors[cid])
             if res.failed or res.late:
-                self._record_failures(res, attempt)
+                self._record_failures(res, executions)
+            executions += 1
+            for _ in range(ask_again):  # the algorithm needs every client: ask those missing again
+                missing = sorted(set(res.failed) | set(res.late))
+                if not missing:
+                    break
+                again = self.executor.execute(self.round, {c: tasks[c] for c in missing}, self.round_timeout)
+                if again.user_errors:
+                    raise type_of_user_error(again.user_errors[min(again.user_errors)])
+                if again.failed or again.late:
+                    self._record_failures(again, executions)
+                executions += 1
+                res.replies = sorted(res.replies + again.replies, key=lambda r: r.client_id)
+                res.failed, res.late, res.spillover = again.failed, again.late, again.spillover
+                res.errors = {**res.errors, **again.errors}
             if len(res.replies) >= need:
                 break
             if attempt >= self.round_retries:
@@ -112,8 +128,8 @@ class Server:
                "clients_answered": len(res.replies), "clients_failed": len(res.failed),
                "clients_late": len(res.late), **{k: v for k, v in metrics.items()},
                "bytes_down": bytes_down, "bytes_up": bytes_up, "wall_s": time.perf_counter() - t0}
-        if self.round_retries:
-            out["attempts"] = attempt + 1
+        if self.round_retries or executions > 1:
+            out["attempts"] = executions
         self.history.append(out)
         self.round += 1
         return out

@@ -384,3 +384,19 @@ def test_a_checkpoint_blocked_by_a_stuck_actor_is_skipped_not_hung(ray_session, 
         ray.get(blocker)
     assert path is None
     assert any("checkpoint after round 2 skipped" in r.getMessage() for r in caplog.records)
+
+
+# --- faults must add noise, not change the outcome -------------------------------------------
+def test_faults_in_the_start_up_round_do_not_change_the_initial_centres():
+    cfg = {**SMALL, "algorithm": {"name": "federated-fcm", "params": {"n_clusters": 3}},
+           "federation": {"n_clients": 8, "rounds": 3}}
+    clean = fedray.run(cfg, output=False)
+    crashed = {**cfg, "faults": {"crashes": [[0, 2], [0, 5]], "crash_probability": 0.3}}
+    robust = fedray.run(crashed, output=False)
+    np.testing.assert_array_equal(robust.model["initial_centers"], clean.model["initial_centers"])
+    assert robust.history.loc[0, "attempts"] > 1
+    assert set(robust.failures.loc[robust.failures["round"] == 0, "client_id"]) >= {2, 5}
+    # without retries the start is built from fewer clients and differs
+    old = fedray.run(crashed, algorithm={"name": "federated-fcm", "params": {"n_clusters": 3, "init_retries": 0}},
+                     output=False)
+    assert not np.array_equal(old.model["initial_centers"], clean.model["initial_centers"])
