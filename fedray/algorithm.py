@@ -216,6 +216,11 @@ class Algorithm(abc.ABC):
     def validate(self) -> None:
         """Check the parameters against the federation (raise :class:`ConfigError`)."""
 
+    def round_budget(self) -> int | None:
+        """Most rounds this algorithm asks for by its own parameters (e.g. ``max_rounds`` plus a
+        start-up round), for progress totals; None when only the round cap bounds it."""
+        return None
+
     def retries_for_missing(self, ctx: RoundContext) -> int:
         """How many times the loop asks this round's failed or late clients again, within the
         round, before aggregating (0: the round goes on without them). Steps whose outcome a

@@ -158,6 +158,10 @@ class CenterAlgorithm(Algorithm):
         task = Task(local_centers, {"k": self.params.n_clusters})
         return {cid: task for cid in ctx.all_clients}
 
+    def round_budget(self) -> int | None:
+        """``max_rounds`` training rounds, plus the k-FED start where there is one."""
+        return self.params.max_rounds + (1 if self.phase == "init" else 0)
+
     def retries_for_missing(self, ctx: RoundContext) -> int:
         """The k-FED start needs every client: a fault would change the initial centres."""
         return self.params.init_retries if self.phase == "init" else 0

@@ -134,6 +134,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     level = (logging.WARNING, logging.INFO, logging.DEBUG)[min(args.verbose, 2)]  # -v: progress notes, -vv: debug
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    if not getattr(args, "quiet", False):  # progress lines where no bar can be drawn (pipes, CI logs)
+        progress = logging.getLogger("fedray.progress")
+        progress.setLevel(min(level, logging.INFO))
+        if not progress.handlers:
+            handler = logging.StreamHandler()
+            handler.setFormatter(logging.Formatter("%(message)s"))
+            progress.addHandler(handler)
+            progress.propagate = False
     try:
         return int(args.func(args) or 0)
     except FedrayError as exc:

@@ -104,6 +104,7 @@ class Result:
             "seed": cfg.seed,
             "rounds": int(len(history)),
             "converged": bool(state.get("converged", False)),
+            "stop_reason": str(state.get("stop_reason", "")),
             "wall_time_s": float(wall_s),
             "startup_s": float(session.startup_s),
             "failures": {"failed": failures, "late": late, "late_spillover": spill, "in_evaluation": in_eval},
@@ -235,7 +236,7 @@ class Result:
         lines = [f"{'algorithm':<28}{self.summary['algorithm']}",
                  f"{'dataset':<28}{self.summary['dataset']}",
                  f"{'clients / samples':<28}{self.summary['n_clients']} / {self.summary['n_samples']}",
-                 f"{'rounds (converged)':<28}{self.summary['rounds']} ({self.summary['converged']})",
+                 f"{'rounds (stopped by)':<28}{self.summary['rounds']} ({self.summary.get('stop_reason') or '-'})",
                  f"{'wall time':<28}{self.summary['wall_time_s']:.2f} s"]
         lines += [f"{k:<28}{fin[k]:.4f}" for k in keys if isinstance(fin[k], (int, float))]
         cov = fin.get("evaluation_coverage")

@@ -60,10 +60,15 @@ class Server:
         self.failures: list[dict[str, Any]] = []  # one row per client that failed or was late
         self.client_rows: dict[int, dict[str, float]] = {}
         self.finished = False
+        self.stop_reason = ""  # "converged", "algorithm" (its own budget or rule) or "round cap"
 
     def step(self) -> dict[str, Any] | None:
         """Run one round; returns its history row, or None when the run is over."""
         if self.finished or self.round >= self.max_rounds:
+            if not self.finished:
+                self.stop_reason = "round cap"
+                log.warning("%s stopped at the round cap federation.rounds=%d before it finished by its own rule; "
+                            "raise federation.rounds to let it finish", self.algorithm.name, self.max_rounds)
             self.finished = True
             return None
         t0 = time.perf_counter()
@@ -74,6 +79,7 @@ class Server:
         tasks = self.algorithm.configure_round(ctx)
         if tasks is None:
             self.finished = True
+            self.stop_reason = "converged" if self.algorithm.converged else "algorithm"
             return None
         need = min(self.min_clients, len(tasks))
         attempt = 0
@@ -209,7 +215,7 @@ class Server:
 
     def state(self) -> dict[str, Any]:
         return {"round": self.round, "history": self.history, "client_rows": self.client_rows,
-                "finished": self.finished, "converged": self.algorithm.converged, "phase": self.algorithm.phase,
+                "finished": self.finished, "converged": self.algorithm.converged, "stop_reason": self.stop_reason, "phase": self.algorithm.phase,
                 "failures": self.failures, "report": self.executor.report()}
 
     # --- checkpoints (see fedray.checkpoint) ----------------------------------------

@@ -9,7 +9,6 @@ sweeps run many algorithms on one session without rebuilding shards.
 from __future__ import annotations
 
 import logging
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ from fedray.data.federation import Federation, build_federation
 from fedray.errors import ConfigError, DataError
 from fedray.results import Result, peak_memory_mb
 from fedray.runtime import Executor, ensure_ray, make_executor
+from fedray.progress import Progress
 from fedray.server import Server
 from fedray.sizes import check_memory
 from fedray.stats import Stats
@@ -176,9 +176,9 @@ class Session:
             checkpoint = Checkpointer(cfg, out, self)
         if resume_from is not None and resume_from.get("clients"):
             self.executor.set_state(resume_from["clients"])
-        show = progress if progress is not None else (cfg.runtime.progress if cfg.runtime.progress is not None
-                                                      else sys.stderr.isatty())
-        bar = _progress(show, fed.rounds, alg.name)
+        budget = alg.round_budget()
+        bar = Progress(alg.name, min(fed.rounds, budget) if budget else fed.rounds,
+                       progress if progress is not None else cfg.runtime.progress)
         if cfg.runtime.backend == "ray":
             import ray
 
@@ -203,18 +203,14 @@ class Session:
             while (row := step()) is not None:
                 if checkpoint is not None:
                     checkpoint.after_round(row["round"], snapshot)
-                if bar is not None:
-                    bar.update(1)
-                    bar.set_postfix({k: _fmt(row[k]) for k in ("phase", "clients_answered", "center_shift", "objective",
-                                                                "accuracy", "n_clusters") if k in row})
+                bar.update(row)
             final, model, state = finish()
         except BaseException as exc:
             if out:
                 self._save_partial(out, exc, state_of)
             raise
         finally:
-            if bar is not None:
-                bar.close()
+            bar.close()
             if cfg.runtime.backend == "ray":
                 ray.kill(server)  # also when the run fails or is interrupted
         cov = final.get("evaluation_coverage")
@@ -430,18 +426,6 @@ def _bounds(bounds: list[tuple[float, float]], n_features: int) -> tuple[np.ndar
                           "give one pair per feature")
     b = np.asarray(bounds, dtype=np.float64)
     return b[:, 0].copy(), b[:, 1].copy()
-
-
-def _fmt(v: Any) -> Any:
-    return f"{v:.4g}" if isinstance(v, float) else v
-
-
-def _progress(show: bool, total: int, name: str):
-    if not show:
-        return None
-    from tqdm.auto import tqdm
-
-    return tqdm(total=None, desc=f"{name}", unit="round", leave=True)
 
 
 def run(config: Any = None, *, overrides: list[str] | dict[str, Any] | None = None, output: str | Path | None = None,
