@@ -18,7 +18,7 @@ from fedray.errors import FedrayError
 log = logging.getLogger("fedray.cli")
 
 # Modules that add sub-commands with ``add_cli(subparsers)``; each is optional.
-_PLUGINS = ("fedray.kselect", "fedray.sweep", "fedray.cluster", "fedray.checkpoint")
+_PLUGINS = ("fedray.kselect", "fedray.sweep", "fedray.cluster", "fedray.checkpoint", "fedray.describe")
 
 QUICKSTART = {
     "seed": 0,
@@ -86,9 +86,16 @@ def cmd_list(args: argparse.Namespace) -> int:
     print("datasets:")
     for d in available_datasets():
         print(f"  {d}")
-    print("partitions:")
+    from fedray.data.federation import available_federations
+    from fedray.nn import available_models
+
+    builders = set(available_federations())
+    print("partitions (data.partition.name; * builds a federation with hidden groups):")
     for p in available_partitions():
-        print(f"  {p}")
+        print(f"  {p}{' *' if p in builders else ''}")
+    print("models (algorithm.params.model of supervised methods; or package.module:function):")
+    print("  " + ", ".join(available_models()))
+    print("`fedray describe NAME` shows the parameters of any of these.")
     return 0
 
 

@@ -45,3 +45,30 @@ def test_a_run_ended_by_the_round_cap_says_so(caplog):
     assert any("stopped at the round cap federation.rounds=5" in r.getMessage() for r in caplog.records)
     done = fedray.run(runtime={"backend": "local", "progress": False}, output=False)
     assert done.summary["stop_reason"] == "converged"
+
+
+def test_describe_works_for_every_listed_name():
+    from fedray.algorithm import available_algorithms
+    from fedray.data import available_datasets, available_partitions
+    from fedray.describe import SECTIONS, describe
+
+    names = [*available_algorithms(), *available_partitions(), *SECTIONS,
+             *(d for d in available_datasets() if "NAME" not in d and "PATH" not in d)]
+    for name in names:
+        text = describe(name)
+        assert name in text.splitlines()[0]
+    assert "algorithm.params.n_clusters" in describe("kmeans") and ">= 1" in describe("kmeans")
+    assert "data.partition.rotations" in describe("rotated")
+    assert "runtime.call_timeout" in describe("runtime")
+    assert "algorithm.params.mu" in describe("examples.plugins.fedprox:FedProx")
+
+
+def test_describe_and_partitions_suggest_near_names(tmp_path):
+    proc = subprocess.run([*CLI, "describe", "rotate"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "did you mean 'rotated'" in proc.stderr
+    proc = subprocess.run([*CLI, "run", "--set", "data.partition.name=rotate", "--set", "runtime.backend=local",
+                           "--out", str(tmp_path / "o")], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "did you mean 'rotated'" in proc.stderr
+    listing = subprocess.run([*CLI, "list"], capture_output=True, text=True, timeout=60).stdout
+    for name in ("rotated", "grouped", "label-swapped", "grouped+rotated", "class-subsets", "cnn28"):
+        assert name in listing

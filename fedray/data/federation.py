@@ -97,6 +97,12 @@ def _load_builders() -> None:
             importlib.import_module(mod)
 
 
+def available_federations() -> list[str]:
+    """Partition names that build whole federations (per-client transforms, hidden groups)."""
+    _load_builders()
+    return sorted(_BUILDERS)
+
+
 def build_federation(data: Any, n_clients: int | None, seed: int) -> Federation:
     """Build client recipes from a validated ``data`` config section."""
     name = data.dataset

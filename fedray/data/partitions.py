@@ -34,14 +34,27 @@ def register_partition(name: str) -> Callable[[PartitionFn], PartitionFn]:
 
 
 def available_partitions() -> list[str]:
-    return sorted(_PARTITIONS)
+    """Every partition name: index partitions and federation builders (``rotated``, ``class-subsets``...)."""
+    from fedray.data.federation import available_federations
+
+    return sorted(set(_PARTITIONS) | set(available_federations()))
+
+
+def unknown_partition(name: Any) -> ConfigError:
+    """The one-line error for an unknown partition name, with the nearest names."""
+    import difflib
+
+    names = available_partitions()
+    near = difflib.get_close_matches(str(name), names, n=3, cutoff=0.5)
+    hint = f" (did you mean {' or '.join(repr(n) for n in near)}?)" if near else ""
+    return ConfigError(f"data.partition.name: unknown partition {name!r}{hint}; choose one of {', '.join(names)}")
 
 
 def partition_indices(name: str, n_samples: int, labels: np.ndarray | None, n_clients: int,
                       rng: np.random.Generator, **options: Any) -> list[np.ndarray]:
     """Split ``range(n_samples)`` over ``n_clients`` with the named partition."""
     if name not in _PARTITIONS:
-        raise ConfigError(f"data.partition.name: unknown partition {name!r}; choose one of {', '.join(available_partitions())}")
+        raise unknown_partition(name)
     try:
         parts = _PARTITIONS[name](n_samples, labels, n_clients, rng, **options)
     except TypeError as exc:
