@@ -86,7 +86,7 @@ class Result:
             rows.append({"client_id": d["client_id"], "name": d.get("name", ""), "n_samples": d["n"],
                          "rounds": int(cr.get("rounds", 0)), "bytes_up": int(cr.get("bytes_up", 0)),
                          "compute_s": float(cr.get("compute_s", 0.0))})
-        clients = pd.DataFrame(rows)
+        clients = _with_client_results(pd.DataFrame(rows), model, final, session.info.extras or {})
         # Counted from the same rows as failures.parquet: every attempt of every round, and
         # the evaluation passes (negative rounds).
         fail_rows = state.get("failures", [])
@@ -249,6 +249,28 @@ class Result:
                     text = f"\033[31m{text}\033[0m"
             lines.append(text)
         return "\n".join(lines)
+
+
+def _with_client_results(clients: pd.DataFrame, model: dict[str, Any], final: dict[str, Any],
+                         extras: dict[str, Any]) -> pd.DataFrame:
+    """Per-client results next to the per-client counters: ``accuracy`` (each client's model on
+    its own test split), ``cluster`` (the cluster or community found for it), ``true_group``
+    (the federation's hidden group, where known; for evaluation only)."""
+    n = len(clients)
+
+    def column(values: Any) -> np.ndarray | None:
+        if values is None:
+            return None
+        arr = np.asarray(values)
+        return arr if arr.ndim == 1 and arr.shape[0] == n else None
+
+    for name, values in (("accuracy", final.get("client_accuracy", model.get("client_accuracy"))),
+                         ("cluster", model.get("assignment", final.get("assignment"))),
+                         ("true_group", extras.get("true_groups", model.get("true_groups")))):
+        col = column(values)
+        if col is not None:
+            clients[name] = col
+    return clients
 
 
 def _reliability_extras(state: dict[str, Any], summary: dict[str, Any]) -> dict[str, Any]:
