@@ -63,6 +63,9 @@ class RuntimeConfig(_Section):
     max_restarts: int = Field(default=0, ge=-1)
     startup_timeout: float = Field(default=300.0, gt=0)
     progress: bool | None = None
+    # Code shipping (fedray.shipping): what reaches Ray workers through runtime_env.
+    ship_code: Literal["auto", "always", "never"] = "auto"
+    runtime_env: dict[str, Any] = Field(default_factory=dict, description="Ray runtime_env, merged with fedray's")
 
     @field_validator("clients_per_actor")
     @classmethod
@@ -248,6 +251,9 @@ def validate_static(cfg: ExperimentConfig) -> None:
     from fedray.data.datasets import check_dataset_name
 
     cls = get_algorithm(cfg.algorithm.name)
+    from fedray.extras import check_requirements
+
+    check_requirements(cls)
     make_params(cls, cfg.algorithm.params)
     check_dataset_name(cfg.data.dataset)
     fed = cfg.federation

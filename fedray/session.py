@@ -45,10 +45,15 @@ class Session:
         self.federation: Federation = build_federation(cfg.data, cfg.federation.n_clients, cfg.seed)
         rt = cfg.runtime
         self._started_ray = False
+        self.runtime_env: dict[str, Any] | None = None  # given to every actor (fedray.shipping)
         if rt.backend == "ray":
+            from fedray.shipping import build_runtime_env, on_cluster
+
             self._started_ray = ensure_ray(rt.address, rt.num_cpus)
+            self.runtime_env = build_runtime_env(cfg, on_cluster(rt.address))
         self.executor: Executor = make_executor(rt.backend, self.federation.specs, cfg.seed,
-                                                self.algorithm_cls.supervised, self.federation.sample_shape, rt)
+                                                self.algorithm_cls.supervised, self.federation.sample_shape, rt,
+                                                runtime_env=self.runtime_env)
         try:
             self.descriptions = self.executor.describe()
             self.info, self.scaler = self._check_and_scale(self.descriptions)
@@ -133,7 +138,7 @@ class Session:
 
             from fedray.actors.server_actor import ServerActor
 
-            server = ServerActor.remote(alg, executor, kwargs)
+            server = ServerActor.options(runtime_env=self.runtime_env or None).remote(alg, executor, kwargs)
             if resume_from is not None:
                 ray.get(server.restore.remote(resume_from["server"]))
             step = lambda: ray.get(server.step.remote())  # noqa: E731
