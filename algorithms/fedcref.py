@@ -117,7 +117,7 @@ class FedCRef(Algorithm):
         self._fed_round = 0
         self._row: dict[str, float] = {}
         self.iterations: list[dict[str, float]] = []
-        self._converged = False
+        self.converged = False
 
     def validate(self) -> None:
         p = self.params
@@ -271,7 +271,7 @@ class FedCRef(Algorithm):
         iso = [int(r.get("isolated_clusters", 0)) for r in self.iterations]
         stop_rule = p.association != "none" and global_stop(comm, iso, p.stop_window, p.stop_tol)
         if not self.active or stop_rule or self.iteration >= p.max_iterations:
-            self.phase, self._converged = "done", not self.active or stop_rule
+            self.phase, self.converged = "done", not self.active or stop_rule
             self.stop_reason = "no active clients" if not self.active else ("stable communities" if stop_rule
                                                                             else "max_iterations")
         else:

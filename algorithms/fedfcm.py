@@ -129,7 +129,7 @@ class FedFCM(CenterAlgorithm):
             shift = float(np.sum(np.linalg.norm(new - self.centers, axis=1)))
         self.centers = new
         self.rounds_done += 1
-        self._converged = shift <= self.params.tol
+        self.converged = shift <= self.params.tol
         self.last_shift = shift
         return {"center_shift": shift if np.isfinite(shift) else float("nan"), "local_centers": float(local.shape[0] * local.shape[1])}
 

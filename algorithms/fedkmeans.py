@@ -145,7 +145,7 @@ class FedKMeans(CenterAlgorithm):
         shift = float(np.linalg.norm(new - self.centers))
         self.centers = new
         self.rounds_done += 1
-        self._converged = p.tol > 0 and shift <= p.tol and not stale.size
+        self.converged = p.tol > 0 and shift <= p.tol and not stale.size
         return {"center_shift": shift, "objective": float(t["sse"]), "empty_clusters": float((~nz).sum()),
                 "reassigned": float(stale.size)}
 

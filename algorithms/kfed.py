@@ -47,7 +47,7 @@ class KFed(CenterAlgorithm):
         self.centers: np.ndarray | None = None
         self.initial_centers: np.ndarray | None = None
         self.rounds_done = 0
-        self._converged = False
+        self.converged = False
         self.n_local_centers = 0
         self.phase = "train"
 
@@ -86,7 +86,7 @@ class KFed(CenterAlgorithm):
                               weights=w if self.params.weighted else None)
         self.n_local_centers = int(C.shape[0])
         self.rounds_done = 1
-        self._converged = True
+        self.converged = True
         objective = float(np.sum(np.min(((C[:, None, :] - self.centers[None]) ** 2).sum(-1), axis=1)))
         return {"local_centers": float(C.shape[0]), "objective": objective}
 

@@ -54,7 +54,7 @@ class FederatedKMeans(CenterAlgorithm):
         shift = float(np.linalg.norm(new - self.centers))
         self.centers = new
         self.rounds_done += 1
-        self._converged = shift <= self.params.tol
+        self.converged = shift <= self.params.tol
         return {"center_shift": shift, "objective": float(t["sse"]), "empty_clusters": float((~nz).sum())}
 
     @staticmethod

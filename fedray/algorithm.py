@@ -13,6 +13,7 @@ that run inside the client actor (or in-process on the local runtime).
 """
 from __future__ import annotations
 
+import abc
 import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -126,48 +127,122 @@ class Params(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
 
 
-class Algorithm:
-    """Base class of all algorithms.
+class Algorithm(abc.ABC):
+    """The contract between an algorithm and fedray's one round loop.
 
-    Subclasses set ``name``, ``Params`` (a :class:`Params` subclass) and implement
-    :meth:`configure_round`, :meth:`aggregate` and :meth:`result`.
+    Subclass it (or one of the public bases :class:`fedray.CenterAlgorithm` and
+    :class:`fedray.SupervisedAlgorithm`), set the class attributes, implement the three
+    abstract methods, and override optional hooks where their defaults do not fit.
+    Load it by name as ``algorithm.name: package.module:ClassName``, through the
+    entry-point group ``fedray.algorithms``, or register it with :func:`register`.
+
+    Class attributes
+    ----------------
+    name : str
+        Key in configs and outputs (default: ``"module:ClassName"``).
+    Params : type[Params]
+        Pydantic model of the hyperparameters (``algorithm.params``).
+    supervised : bool
+        True when training tasks may read the clients' labels.
+    description : str
+        One line for ``fedray list``.
+    aliases : tuple of str
+        Further names under which :func:`register` files the class.
+    fuzzy : bool
+        The model gives memberships (K selection then uses the fuzzy index).
+
+    Instance attributes the loop reads
+    ----------------------------------
+    params, info, seed : as passed to ``__init__``
+    phase : str
+        Recorded in each history row; multi-phase methods switch it in ``aggregate``.
+    converged : bool
+        Set it to True when the algorithm stopped by its own rule (``summary.json``).
+
+    Lifecycle (see :class:`fedray.server.Server`)
+    ---------------------------------------------
+    ``check_config(cfg)`` (before any data) -> ``__init__`` -> ``validate()`` ->
+    rounds of ``configure_round(ctx)`` / ``aggregate(ctx, replies)`` until
+    ``configure_round`` returns None (or the round cap) -> evaluation stages
+    ``evaluation_task(stage, previous)`` until it returns None ->
+    ``summarize_evaluation(stages)`` -> ``result()``. ``predict``,
+    ``predict_proba`` and ``central`` serve :class:`fedray.Result` afterwards.
     """
 
     name: ClassVar[str] = ""
     Params: ClassVar[type[Params]] = Params
     supervised: ClassVar[bool] = False
     description: ClassVar[str] = ""
+    aliases: ClassVar[tuple[str, ...]] = ()
+    fuzzy: ClassVar[bool] = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if not cls.__dict__.get("name"):
+            cls.name = f"{cls.__module__}:{cls.__qualname__}"
 
     def __init__(self, params: Params, info: FederationInfo, seed: int) -> None:
         self.params = params
         self.info = info
         self.seed = int(seed)
         self.phase = "train"
+        self.converged = False
         self.validate()
+
+    # --- required ---------------------------------------------------------------
+    @abc.abstractmethod
+    def configure_round(self, ctx: RoundContext) -> dict[int, Task] | None:
+        """What each client runs this round, ``{client_id: Task}``; None ends the run.
+
+        Clients outside ``ctx.sampled`` may get tasks too (e.g. ``ctx.all_clients`` in an
+        initialisation round). Tasks that share the *same* ``shared`` object are
+        broadcast once.
+        """
+
+    @abc.abstractmethod
+    def aggregate(self, ctx: RoundContext, replies: list[Reply]) -> dict[str, float]:
+        """Fold the replies (sorted by client id; late and failed clients left out) into
+        the server state; returns this round's metrics (one history row)."""
+
+    @abc.abstractmethod
+    def result(self) -> dict[str, Any]:
+        """The model: a mapping of names to arrays (saved to ``model.npz``)."""
+
+    # --- optional hooks, with their defaults -------------------------------------
+    @classmethod
+    def check_config(cls, cfg: Any) -> None:
+        """Check the whole configuration before any data is read (raise :class:`ConfigError`)."""
 
     def validate(self) -> None:
         """Check the parameters against the federation (raise :class:`ConfigError`)."""
 
-    def configure_round(self, ctx: RoundContext) -> dict[int, Task] | None:  # pragma: no cover - abstract
-        raise NotImplementedError
+    def evaluation_task(self, stage: int, previous: list[Reply] | None) -> Task | None:
+        """The task every client runs in evaluation stage ``stage`` (0, 1, ...) after training.
 
-    def aggregate(self, ctx: RoundContext, replies: list[Reply]) -> dict[str, float]:  # pragma: no cover
-        raise NotImplementedError
-
-    def result(self) -> dict[str, Any]:  # pragma: no cover - abstract
-        raise NotImplementedError
-
-    # Optional hooks -------------------------------------------------------
-    def evaluation_task(self) -> Task | None:
-        """A task every client runs once after training to compute metrics."""
+        ``previous`` holds the replies of stage ``stage - 1`` (None for stage 0), so a
+        later pass can use totals of an earlier one. Return None when done.
+        """
         return None
 
-    def summarize_evaluation(self, replies: list[Reply]) -> dict[str, Any]:
+    def summarize_evaluation(self, stages: list[list[Reply]]) -> dict[str, Any]:
+        """Final metrics from the replies of every evaluation stage (``summary.json`` ``final``)."""
         return {}
 
-    @property
-    def converged(self) -> bool:
-        return bool(getattr(self, "_converged", False))
+    @staticmethod
+    def predict(model: dict[str, Any], X: np.ndarray) -> np.ndarray:
+        """Label of each row of ``X`` (n_samples, n_features) under ``model`` (from :meth:`result`)."""
+        raise NotImplementedError("this algorithm has no predict")
+
+    @staticmethod
+    def predict_proba(model: dict[str, Any], X: np.ndarray) -> np.ndarray:
+        """Memberships (n_samples, n_clusters) of each row of ``X`` under ``model``."""
+        raise NotImplementedError("this algorithm gives crisp assignments only")
+
+    @staticmethod
+    def central(X: np.ndarray, start: np.ndarray, params: Params, rounds: int) -> np.ndarray | None:
+        """The central algorithm on the union ``X`` from the same start (centres), for
+        ``evaluation.central_baseline``; None when there is no central counterpart."""
+        return None
 
 
 _REGISTRY: dict[str, type[Algorithm]] = {}
@@ -191,11 +266,12 @@ _BUILTIN_MODULES: dict[str, str] = {
 
 
 def register(cls: type[Algorithm]) -> type[Algorithm]:
-    """Class decorator adding an algorithm to the registry under ``cls.name``."""
-    if not cls.name:
-        raise TypeError(f"{cls.__name__} has no name")
+    """Class decorator adding an algorithm to the registry under ``cls.name`` and its aliases."""
+    from fedray.plugins import check_algorithm_class
+
+    check_algorithm_class(cls, cls.__qualname__, key="register")
     _REGISTRY[cls.name] = cls
-    for alias in getattr(cls, "aliases", ()):
+    for alias in cls.aliases:
         _REGISTRY[alias] = cls
     return cls
 
@@ -209,21 +285,49 @@ def _load_module(mod: str) -> None:
 
 
 def available_algorithms() -> dict[str, type[Algorithm]]:
-    """Every algorithm (imports every built-in algorithm module; none of them imports torch)."""
+    """Every built-in and registered algorithm (imports the built-in modules; none imports torch).
+
+    Installed plug-ins are listed by :func:`fedray.plugins.entry_points` and loaded on use.
+    """
     for mod in dict.fromkeys(_BUILTIN_MODULES.values()):
         _load_module(mod)
     return dict(sorted(_REGISTRY.items()))
 
 
 def get_algorithm(name: str) -> type[Algorithm]:
+    """The algorithm class for ``name``: a registered or built-in key, ``package.module:ClassName``,
+    or the name of an installed plug-in (entry-point group ``fedray.algorithms``).
+
+    Raises
+    ------
+    ConfigError
+        One line: unknown name (with the nearest known names), module not found,
+        attribute missing, or not an :class:`Algorithm`.
+    """
+    from fedray import plugins
+
+    if not isinstance(name, str) or not name:
+        raise ConfigError(f"algorithm.name: expected a name or package.module:ClassName; got {name!r}")
     if name not in _REGISTRY and name in _BUILTIN_MODULES:
         _load_module(_BUILTIN_MODULES[name])
-    if name not in _REGISTRY:
-        algos = available_algorithms()
-        raise ConfigError(
-            f"algorithm.name: unknown algorithm {name!r}; choose one of {', '.join(algos)}"
-        )
-    return _REGISTRY[name]
+    if name in _REGISTRY:
+        return _REGISTRY[name]
+    if ":" in name:
+        cls = plugins.load_algorithm(name)
+        _REGISTRY[name] = cls
+        return cls
+    installed = plugins.entry_points()
+    if name in installed:
+        cls = plugins.load_entry_point(name)
+        _REGISTRY[name] = cls
+        return cls
+    import difflib
+
+    known = list(available_algorithms()) + sorted(installed)
+    near = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
+    hint = f" (did you mean {' or '.join(repr(n) for n in near)}?)" if near else ""
+    raise ConfigError(f"algorithm.name: unknown algorithm {name!r}{hint}; choose one of {', '.join(known)}, "
+                      "or give your own class as package.module:ClassName")
 
 
 def make_params(cls: type[Algorithm], params: Mapping[str, Any] | None) -> Params:

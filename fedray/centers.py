@@ -99,7 +99,7 @@ class CenterAlgorithm(Algorithm):
         super().__init__(params, info, seed)
         self.centers: np.ndarray | None = None
         self.rounds_done = 0
-        self._converged = False
+        self.converged = False
         self._warned: set[int] = set()  # clusters already reported empty
         init = params.init
         if isinstance(init, list):
@@ -128,7 +128,7 @@ class CenterAlgorithm(Algorithm):
     def configure_round(self, ctx: RoundContext) -> dict[int, Task] | None:
         if self.phase == "init":
             return self.init_tasks(ctx)
-        if self._converged or self.rounds_done >= self.params.max_rounds:
+        if self.converged or self.rounds_done >= self.params.max_rounds:
             return None
         task = self.round_task()
         return {cid: task for cid in ctx.sampled}

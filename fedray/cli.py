@@ -40,11 +40,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     if getattr(args, "resume", None):
         from fedray.checkpoint import resume  # provided by the checkpoint module
 
-        result = resume(args.resume, progress=not args.quiet)
+        result = resume(args.resume, progress=not args.quiet, output=args.out)
     else:
         cfg = fedray.make_config(args.config, overrides=args.set or [])
         if args.central_baseline:
             cfg = fedray.make_config(cfg, overrides=["evaluation.central_baseline=true"])
+        if args.overwrite:
+            cfg = fedray.make_config(cfg, overrides=["output.overwrite=true"])
         out = args.out or cfg.output.directory or _default_out(cfg.algorithm.name)
         result = fedray.run(cfg, output=out, progress=None if not args.quiet else False)
     print(result.table())
@@ -57,6 +59,8 @@ def cmd_quickstart(args: argparse.Namespace) -> int:
 
     cfg = fedray.make_config(QUICKSTART, overrides=args.set or [])
     out = args.out or Path("fedray-output") / "quickstart"
+    if args.overwrite or not args.out:  # the default folder is the quickstart's own: rerunning replaces it
+        cfg = fedray.make_config(cfg, overrides=["output.overwrite=true"])
     print("fedray quickstart: federated fuzzy c-means on scikit-learn's iris, 8 clients with label skew, on Ray")
     result = fedray.run(cfg, output=out, progress=None if not args.quiet else False)
     print(result.table())
@@ -68,9 +72,17 @@ def cmd_list(args: argparse.Namespace) -> int:
     from fedray.algorithm import available_algorithms
     from fedray.data import available_datasets, available_partitions
 
+    from fedray.plugins import ENTRY_POINT_GROUP, entry_points
+
     print("algorithms:")
     for name, cls in available_algorithms().items():
         print(f"  {name:<16} {cls.description}")
+    installed = entry_points()
+    print(f"plug-ins (entry-point group {ENTRY_POINT_GROUP}; or any package.module:ClassName):")
+    if not installed:
+        print("  (none installed)")
+    for name, ep in sorted(installed.items()):
+        print(f"  {name:<16} {ep.value}")
     print("datasets:")
     for d in available_datasets():
         print(f"  {d}")
@@ -91,12 +103,14 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--out", help="output folder (default: fedray-output/NAME-TIMESTAMP)")
     r.add_argument("--central-baseline", action="store_true", help="also run the central algorithm on the union")
     r.add_argument("--resume", metavar="DIR", help="continue an interrupted run from its output folder")
+    r.add_argument("--overwrite", action="store_true", help="replace the contents of a non-empty output folder")
     r.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     r.set_defaults(func=cmd_run)
 
     q = sub.add_parser("quickstart", help="run the embedded example (no files needed)")
     q.add_argument("--set", action="append", metavar="KEY=VALUE")
-    q.add_argument("--out", help="output folder (default: fedray-output/quickstart)")
+    q.add_argument("--out", help="output folder (default: fedray-output/quickstart, replaced on each run)")
+    q.add_argument("--overwrite", action="store_true", help="replace the contents of a non-empty --out folder")
     q.add_argument("-q", "--quiet", action="store_true")
     q.set_defaults(func=cmd_quickstart)
 
@@ -112,6 +126,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # Plug-ins given as package.module:Name are looked up from the current folder too, as
+    # `python -m` would (the console script's own folder is what Python puts first).
+    if "" not in sys.path and str(Path.cwd()) not in sys.path:
+        sys.path.insert(0, str(Path.cwd()))
     parser = build_parser()
     args = parser.parse_args(argv)
     level = logging.WARNING - 10 * min(args.verbose + 1, 2)

@@ -81,6 +81,7 @@ class EvaluationConfig(_Section):
 
 class OutputConfig(_Section):
     directory: str | None = None
+    overwrite: bool = False  # replace the contents of a non-empty output folder (else it is refused)
     plots: bool = True
     messages: bool = False  # write messages.parquet (every message: round, client, direction, names, shapes, bytes)
     message_payloads: bool = False  # also keep what the server received on the Result (audits, tests)
@@ -261,9 +262,7 @@ def validate_static(cfg: ExperimentConfig) -> None:
         raise ConfigError(
             f"federation.min_clients: {fed.min_clients} is more than federation.n_clients={fed.n_clients}")
     _check_reliability(cfg)
-    check = getattr(cls, "check_config", None)
-    if check is not None:
-        check(cfg)
+    cls.check_config(cfg)
 
 
 def _check_reliability(cfg: ExperimentConfig) -> None:

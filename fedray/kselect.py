@@ -216,7 +216,7 @@ def select_k(config: Any = None, *, k_min: int = 2, k_max: int = 8, method: str 
     cls = get_algorithm(cfg.algorithm.name)
     if "n_clusters" not in cls.Params.model_fields:
         raise ConfigError(f"select-k: algorithm {cfg.algorithm.name!r} has no n_clusters parameter")
-    fuzzy = index == "fuzzy-db" or (index == "auto" and bool(getattr(cls, "fuzzy", False)))
+    fuzzy = index == "fuzzy-db" or (index == "auto" and cls.fuzzy)
     index_name = "fuzzy-db" if fuzzy else "crisp-db"
     own = session is None
     sess = Session(cfg) if own else session

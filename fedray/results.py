@@ -25,6 +25,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from fedray.algorithm import Algorithm, make_params
+
 if TYPE_CHECKING:  # pragma: no cover
     from fedray.session import Session
 
@@ -140,16 +142,11 @@ class Result:
 
     def predict(self, X: np.ndarray) -> np.ndarray:
         """Cluster of each row of ``X`` (original feature space)."""
-        fn = getattr(self.algorithm_cls, "predict", None)
-        if fn is None:
-            raise NotImplementedError(f"{self.summary['algorithm']} has no predict")
-        return fn(self.model, self._scaled(X))
+        return self.algorithm_cls.predict(self.model, self._scaled(X))
 
     def predict_proba(self, X: np.ndarray) -> np.ndarray:
-        fn = getattr(self.algorithm_cls, "predict_proba", None)
-        if fn is None:
-            raise NotImplementedError(f"{self.summary['algorithm']} gives crisp assignments only")
-        return fn(self.model, self._scaled(X))
+        """Memberships of each row of ``X`` (original feature space), for fuzzy models."""
+        return self.algorithm_cls.predict_proba(self.model, self._scaled(X))
 
     # --- central baseline ----------------------------------------------------
     def add_central_baseline(self, session: "Session") -> None:
@@ -158,16 +155,18 @@ class Result:
         from fedray.ops import assign
         from sklearn.metrics import adjusted_rand_score
 
-        central = getattr(self.algorithm_cls, "central", None)
         start = self.model.get("initial_centers")
-        if central is None or start is None:
+        if start is None or self.algorithm_cls.central is Algorithm.central:
             log.warning("%s has no central baseline", self.summary["algorithm"])
             return
         parts = session.executor.gather_data(labels=True)
         X = np.vstack([p[1] for p in parts])
         rounds = int((self.history["phase"] == "train").sum()) if len(self.history) else 1
-        params = session.make_algorithm(self.summary["algorithm"], self.config.algorithm.params).params
-        C = central(X, start, params, max(1, rounds))
+        params = make_params(self.algorithm_cls, self.config.algorithm.params)
+        C = self.algorithm_cls.central(X, start, params, max(1, rounds))
+        if C is None:
+            log.warning("%s has no central baseline", self.summary["algorithm"])
+            return
         self.model["central_centers"] = C
         fin = self.summary["final"]
         fin["center_distance_to_central"] = best_permutation_distance(C, self.model["centers"])

@@ -96,13 +96,21 @@ class Session:
         return info, scaler
 
     # --- running ----------------------------------------------------------------
-    def make_algorithm(self, name: str | None = None, params: dict[str, Any] | None = None) -> Algorithm:
+    def make_algorithm(self, name: str | type[Algorithm] | None = None,
+                       params: dict[str, Any] | None = None) -> Algorithm:
+        """An algorithm on this session's federation: a name (or ``package.module:ClassName``),
+        an :class:`Algorithm` subclass, or None for the configured one."""
         cfg = self.config
-        cls = get_algorithm(name) if name else self.algorithm_cls
+        if isinstance(name, type):
+            from fedray.plugins import check_algorithm_class
+
+            cls = check_algorithm_class(name, name.__qualname__, key="algorithm")
+        else:
+            cls = get_algorithm(name) if name else self.algorithm_cls
         p = make_params(cls, cfg.algorithm.params if params is None else params)
         return cls(p, self.info, cfg.seed)
 
-    def run(self, algorithm: str | Algorithm | None = None, params: dict[str, Any] | None = None, *,
+    def run(self, algorithm: str | type[Algorithm] | Algorithm | None = None, params: dict[str, Any] | None = None, *,
             output: str | Path | None | bool = None, progress: bool | None = None,
             central_baseline: bool | None = None, resume_from: dict[str, Any] | None = None) -> Result:
         """Run one algorithm on this session's clients and return its :class:`Result`.
@@ -123,6 +131,10 @@ class Session:
         executor = self.executor
         if cfg.faults.active or cfg.output.messages or cfg.output.message_payloads or cfg.privacy.active:
             executor = _layers(executor, cfg)
+        if out:
+            from fedray.outputs import prepare
+
+            prepare(out, cfg.output.overwrite, resuming=resume_from is not None)
         checkpoint = None
         if cfg.checkpoint.every:
             from fedray.checkpoint import Checkpointer
@@ -144,6 +156,7 @@ class Session:
             step = lambda: ray.get(server.step.remote())  # noqa: E731
             finish = lambda: ray.get([server.evaluate.remote(), server.result.remote(), server.state.remote()])  # noqa: E731
             snapshot = lambda: ray.get(server.snapshot.remote())  # noqa: E731
+            state_of = lambda: ray.get(server.state.remote(), timeout=30)  # noqa: E731
         else:
             local = Server(alg, executor, **kwargs)
             if resume_from is not None:
@@ -151,6 +164,7 @@ class Session:
             step = local.step
             finish = lambda: [local.evaluate(), local.result(), local.state()]  # noqa: E731
             snapshot = local.snapshot
+            state_of = local.state
         try:
             while (row := step()) is not None:
                 if checkpoint is not None:
@@ -160,6 +174,10 @@ class Session:
                     bar.set_postfix({k: _fmt(row[k]) for k in ("phase", "clients_answered", "center_shift", "objective",
                                                                 "accuracy", "n_clusters") if k in row})
             final, model, state = finish()
+        except BaseException as exc:
+            if out:
+                self._save_partial(out, exc, state_of)
+            raise
         finally:
             if bar is not None:
                 bar.close()
@@ -171,6 +189,21 @@ class Session:
         if out:
             result.save(out, plots=cfg.output.plots, session=self)
         return result
+
+    def _save_partial(self, out: str | Path, exc: BaseException, state_of: Any) -> None:
+        """Write what a failed run has (see :func:`fedray.outputs.write_partial`)."""
+        from fedray.outputs import write_partial
+
+        try:
+            state = state_of()
+        except Exception:  # noqa: BLE001 - the server itself may be gone
+            state = None
+        try:
+            write_partial(out, self.config, state, exc)
+            log.warning("the run failed after %d round(s); wrote what it had (config, history, failures) to %s",
+                        len((state or {}).get("history") or []), out)
+        except OSError as err:
+            log.warning("the run failed and its partial outputs could not be written to %s: %s", out, err)
 
     def execute(self, tasks: dict[int, Task], round_: int = -100):
         """Run ad-hoc tasks on clients (evaluation helpers); returns the executor's result."""
@@ -324,6 +357,11 @@ def run(config: Any = None, *, overrides: list[str] | dict[str, Any] | None = No
     ...                  data={"dataset": "sklearn:iris"}, runtime={"backend": "local"})  # doctest: +SKIP
     """
     cfg = make_config(config, overrides=overrides, **kwargs)
+    out = cfg.output.directory if output is None else output
+    if out:  # before Ray starts and before any data is read
+        from fedray.outputs import prepare
+
+        prepare(out, cfg.output.overwrite)
     with Session(cfg) as session:
         result = session.run(output=output, progress=progress, central_baseline=central_baseline)
         result.peak_memory_mb = peak_memory_mb()

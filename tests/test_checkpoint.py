@@ -2,6 +2,8 @@
 the run that was not interrupted (centres, history, failures, messages, client state)."""
 from __future__ import annotations
 
+import json
+
 import logging
 from pathlib import Path
 from unittest import mock
@@ -89,7 +91,9 @@ def test_interrupted_and_resumed_run_equals_the_uninterrupted_one(tmp_path):
     assert full.history["clients_failed"].sum() > 0 and full.history["visits"].iloc[-1] > 4
     with _interrupt_after(3), pytest.raises(KeyboardInterrupt):
         _run_counting(cfg, tmp_path / "cut")
-    assert not (tmp_path / "cut" / "rounds.parquet").exists()
+    # the interrupted run left what it had: the 4 rounds done, marked failed
+    assert len(pd.read_parquet(tmp_path / "cut" / "rounds.parquet")) == 4
+    assert json.loads((tmp_path / "cut" / "summary.json").read_text())["status"] == "failed"
     saved = checkpoint.load(tmp_path / "cut")
     assert saved["server"]["round"] == 4 and any(st.get("visits") for st in saved["clients"].values())
     resumed = checkpoint.resume(tmp_path / "cut")
