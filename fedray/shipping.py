@@ -154,16 +154,10 @@ def shipped_size(path: Path) -> tuple[int, int]:
 
 # --- plug-in modules --------------------------------------------------------------------
 def plugin_modules(cfg: Any) -> list[str]:
-    """Top-level modules (not fedray) that the configuration refers to."""
-    try:
-        from fedray.plugins import plugin_modules as from_plugins
-    except ImportError:  # plug-in loading not available: read the two ``module:attr`` keys
-        names = []
-        for ref in (cfg.algorithm.name, (cfg.algorithm.params or {}).get("model")):
-            if isinstance(ref, str) and ":" in ref:
-                names.append(ref.split(":", 1)[0].split(".", 1)[0])
-        return [n for n in dict.fromkeys(names) if n != "fedray"]
-    return [n for n in from_plugins(cfg) if n != "fedray"]
+    """Top-level modules (not fedray) that the configuration's code comes from."""
+    from fedray.plugins import plugin_modules as from_config
+
+    return [n for n in from_config(cfg) if n != "fedray"]
 
 
 def module_path(name: str) -> Path:
