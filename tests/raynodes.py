@@ -61,7 +61,7 @@ class RayNodes:
     def _ports(self) -> list[str]:
         lo = free_port()
         # a window of worker ports (Ray needs a range); picked away from the ephemeral start
-        base = 20000 + (lo % 20000)
+        base = 10000 + (lo % 20000)
         return ["--node-manager-port", str(free_port()), "--object-manager-port", str(free_port()),
                 "--min-worker-port", str(base), "--max-worker-port", str(base + 199),
                 "--dashboard-agent-listen-port", str(free_port()), "--dashboard-agent-grpc-port", str(free_port()),
