@@ -70,7 +70,8 @@ class RayNodes:
     def _start(self, ray_exe: str, args: list[str], log_name: str) -> subprocess.Popen:
         log = open(self.tmp / log_name, "wb")  # noqa: SIM115 - closed with the process
         proc = subprocess.Popen([ray_exe, "start", "--block", "--disable-usage-stats", *args, *self._ports()],
-                                env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+                                env=self.env, cwd=self.tmp, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
         self.procs.append(proc)
         return proc
 

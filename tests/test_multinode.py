@@ -157,10 +157,10 @@ def test_worker_without_fedray_runs_kmeans_and_a_plugin_bit_for_bit():
     t0 = time.monotonic()
     python2 = raynodes.worker_venv()
     venv_s = time.monotonic() - t0
+    tmp = raynodes.short_tmp("frmn")
     # the property under test needs a worker that cannot import fedray nor the plug-in by itself
     for mod in ("fedray", "fr_test_plugin"):
-        assert subprocess.run([str(python2), "-c", f"import {mod}"], capture_output=True).returncode != 0, mod
-    tmp = raynodes.short_tmp("frmn")
+        assert subprocess.run([str(python2), "-c", f"import {mod}"], cwd=tmp, capture_output=True).returncode, mod
     work = tmp / "work"
     work.mkdir()
     _write_plugin(work)
