@@ -47,7 +47,7 @@ def resolve_address(address: str | None) -> str | None:
     if address == "auto":
         from ray._private.utils import read_ray_address
 
-        found = read_ray_address()
+        found = os.environ.get("RAY_ADDRESS") or read_ray_address()
         if not found:
             raise ConfigError("runtime.address: 'auto' found no Ray cluster started on this machine (no address file "
                               "of `ray start`); start one with `ray start --head`, give HOST:PORT, or leave "
@@ -120,7 +120,11 @@ def _cluster_metadata(address: str, host: str, port: int, timeout: float) -> dic
     except grpc.RpcError as exc:
         code = exc.code() if hasattr(exc, "code") else None
         if code == grpc.StatusCode.UNAUTHENTICATED:
-            return None  # token authentication: ray.init will present the token
+            if os.environ.get("RAY_AUTH_MODE", "").lower() == "token":
+                return None  # ray.init presents the token
+            raise ConfigError(f"runtime.address: the Ray cluster at {address!r} requires token authentication; "
+                              "set RAY_AUTH_MODE=token and give its token (RAY_AUTH_TOKEN, or the file "
+                              "~/.ray/auth_token of the head node)") from None
         raise ConfigError(f"runtime.address: {address!r} accepts connections but no Ray head answers there "
                           f"({getattr(code, 'name', 'no reply')}); check that the port is the head's GCS port "
                           "(6379 by default; `ray status` on the head prints it), not the dashboard, "
@@ -190,6 +194,16 @@ def connect(address: str | None, num_cpus: int | None = None, **init_kwargs: Any
     if num_cpus is not None:
         log.warning("runtime.num_cpus=%s is ignored: the cluster at %s decides its CPUs", num_cpus, target)
     t0 = time.monotonic()
+    if address == "auto" and not os.environ.get("RAY_AUTH_MODE"):
+        # as ray.init(address="auto") does: a local cluster found through its address file
+        # may use this machine's token (an explicit address never does)
+        try:
+            from ray._private.authentication.authentication_token_setup import (
+                maybe_enable_token_auth_if_token_available)
+
+            maybe_enable_token_auth_if_token_available(warn_if_disabled=False)
+        except ImportError:  # pragma: no cover - Ray without token authentication
+            pass
     probe(target)
     if target.startswith(CLIENT_PREFIX):
         kwargs.pop("include_dashboard", None)

@@ -175,6 +175,7 @@ def test_worker_without_fedray_runs_kmeans_and_a_plugin_bit_for_bit():
             lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
             assert proc.returncode == 0 and lines, proc.stderr[-4000:] + nodes.logs()
         out = json.loads(lines[-1][len("RESULT "):])
+        local = {key: _local_run(dict(REAL, algorithm=algorithm), work) for key, algorithm in ALGORITHMS.items()}
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print(f"worker venv ready in {venv_s:.0f} s; whole test {time.monotonic() - t0:.0f} s")
@@ -187,9 +188,8 @@ def test_worker_without_fedray_runs_kmeans_and_a_plugin_bit_for_bit():
         assert got["placed"] and set(got["placed"]) == workers and not head & set(got["placed"]), \
             "client actors must run on the worker node (the one without fedray)"
         assert len(got["shipped"]) == (2 if key == "plugin" else 1), got["shipped"]  # fedray (+ the plug-in)
-        local = _local_run(dict(REAL, algorithm=algorithm), work)
-        np.testing.assert_array_equal(np.asarray(got["centers"]), local.centers)
-        expected = local.history.drop(columns=["wall_s"]).select_dtypes("number")
+        np.testing.assert_array_equal(np.asarray(got["centers"]), local[key].centers)
+        expected = local[key].history.drop(columns=["wall_s"]).select_dtypes("number")
         assert sorted(got["history"]) == sorted(expected.columns)
         for column, values in got["history"].items():
             np.testing.assert_array_equal(np.asarray(values, dtype=float), expected[column].to_numpy(dtype=float),
