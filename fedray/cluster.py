@@ -585,11 +585,37 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def cmd_init(args: argparse.Namespace) -> int:
+    """Copy the cluster files installed with fedray (launcher YAMLs, KubeRay manifest, Dockerfile) to DEST."""
+    from importlib.resources import files
+
+    src = files("fedray.cluster_configs")
+    names = sorted(f.name for f in src.iterdir() if f.name.endswith((".yaml", "Dockerfile")))
+    if not names:
+        raise ConfigError("this installation of fedray has no cluster files (fedray/cluster_configs)")
+    dest = Path(args.dest)
+    if dest.exists() and not dest.is_dir():
+        raise ConfigError(f"cluster init: {str(dest)!r} is a file; give a folder")
+    clash = [n for n in names if (dest / n).exists()]
+    if clash and not args.force:
+        raise ConfigError(f"cluster init: {str(dest)!r} already has {', '.join(clash)}; use --force to overwrite")
+    dest.mkdir(parents=True, exist_ok=True)
+    for n in names:
+        (dest / n).write_bytes(src.joinpath(n).read_bytes())
+    print(f"{len(names)} files in {dest}: {', '.join(names)}")
+    return 0
+
+
 def add_cli(subparsers: Any) -> None:
-    """Add ``fedray cluster validate`` to the command line."""
+    """Add ``fedray cluster validate`` and ``fedray cluster init`` to the command line."""
     c = subparsers.add_parser("cluster", help="Ray cluster files: offline checks")
     csub = c.add_subparsers(dest="cluster_command", required=True)
     v = csub.add_parser("validate", help="check cluster launcher YAMLs and KubeRay RayCluster manifests offline")
     v.add_argument("files", nargs="+", help="files or folders (all *.yaml in them)")
     v.add_argument("--resource", default=CLIENT_RESOURCE, help=f"client-slot resource name (default {CLIENT_RESOURCE})")
     v.set_defaults(func=cmd_validate)
+    i = csub.add_parser("init", help="copy the cluster files installed with fedray (AWS, GCP, on-premises, "
+                                     "KubeRay, Dockerfile) to a folder")
+    i.add_argument("dest", nargs="?", default="cluster_configs", help="folder (default ./cluster_configs)")
+    i.add_argument("--force", action="store_true", help="overwrite files already there")
+    i.set_defaults(func=cmd_init)

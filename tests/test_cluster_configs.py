@@ -217,3 +217,13 @@ def test_cli_validate_exit_status_and_messages(tmp_path, capsys):
     with pytest.raises(ConfigError, match="does not exist"):
         validate_file(tmp_path / "missing.yaml")
     assert main(["cluster", "validate", str(tmp_path / "missing.yaml")]) == 2
+
+
+def test_cluster_init_copies_the_installed_files(tmp_path, capsys):
+    dest = tmp_path / "mine"
+    assert main(["cluster", "init", str(dest)]) == 0
+    for f in [*FILES, FOLDER / "Dockerfile"]:
+        assert (dest / f.name).read_bytes() == f.read_bytes(), f.name
+    assert main(["cluster", "init", str(dest)]) == 2  # no silent overwrite
+    assert "already has" in capsys.readouterr().err
+    assert main(["cluster", "init", str(dest), "--force"]) == 0
