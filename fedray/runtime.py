@@ -183,13 +183,19 @@ class LocalExecutor(Executor):
         self.host.set_state(states)
 
 
-def ensure_ray(address: str | None = None, num_cpus: int | None = None) -> bool:
+def ensure_ray(address: str | None = None, num_cpus: int | None = None, cfg: Any = None) -> bool:
     """Connect to Ray (``address``) or start an embedded local instance; True if started here.
 
     Without ``address`` fedray starts its own instance even when another Ray
     cluster runs on this machine; an address is probed first so that a wrong
-    one fails in seconds (see :mod:`fedray.connect`).
+    one fails in seconds (see :mod:`fedray.connect`). With the experiment's
+    ``cfg``, a Ray Client connection also carries the code to ship
+    (:func:`fedray.shipping.connect_for`).
     """
+    if cfg is not None:
+        from fedray.shipping import connect_for
+
+        return connect_for(cfg)
     from fedray.connect import connect
 
     return connect(address, num_cpus)

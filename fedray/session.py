@@ -47,10 +47,10 @@ class Session:
         self._started_ray = False
         self.runtime_env: dict[str, Any] | None = None  # given to every actor (fedray.shipping)
         if rt.backend == "ray":
-            from fedray.shipping import build_runtime_env, on_cluster
+            from fedray.shipping import actor_runtime_env
 
-            self._started_ray = ensure_ray(rt.address, rt.num_cpus)
-            self.runtime_env = build_runtime_env(cfg, on_cluster(rt.address))
+            self._started_ray = ensure_ray(rt.address, rt.num_cpus, cfg=cfg)
+            self.runtime_env = actor_runtime_env(cfg)
         self.executor: Executor = make_executor(rt.backend, self.federation.specs, cfg.seed,
                                                 self.algorithm_cls.supervised, self.federation.sample_shape, rt,
                                                 runtime_env=self.runtime_env)

@@ -270,3 +270,56 @@ def on_cluster(address: str | None) -> bool:
         return sum(1 for n in ray.nodes() if n.get("Alive")) > 1
     except Exception:  # noqa: BLE001 - Ray Client without node info: assume a cluster
         return True
+
+
+# Ray Client (ray://) does not pin packages uploaded after it connected (Ray 2.60 answers the
+# pin call with UNIMPLEMENTED and the upload never returns), so through Ray Client fedray's
+# code goes into the job's runtime_env when fedray opens the connection. Set while that
+# connection is the current one.
+_client_job_env: dict[str, Any] | None = None
+
+
+def _client_connected() -> bool:
+    try:
+        from ray.util.client import ray as client_ray
+
+        return bool(client_ray.is_connected())
+    except Exception:  # noqa: BLE001 - Ray without the client module
+        return False
+
+
+def connect_for(cfg: Any) -> bool:
+    """Start or join Ray for ``cfg`` (see :func:`fedray.connect.connect`); True if connected here.
+
+    Through Ray Client the code to ship is given to ``ray.init`` as the job's
+    ``runtime_env``; every actor of the job inherits it.
+    """
+    global _client_job_env
+    import ray
+
+    from fedray.connect import CLIENT_PREFIX, connect, resolve_address
+
+    rt = cfg.runtime
+    if ray.is_initialized():
+        return False
+    target = resolve_address(rt.address)
+    if target and target.startswith(CLIENT_PREFIX):
+        env = merge_runtime_env(rt.runtime_env, [str(p) for p in code_paths(cfg, on_cluster=True)])
+        started = connect(rt.address, rt.num_cpus, **({"runtime_env": env} if env else {}))
+        _client_job_env = env
+        return started
+    _client_job_env = None
+    return connect(rt.address, rt.num_cpus)
+
+
+def actor_runtime_env(cfg: Any) -> dict[str, Any] | None:
+    """The ``runtime_env`` to create fedray's actors with, uploading local paths (None: none needed)."""
+    if _client_connected():
+        if _client_job_env is not None:
+            return None  # given to the job when fedray connected: the actors inherit it
+        if cfg.runtime.ship_code != "never" and (code_paths(cfg, on_cluster=True) or cfg.runtime.runtime_env):
+            raise ConfigError("runtime.ship_code: code cannot be shipped through a Ray Client connection opened "
+                              "before fedray; let fedray connect (runtime.address: ray://HOST:PORT), or pass the "
+                              "runtime_env to ray.init yourself and set runtime.ship_code: never")
+        return None
+    return build_runtime_env(cfg, on_cluster(cfg.runtime.address))

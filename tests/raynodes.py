@@ -49,6 +49,7 @@ class RayNodes:
         self.tmp = Path(tmp)
         self.procs: list[subprocess.Popen] = []
         self.port: int | None = None
+        self.client_port: int | None = None
         self.env = dict(os.environ)
         self.env.pop("RAY_ADDRESS", None)
         self.env["RAY_TMPDIR"] = str(self.tmp)  # the address file of `ray start` goes here, not /tmp/ray
@@ -60,6 +61,11 @@ class RayNodes:
     @property
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def client_address(self) -> str:
+        """Ray Client's address of the head (``ray://``)."""
+        return f"ray://127.0.0.1:{self.client_port}"
 
     def _ports(self) -> list[str]:
         lo = free_port()
@@ -80,9 +86,10 @@ class RayNodes:
 
     def start_head(self, num_cpus: int = 1, resources: dict | None = None) -> str:
         self.port = free_port()
+        self.client_port = free_port()
         ray_exe = str(Path(sys.executable).with_name("ray"))
         self._start(ray_exe, ["--head", "--port", str(self.port), "--num-cpus", str(num_cpus),
-                              "--include-dashboard=false", "--ray-client-server-port", str(free_port()),
+                              "--include-dashboard=false", "--ray-client-server-port", str(self.client_port),
                               "--temp-dir", str(self.tmp / "ray"),
                               "--resources", json.dumps(resources or {})], "head.log")
         self.wait_nodes(1)
@@ -117,7 +124,8 @@ class RayNodes:
 
     def logs(self) -> str:
         out = []
-        for f in sorted(self.tmp.glob("*.log")):
+        files = sorted(self.tmp.glob("*.log")) + sorted(self.tmp.glob("ray/session_latest/logs/ray_client_server*.err"))
+        for f in files:
             out.append(f"--- {f.name}\n" + f.read_text(errors="replace")[-2000:])
         return "\n".join(out)
 

@@ -109,24 +109,29 @@ REAL = {
 PLUGIN = "fr_test_plugin.kmedians:FederatedKMedians"
 ALGORITHMS = {"kmeans": {"name": "kmeans", "params": {"n_clusters": 3}},
               "plugin": {"name": PLUGIN, "params": {"n_clusters": 3}}}
+# (run, algorithm, how the driver connects): the GCS address, and Ray Client (ray://) for both
+RUNS = [("kmeans", "kmeans", "gcs"), ("plugin", "plugin", "gcs"), ("kmeans-client", "kmeans", "client"),
+        ("plugin-client", "plugin", "client")]
 
 DRIVER = """
 import json, sys
 import ray
 import fedray
+import fedray.shipping
 
-address, config, algorithms = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3])
+addresses, config, algorithms, runs = (json.loads(a) for a in sys.argv[1:5])
 out = {}
-for key, algorithm in algorithms.items():
-    cfg = dict(config, algorithm=algorithm)
-    cfg["runtime"] = dict(cfg["runtime"], address=address)
+for key, name, via in runs:
+    cfg = dict(config, algorithm=algorithms[name])
+    cfg["runtime"] = dict(cfg["runtime"], address=addresses[via])
     with fedray.Session(cfg) as session:
         placed = ray.get([a.node_id.remote() for a in session.executor.actors])
         result = session.run(output=False, progress=False)
         nodes = {n["NodeID"]: sorted(n["Resources"]) for n in ray.nodes() if n["Alive"]}
         out[key] = {"placed": placed, "nodes": nodes, "centers": result.centers.tolist(),
                     "history": result.history.drop(columns=["wall_s"]).select_dtypes("number").to_dict("list"),
-                    "shipped": session.runtime_env.get("py_modules") if session.runtime_env else []}
+                    # per actor, or (Ray Client) in the job's runtime_env given when fedray connected
+                    "shipped": (session.runtime_env or fedray.shipping._client_job_env or {}).get("py_modules", [])}
 print("RESULT " + json.dumps(out), flush=True)
 """
 
@@ -169,9 +174,10 @@ def test_worker_without_fedray_runs_kmeans_and_a_plugin_bit_for_bit():
             nodes.start_head(num_cpus=1, resources={"fedray_client": 0})
             nodes.start_worker(python2, num_cpus=2, resources={"fedray_client": 2})
             env = dict(nodes.env, PYTHONPATH=str(work), FEDRAY_CACHE_DIR=str(tmp / "cache"))
-            proc = subprocess.run([sys.executable, "-c", DRIVER, nodes.address, json.dumps(REAL),
-                                   json.dumps(ALGORITHMS)], cwd=work, env=env, capture_output=True, text=True,
-                                  timeout=400)
+            addresses = {"gcs": nodes.address, "client": nodes.client_address}
+            proc = subprocess.run([sys.executable, "-c", DRIVER, json.dumps(addresses), json.dumps(REAL),
+                                   json.dumps(ALGORITHMS), json.dumps(RUNS)], cwd=work, env=env,
+                                  capture_output=True, text=True, timeout=500)
             lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
             assert proc.returncode == 0 and lines, proc.stderr[-4000:] + nodes.logs()
         out = json.loads(lines[-1][len("RESULT "):])
@@ -180,16 +186,16 @@ def test_worker_without_fedray_runs_kmeans_and_a_plugin_bit_for_bit():
         shutil.rmtree(tmp, ignore_errors=True)
     print(f"worker venv ready in {venv_s:.0f} s; whole test {time.monotonic() - t0:.0f} s")
 
-    for key, algorithm in ALGORITHMS.items():
+    for key, name, _ in RUNS:
         got = out[key]
         workers = {nid for nid, res in got["nodes"].items() if "fedray_client" in res}
         head = set(got["nodes"]) - workers
         assert len(got["nodes"]) == 2 and len(workers) == 1, got["nodes"]
         assert got["placed"] and set(got["placed"]) == workers and not head & set(got["placed"]), \
             "client actors must run on the worker node (the one without fedray)"
-        assert len(got["shipped"]) == (2 if key == "plugin" else 1), got["shipped"]  # fedray (+ the plug-in)
-        np.testing.assert_array_equal(np.asarray(got["centers"]), local[key].centers)
-        expected = local[key].history.drop(columns=["wall_s"]).select_dtypes("number")
+        assert len(got["shipped"]) == (2 if name == "plugin" else 1), got["shipped"]  # fedray (+ the plug-in)
+        np.testing.assert_array_equal(np.asarray(got["centers"]), local[name].centers)
+        expected = local[name].history.drop(columns=["wall_s"]).select_dtypes("number")
         assert sorted(got["history"]) == sorted(expected.columns)
         for column, values in got["history"].items():
             np.testing.assert_array_equal(np.asarray(values, dtype=float), expected[column].to_numpy(dtype=float),
