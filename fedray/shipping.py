@@ -22,7 +22,10 @@ actor) is created with:
 Local paths are uploaded to the cluster's object store (GCS) here, on the
 driver, so the environment can be given per actor (``.options(runtime_env=...)``):
 Ray accepts only URIs there. That also works when the user called
-``ray.init`` before fedray, and through Ray Client (``ray://``).
+``ray.init`` before fedray. Through Ray Client (``ray://``) the environment
+goes into the job's ``runtime_env`` when fedray opens the connection
+(:func:`connect_for`), because Ray 2.60's client cannot pin packages uploaded
+after it connected; the actors inherit it.
 
 When is what shipped (``runtime.ship_code``):
 
