@@ -44,8 +44,8 @@ class ClientActor:
     def node_id(self) -> str:
         return ray.get_runtime_context().get_node_id()
 
-    def describe(self) -> list[dict[str, Any]]:
-        return self._host.describe()
+    def describe(self, private: bool = False) -> list[dict[str, Any]]:
+        return self._host.describe(private)
 
     def apply_scaler(self, shift, scale) -> int:
         return self._host.apply_scaler(shift, scale)

@@ -1,6 +1,7 @@
 """The server actor: runs :class:`fedray.server.Server` (the round loop) inside Ray."""
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import ray
@@ -12,7 +13,16 @@ from fedray.server import Server
 class ServerActor:
     """Holds the algorithm's state and drives rounds; the driver polls :meth:`step` for progress."""
 
-    def __init__(self, algorithm: Any, executor: Any, kwargs: dict[str, Any]) -> None:
+    def __init__(self, algorithm: Any, executor: Any, kwargs: dict[str, Any], log_level: int = logging.WARNING) -> None:
+        # The round loop's warnings (failed, late, restarted clients) go to this process's
+        # stderr, which Ray forwards to the driver's console.
+        logger = logging.getLogger("fedray")
+        if not any(isinstance(h, logging.StreamHandler) and not isinstance(h, logging.NullHandler)
+                   for h in logger.handlers):
+            handler = logging.StreamHandler()
+            handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+            logger.addHandler(handler)
+        logger.setLevel(log_level)
         self._server = Server(algorithm, executor, **kwargs)  # private: algorithm state, history
 
     def step(self) -> dict[str, Any] | None:

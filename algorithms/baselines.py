@@ -29,8 +29,8 @@ import numpy as np
 from pydantic import Field
 
 from fedray.algorithm import Reply, RoundContext, Task, register
-from fedray.supervised import (SupervisedAlgorithm, SupervisedParams, client_round, cosine_similarities,
-                                           weighted_average)
+from fedray.supervised import (ClientContext, SupervisedAlgorithm, SupervisedParams, client_round,
+                               cosine_similarities, weighted_average)
 from fedray.errors import ConfigError
 
 
@@ -40,20 +40,16 @@ class FedAvg(SupervisedAlgorithm):
 
     name = "fedavg"
     description = "FedAvg: one global model, weighted model averaging (McMahan et al. 2017)"
-
-    def configure_round(self, ctx: RoundContext) -> dict[int, Task] | None:
-        self.check_round(ctx)
-        return self.make_tasks(ctx, ctx.sampled)
-
-    def aggregate(self, ctx: RoundContext, replies: list[Reply]) -> dict[str, float]:
-        self.average_into(replies)
-        self.rounds_done += 1
-        return self.round_metrics(ctx, replies)
+    # configure_round / aggregate: the base's rounds are FedAvg
 
 
 @register
 class Local(SupervisedAlgorithm):
-    """No federation: each client trains its own model, kept in its state."""
+    """No federation: each client trains its own model, kept in its state.
+
+    The payload's ``keep`` (a token naming this run) marks the model a client keeps in
+    ``client.state["_own_model"] = (token, weights)``; a model of another run is ignored.
+    """
 
     name = "local"
     description = "no federation (NoFed): every client trains its own model"
@@ -66,8 +62,8 @@ class Local(SupervisedAlgorithm):
     def configure_round(self, ctx: RoundContext) -> dict[int, Task] | None:
         self.check_round(ctx)
         ev = self.eval_due(ctx)
-        pay_train = self._payload(True, ev, keep=self._run)
-        pay_eval = self._payload(False, True, keep=self._run)
+        pay_train = self.task_payload(True, ev, keep=self._run)
+        pay_eval = self.task_payload(False, True, keep=self._run)
         tasks: dict[int, Task] = {}
         self._sent, self._sent_vec = {}, {}
         for cid in ctx.sampled:
@@ -91,7 +87,22 @@ class Local(SupervisedAlgorithm):
         return self.round_metrics(ctx, replies)
 
     def final_task(self) -> Task:
-        return Task(client_round, self._payload(False, True, keep=self._run), self.init, evaluation=True)
+        return Task(client_round, self.task_payload(False, True, keep=self._run), self.init, evaluation=True)
+
+    @classmethod
+    def choose_model(cls, model: Any, shared: Any, ctx: ClientContext) -> np.ndarray:
+        """The client's own model of this run, else theta_0 (sent until the client has one)."""
+        kept = ctx.state.get("_own_model")
+        if kept is not None and kept[0] == ctx.payload["keep"]:
+            return kept[1]
+        return super().choose_model(model, shared, ctx)
+
+    @classmethod
+    def client_train(cls, model: Any, ctx: ClientContext) -> dict[str, Any]:
+        """Train as usual, but keep the weights in the client instead of sending them."""
+        out = super().client_train(model, ctx)
+        ctx.state["_own_model"] = (ctx.payload["keep"], out.pop("weights"))
+        return out
 
 
 class IFCAParams(SupervisedParams):
@@ -124,8 +135,8 @@ class IFCA(SupervisedAlgorithm):
         self.check_round(ctx)
         ev = self.eval_due(ctx)
         W = self._stack()
-        pay_train = self._payload(True, ev, select="min_loss")
-        pay_eval = self._payload(False, True, select="min_loss")
+        pay_train = self.task_payload(True, ev)
+        pay_eval = self.task_payload(False, True)
         tasks = {cid: Task(client_round, pay_train, W) for cid in ctx.sampled}
         if ev:
             tasks.update({cid: Task(client_round, pay_eval, W, evaluation=True)
@@ -145,7 +156,21 @@ class IFCA(SupervisedAlgorithm):
         return self.round_metrics(ctx, replies)
 
     def final_task(self) -> Task:
-        return Task(client_round, self._payload(False, True, select="min_loss"), self._stack(), evaluation=True)
+        return Task(client_round, self.task_payload(False, True), self._stack(), evaluation=True)
+
+    @classmethod
+    def choose_model(cls, model: Any, shared: np.ndarray, ctx: ClientContext) -> np.ndarray:
+        """The model of ``shared`` (k, P) with the lowest loss on the client's training rows;
+        its index goes into the reply as ``cluster``."""
+        from fedray.nn.train import evaluate
+
+        losses = []
+        for j in range(shared.shape[0]):
+            ctx.load(model, shared[j])
+            losses.append(evaluate(model, ctx.split.X_train, ctx.split.y_train)[0] if ctx.split.n_train else 0.0)
+        j = int(np.nanargmin(losses)) if not np.all(np.isnan(losses)) else 0
+        ctx.out["cluster"] = j
+        return shared[j]
 
 
 class CFLParams(SupervisedParams):

@@ -71,7 +71,7 @@ class FederatedFCM(CenterAlgorithm):
         shift = float(np.linalg.norm(new - self.centers))
         self.centers = new
         self.rounds_done += 1
-        self.converged = shift < self.params.tol
+        self.converged = shift < self.params.tol and bool(nz.any())  # no update is no convergence (DP noise)
         return {"center_shift": shift, "objective": float(t["obj"]), "withheld": float(len(replies) - len(sent))}
 
     @staticmethod

@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 from pydantic import Field
 
-from fedray.algorithm import FederationInfo, Reply, RoundContext, Task, register
+from fedray.algorithm import FederationInfo, Reply, RoundContext, register
 from fedray.supervised import SupervisedAlgorithm, SupervisedParams
 from fedray.algorithms.flacc_rules import MergeEvent, SimilarityMemory, entities, merge_round
 
@@ -75,11 +75,7 @@ class FLACC(SupervisedAlgorithm):
         # read-only; the per-client arrays are updated in place during the run
         self.__dict__.update({k: np.array(v) if isinstance(v, np.ndarray) else v for k, v in state.items()})
 
-    # --- rounds ---------------------------------------------------------------
-    def configure_round(self, ctx: RoundContext) -> dict[int, Task] | None:
-        self.check_round(ctx)
-        return self.make_tasks(ctx, ctx.sampled)
-
+    # --- rounds (configure_round: the base's, every sampled client trains its entity's model) ---
     def aggregate(self, ctx: RoundContext, replies: list[Reply]) -> dict[str, float]:
         extra: dict[str, float] = {}
         if self.phase == "merging":

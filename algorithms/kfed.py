@@ -65,6 +65,9 @@ class KFed(CenterAlgorithm):
                 f"algorithm.params.local_clusters: {self.info.n_clients} clients x local_clusters={self.k_local} "
                 f"give at most {possible} local centres, fewer than n_clusters={k}")
 
+    def round_budget(self) -> int | None:
+        return 1  # one shot
+
     def configure_round(self, ctx: RoundContext) -> dict[int, Task] | None:
         if self.rounds_done >= 1:
             return None

@@ -5,7 +5,9 @@ centre and sends, per cluster, the sum of its points and their count (a
 :class:`~fedray.stats.Stats`); the server sets each centre to
 sum(sums) / sum(counts). With every client taking part, a round is exactly one
 Lloyd step on the union of the shards. An empty cluster keeps its centre and
-raises :class:`~fedray.errors.EmptyClusterWarning`.
+raises :class:`~fedray.errors.EmptyClusterWarning`; under differential privacy a
+cluster whose noisy count is below one half counts as empty, and a round in which
+every cluster looks empty does not stop the run as "converged".
 """
 from __future__ import annotations
 
@@ -48,13 +50,16 @@ class FederatedKMeans(CenterAlgorithm):
         t = total(r.update for r in replies)
         counts = t["counts"]
         new = self.centers.copy()
-        nz = counts > 0
+        # At least half a point: exact counts are integers, so this is "non-empty"; noisy
+        # (differentially private) counts near zero do not move a centre to noise / noise.
+        nz = counts >= 0.5
         new[nz] = t["sums"][nz] / counts[nz, None]
         warn_empty(~nz, ctx.round, seen=self._warned)
         shift = float(np.linalg.norm(new - self.centers))
         self.centers = new
         self.rounds_done += 1
-        self.converged = shift <= self.params.tol
+        # A round that moved no centre because every cluster looked empty is no convergence.
+        self.converged = shift <= self.params.tol and bool(nz.any())
         return {"center_shift": shift, "objective": float(t["sse"]), "empty_clusters": float((~nz).sum())}
 
     @staticmethod

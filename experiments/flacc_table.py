@@ -5,8 +5,10 @@ label-swapped, grouped+rotated) for several seeds; the table gives the mean
 client test accuracy (mean ± std over seeds) in the paper's layout (methods as
 rows, federations as columns; IFCA with k = s-1, s, s+1 models and FL+HC with
 three cut-off distances, s = the number of true groups). pFedMe and Per-FedAvg
-are not implemented and not listed. CFL needs every client in every round, so
-it runs with fraction 1.0 (as in the paper).
+are not built in; a plug-in joins the table by reference (``--methods ...
+examples.plugins.perfedavg:PerFedAvg``), with ``--plugin-params KEY=V1,V2`` giving
+one row per value (as the paper tunes Per-FedAvg's alpha). CFL needs every client
+in every round, so it runs with fraction 1.0 (as in the paper).
 
 Outputs (``--out``): ``results.parquet`` (one row a run), ``rounds.parquet``
 (one row a round of every run), ``table.md`` (the table, the clusters FLACC
@@ -21,6 +23,9 @@ Examples::
         --seeds 0 1 2 3 4 --samples 80 240 --rounds 100 --n-merge 1     # docs/reproductions.md
     python experiments/flacc_table.py --dataset mnist --data-dir ../shared/datasets \\
         --federations rotated --out runs/flacc_mnist
+    python experiments/flacc_table.py --federations rotated --methods fedavg flacc \
+        examples.plugins.perfedavg:PerFedAvg --plugin-params alpha=0.01,0.03 \
+        --seeds 0 1 2 --samples 80 240 --rounds 100 --n-merge 1                # a plug-in in the table
     python experiments/flacc_table.py --quick --out /tmp/flacc_quick      # seconds, for tests
 """
 from __future__ import annotations
@@ -50,8 +55,42 @@ LABELS = {"local": "NoFed", "fedavg": "FedAvg", "cfl": "CFL", "ifca": "IFCA (k)"
 FLHC_D = (0.5, 0.75, 1.0)
 
 
-def variants(method: str, federation: str, quick: bool, n_merge: int = 2) -> list[tuple[str, dict[str, Any]]]:
+def is_plugin(method: str) -> bool:
+    """A method given as ``package.module:ClassName`` (loaded by fedray like any plug-in)."""
+    return ":" in method
+
+
+def method_label(method: str) -> str:
+    """The row name: the paper's for built-ins, the class name for a plug-in."""
+    return LABELS.get(method, method.rpartition(":")[2])
+
+
+def parse_plugin_params(items: list[str]) -> dict[str, list[Any]]:
+    """``["alpha=0.01,0.03", "personal_steps=1"]`` -> ``{"alpha": [0.01, 0.03], "personal_steps": [1]}``."""
+    import yaml
+
+    out: dict[str, list[Any]] = {}
+    for item in items:
+        key, sep, values = item.partition("=")
+        if not sep or not key or not values:
+            raise SystemExit(f"--plugin-params: expected KEY=VALUE[,VALUE...]; got {item!r}")
+        out[key] = [yaml.safe_load(v) for v in values.split(",")]
+    return out
+
+
+def variants(method: str, federation: str, quick: bool, n_merge: int = 2,
+             plugin_params: dict[str, list[Any]] | None = None) -> list[tuple[str, dict[str, Any]]]:
     """(label, extra params) of each run of ``method`` on ``federation``."""
+    if is_plugin(method):
+        import itertools
+
+        grid = plugin_params or {}
+        out = []
+        for combo in itertools.product(*grid.values()):
+            extra = dict(zip(grid, combo))
+            label = " ".join(f"{k}={v}" for k, v in extra.items() if len(grid[k]) > 1)
+            out.append((label, extra))
+        return out
     s = N_GROUPS[federation]
     if method == "ifca":
         ks = [s] if quick else [max(2, s - 1), s, s + 1]
@@ -84,7 +123,7 @@ def run_table(args: argparse.Namespace) -> tuple[pd.DataFrame, pd.DataFrame, dic
             notes = sorted({str(w.message) for w in caught if issubclass(w.category, SharedSamplesWarning)})
             with session:
                 for method in args.methods:
-                    for label, extra in variants(method, fed, args.quick, args.n_merge):
+                    for label, extra in variants(method, fed, args.quick, args.n_merge, args.plugin_params):
                         base = session.config
                         if method == "cfl":  # CFL needs every client every round (paper: all 100)
                             session.config = base.model_copy(deep=True)
@@ -132,7 +171,7 @@ def markdown(runs: pd.DataFrame, args: argparse.Namespace, details: dict[str, An
             for f in feds:
                 a = sub[(sub["variant"] == label) & (sub["federation"] == f)]["accuracy"]
                 cells.append(f"{a.mean():.2f} ± {a.std(ddof=0):.2f}" if len(a) else "—")
-            name = LABELS.get(method, method) + (f" {label}" if label else "")
+            name = method_label(method) + (f" {label}" if label else "")
             lines.append(f"| {name} | " + " | ".join(cells) + " |")
     fl = runs[runs["method"] == "flacc"]
     if len(fl):
@@ -203,7 +242,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--dataset", default="sklearn:digits", help="sklearn:digits (embedded) or mnist")
     p.add_argument("--data-dir", default=None, help="folder holding mnist/ (default $FEDRAY_DATA_DIR)")
     p.add_argument("--federations", nargs="+", default=FEDERATIONS, choices=FEDERATIONS)
-    p.add_argument("--methods", nargs="+", default=METHODS, choices=METHODS)
+    p.add_argument("--methods", nargs="+", default=METHODS,
+                   help=f"built-in ({' '.join(METHODS)}) or a plug-in package.module:ClassName")
+    p.add_argument("--plugin-params", nargs="+", default=[], metavar="KEY=V1[,V2]",
+                   help="parameters of plug-in methods; several values give one row each")
     p.add_argument("--seeds", nargs="+", type=int, default=None, help="default 0 1 2 (quick: 0)")
     p.add_argument("--n-clients", type=int, default=None, help="default 40 (quick: 12)")
     p.add_argument("--fraction", type=float, default=None, help="default 0.25 (quick: 0.5)")
@@ -222,6 +264,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true", help="a few seconds: 12 clients, 4 rounds, one variant each")
     p.add_argument("--out", default="runs/flacc_table")
     args = p.parse_args(argv)
+    bad = [m for m in args.methods if m not in METHODS and not is_plugin(m)]
+    if bad:
+        p.error(f"--methods: unknown {', '.join(map(repr, bad))}; choose from {', '.join(METHODS)} "
+                "or give a plug-in as package.module:ClassName")
+    args.plugin_params = parse_plugin_params(args.plugin_params)
     q = args.quick
     defaults = {"seeds": [0] if q else [0, 1, 2], "n_clients": 12 if q else 40, "fraction": 0.5 if q else 0.25,
                 "samples": (30, 60) if q else (200, 800), "rounds": 4 if q else 50, "epochs": 1 if q else 5,

@@ -216,6 +216,18 @@ class Algorithm(abc.ABC):
     def validate(self) -> None:
         """Check the parameters against the federation (raise :class:`ConfigError`)."""
 
+    def round_budget(self) -> int | None:
+        """Most rounds this algorithm asks for by its own parameters (e.g. ``max_rounds`` plus a
+        start-up round), for progress totals; None when only the round cap bounds it."""
+        return None
+
+    def retries_for_missing(self, ctx: RoundContext) -> int:
+        """How many times the loop asks this round's failed or late clients again, within the
+        round, before aggregating (0: the round goes on without them). Steps whose outcome a
+        missing client would change, not just make noisier (a start from every client's
+        summary), ask for retries here."""
+        return 0
+
     def evaluation_task(self, stage: int, previous: list[Reply] | None) -> Task | None:
         """The task every client runs in evaluation stage ``stage`` (0, 1, ...) after training.
 

@@ -15,6 +15,7 @@ Davies–Bouldin index. Only these tables reach the server.
 """
 from __future__ import annotations
 
+import logging
 from typing import Any, Literal
 
 import numpy as np
@@ -27,10 +28,15 @@ from fedray.ops import assign, cluster_sums, kmeans, kmeans_plusplus, lloyd, sq_
 from fedray.stats import Stats, total
 
 
+log = logging.getLogger(__name__)
+
+
 class CenterParams(Params):
     n_clusters: int = Field(default=3, ge=1, description="number of clusters K")
     init: Literal["kfed", "random-box"] | list[list[float]] = "kfed"
     max_rounds: int = Field(default=100, ge=1)
+    init_retries: int = Field(default=5, ge=0, description="times the k-FED start asks clients that failed or were "
+                              "late again (same round, same streams), so that a fault does not change the start")
 
     @field_validator("init", mode="before")
     @classmethod
@@ -148,8 +154,17 @@ class CenterAlgorithm(Algorithm):
 
     # --- init phase -----------------------------------------------------
     def init_tasks(self, ctx: RoundContext) -> dict[int, Task]:
+        """Every client sends its local centres."""
         task = Task(local_centers, {"k": self.params.n_clusters})
         return {cid: task for cid in ctx.all_clients}
+
+    def round_budget(self) -> int | None:
+        """``max_rounds`` training rounds, plus the k-FED start where there is one."""
+        return self.params.max_rounds + (1 if self.phase == "init" else 0)
+
+    def retries_for_missing(self, ctx: RoundContext) -> int:
+        """The k-FED start needs every client: a fault would change the initial centres."""
+        return self.params.init_retries if self.phase == "init" else 0
 
     def aggregate_init(self, ctx: RoundContext, replies: list[Reply]) -> dict[str, float]:
         cents = [r.update["centers"] for r in replies if len(r.update["centers"])]
@@ -162,6 +177,9 @@ class CenterAlgorithm(Algorithm):
         if np.unique(C, axis=0).shape[0] < k:
             raise DataError(f"init 'kfed': only {np.unique(C, axis=0).shape[0]} distinct local centres for "
                             f"n_clusters={k}; use init='random-box' or fewer clusters")
+        if len(replies) < self.info.n_clients:
+            log.warning("init 'kfed': %d of %d clients never answered (init_retries=%d); the start uses the others",
+                        self.info.n_clients - len(replies), self.info.n_clients, self.params.init_retries)
         self.centers = kmeans(C, k, ctx.rng(1), n_init=3, weights=w)
         self.initial_centers = self.centers.copy()
         self.phase = "train"

@@ -43,7 +43,7 @@ import secrets
 from pathlib import Path
 from typing import Any, Callable
 
-from fedray.errors import ConfigError
+from fedray.errors import ConfigError, FedrayError
 
 log = logging.getLogger(__name__)
 
@@ -126,9 +126,13 @@ class Checkpointer:
             return None
         return self.save(snapshot())
 
-    def save(self, server_state: dict[str, Any]) -> Path:
+    def save(self, server_state: dict[str, Any]) -> Path | None:
         ids = list(range(self.session.info.n_clients))
-        clients = self.session.executor.get_state(ids)
+        try:
+            clients = self.session.executor.get_state(ids)
+        except FedrayError as exc:  # a stuck or dead actor: keep the previous checkpoint, go on
+            log.warning("checkpoint after round %d skipped (the previous one stays): %s", server_state["round"] - 1, exc)
+            return None
         blob = {"version": VERSION, "config": self.cfg.to_dict(),
                 "server": server_state, "clients": clients}
         self.directory.mkdir(parents=True, exist_ok=True)

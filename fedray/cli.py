@@ -49,7 +49,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             cfg = fedray.make_config(cfg, overrides=["output.overwrite=true"])
         out = args.out or cfg.output.directory or _default_out(cfg.algorithm.name)
         result = fedray.run(cfg, output=out, progress=None if not args.quiet else False)
-    print(result.table())
+    print(result.table(color=sys.stdout.isatty()))
     print(f"outputs: {result.output_dir}")
     return 0
 
@@ -63,7 +63,7 @@ def cmd_quickstart(args: argparse.Namespace) -> int:
         cfg = fedray.make_config(cfg, overrides=["output.overwrite=true"])
     print("fedray quickstart: federated fuzzy c-means on scikit-learn's iris, 8 clients with label skew, on Ray")
     result = fedray.run(cfg, output=out, progress=None if not args.quiet else False)
-    print(result.table())
+    print(result.table(color=sys.stdout.isatty()))
     print(f"outputs: {result.output_dir} (summary.json, rounds.parquet, clients.parquet, model.npz, plots/)")
     return 0
 
@@ -132,11 +132,21 @@ def main(argv: list[str] | None = None) -> int:
         sys.path.insert(0, str(Path.cwd()))
     parser = build_parser()
     args = parser.parse_args(argv)
-    level = logging.WARNING - 10 * min(args.verbose + 1, 2)
+    level = (logging.WARNING, logging.INFO, logging.DEBUG)[min(args.verbose, 2)]  # -v: progress notes, -vv: debug
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    if not getattr(args, "quiet", False):  # progress lines where no bar can be drawn (pipes, CI logs)
+        progress = logging.getLogger("fedray.progress")
+        progress.setLevel(min(level, logging.INFO))
+        if not progress.handlers:
+            handler = logging.StreamHandler()
+            handler.setFormatter(logging.Formatter("%(message)s"))
+            progress.addHandler(handler)
+            progress.propagate = False
     try:
         return int(args.func(args) or 0)
     except FedrayError as exc:
+        if args.verbose:
+            log.debug("traceback", exc_info=True)
         print(f"fedray: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
@@ -147,6 +157,12 @@ def main(argv: list[str] | None = None) -> int:
 
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except Exception as exc:  # noqa: BLE001 - a defect or an unexpected environment: one line unless -v
+        if args.verbose:
+            raise
+        text = " ".join(str(exc).split())[:300]
+        print(f"fedray: internal error: {type(exc).__name__}: {text} (run with -v for the traceback)", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":  # pragma: no cover

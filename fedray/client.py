@@ -41,7 +41,8 @@ class ClientData:
 class Client:
     """What a client function sees: ``id``, ``data``, ``state``, ``rng``, ``round``."""
 
-    __slots__ = ("id", "name", "_X", "_y", "_supervised", "sample_shape", "state", "_rng", "round", "seed", "meta")
+    __slots__ = ("id", "name", "_X", "_y", "_supervised", "sample_shape", "state", "_rng", "round", "seed", "meta",
+                 "secrets")
 
     def __init__(self, spec: ClientSpec, X: np.ndarray, y: np.ndarray | None, seed: int,
                  supervised: bool, sample_shape: tuple[int, ...]) -> None:
@@ -54,6 +55,9 @@ class Client:
         self.state: dict[str, Any] = {}
         self.meta: dict[str, Any] = dict(spec.meta)  # recipe facts (e.g. test split, true group: evaluation only)
         self.seed = seed
+        # Keys of the privacy protocols (fedray.privacy), drawn from the OS where the client lives; never
+        # returned to the server, never in ``state`` (so never in checkpoints).
+        self.secrets: dict[str, Any] = {}
         self.round = -1
         self._rng: np.random.Generator | None = None
 
@@ -175,33 +179,22 @@ class ClientHost:
             self.clients[spec.client_id].state["_feature_names"] = names
 
     # --- set-up ---------------------------------------------------------
-    def describe(self) -> list[dict[str, Any]]:
-        """Per-client facts the server may know: size, dimension, column sums, bounds, bad values."""
+    def describe(self, private: bool = False) -> list[dict[str, Any]]:
+        """Per-client facts the server may know: size, dimension, column sums, bounds, bad values.
+
+        With ``private`` (any ``privacy.*`` mechanism on) the per-client column sums, sums of
+        squares, minima and maxima are left out: for a small client they are rows (a one-row
+        client's sum and a client's extremes); the session then sums moments securely.
+        """
         out = []
         for cid in sorted(self.clients):
             c = self.clients[cid]
-            X = c._X
-            names = c.state.get("_feature_names", ())
-            d: dict[str, Any] = {"client_id": cid, "name": c.name, "n": int(X.shape[0]),
-                                 "n_features": int(X.shape[1]) if X.ndim == 2 else -1}
             if cid in self.build_errors:
-                d["error"] = self.build_errors[cid]
-                out.append(d)
+                out.append({"client_id": cid, "name": c.name, "n": int(c._X.shape[0]),
+                            "n_features": int(c._X.shape[1]) if c._X.ndim == 2 else -1,
+                            "error": self.build_errors[cid]})
                 continue
-            finite = np.isfinite(X)
-            if X.size and not finite.all():
-                col = int(np.flatnonzero(~finite.all(axis=0))[0])
-                row = int(np.flatnonzero(~finite[:, col])[0])
-                colname = names[col] if col < len(names) else f"column {col}"
-                d["bad_value"] = f"{float(X[row, col])} in column {colname!r} (row {row} of the client's shard)"
-            elif X.shape[0]:
-                d["sum"] = X.sum(axis=0)
-                d["sumsq"] = (X * X).sum(axis=0)
-                d["min"] = X.min(axis=0)
-                d["max"] = X.max(axis=0)
-            if c._y is not None:
-                d["classes"] = np.unique(c._y)
-            out.append(d)
+            out.append(describe_shard(cid, c.name, c._X, c._y, c.state.get("_feature_names", ()), moments=not private))
         return out
 
     def apply_scaler(self, shift: np.ndarray, scale: np.ndarray) -> int:
@@ -241,6 +234,31 @@ class ClientHost:
     def gather_data(self, labels: bool = True) -> list[tuple[int, np.ndarray, np.ndarray | None]]:
         """The shards themselves — only for central baselines in simulations."""
         return [(cid, c._X, c._y if labels else None) for cid, c in sorted(self.clients.items())]
+
+
+def describe_shard(client_id: int, name: str, X: np.ndarray, y: np.ndarray | None, feature_names: Any = (),
+                   moments: bool = True) -> dict[str, Any]:
+    """What :meth:`ClientHost.describe` reports for one shard ``X`` (n, d) with labels ``y`` (n,) or None.
+
+    With ``moments=False`` only size, dimension and the first non-finite value (what
+    :func:`fedray.session.check_descriptions` checks) are computed.
+    """
+    d: dict[str, Any] = {"client_id": client_id, "name": name, "n": int(X.shape[0]),
+                         "n_features": int(X.shape[1]) if X.ndim == 2 else -1}
+    finite = np.isfinite(X)
+    if X.size and not finite.all():
+        col = int(np.flatnonzero(~finite.all(axis=0))[0])
+        row = int(np.flatnonzero(~finite[:, col])[0])
+        colname = feature_names[col] if col < len(feature_names) else f"column {col}"
+        d["bad_value"] = f"{float(X[row, col])} in column {colname!r} (row {row} of the client's shard)"
+    elif X.shape[0] and moments:
+        d["sum"] = X.sum(axis=0)
+        d["sumsq"] = (X * X).sum(axis=0)
+        d["min"] = X.min(axis=0)
+        d["max"] = X.max(axis=0)
+    if y is not None:
+        d["classes"] = np.unique(y)
+    return d
 
 
 def check_shape(X: np.ndarray, where: str) -> None:

@@ -11,14 +11,37 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_serializer, field_validator
 
 from fedray.algorithm import format_validation_error, get_algorithm, make_params
+from fedray.data.arrays import ArrayData
 from fedray.errors import ConfigError
 
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_as_number(cls, v: Any, info: Any) -> Any:
+        """``n_clients: true`` is a mistake, not 1 client: numbers never come from booleans."""
+        if isinstance(v, bool):
+            ann = cls.model_fields[info.field_name].annotation
+            if not _allows_bool(ann) and _allows_number(ann):
+                raise ValueError(f"expected a number, not a boolean ({v!r})")
+        return v
+
+
+def _allows_bool(ann: Any) -> bool:
+    import typing
+
+    return ann is bool or ann is Any or any(_allows_bool(a) for a in typing.get_args(ann))
+
+
+def _allows_number(ann: Any) -> bool:
+    import typing
+
+    return ann in (int, float) or any(_allows_number(a) for a in typing.get_args(ann))
 
 
 class AlgorithmConfig(_Section):
@@ -27,7 +50,10 @@ class AlgorithmConfig(_Section):
 
 
 class DataConfig(_Section):
-    dataset: str = "sklearn:iris"
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, arbitrary_types_allowed=True)
+
+    # A data set name, or arrays from Python (fedray.from_arrays), written out as their description.
+    dataset: str | ArrayData = "sklearn:iris"
     data_dir: str | None = None
     options: dict[str, Any] = Field(default_factory=dict)
     partition: dict[str, Any] = Field(default_factory=dict)
@@ -35,6 +61,10 @@ class DataConfig(_Section):
     feature_columns: list[str] | None = None
     label_column: str | None = None
     client_column: str | None = None
+
+    @field_serializer("dataset")
+    def _dataset_text(self, v: str | ArrayData) -> str:
+        return v if isinstance(v, str) else str(v)
 
 
 class FederationConfig(_Section):
@@ -60,8 +90,13 @@ class RuntimeConfig(_Section):
     round_timeout: float | None = Field(default=None, gt=0)
     placement: Literal["pack", "spread"] = "pack"
     actor_batch: int = Field(default=64, ge=1)
-    max_restarts: int = Field(default=0, ge=-1)
+    max_restarts: int = Field(default=3, ge=-1, description="times Ray restarts a crashed client actor (its "
+                              "shards are rebuilt from their recipes; -1: always)")
     startup_timeout: float = Field(default=300.0, gt=0)
+    call_timeout: float = Field(default=300.0, gt=0, description="seconds to wait for any other call to the client "
+                                "actors (set-up, checkpoint state, gathering data); past it the call fails in one line")
+    stall_warning: float = Field(default=10.0, gt=1, description="without round_timeout, warn when a round waits "
+                                 "this many times the median round time (at least 60 s)")
     progress: bool | None = None
     # Code shipping (fedray.shipping): what reaches Ray workers through runtime_env.
     ship_code: Literal["auto", "always", "never"] = "auto"
@@ -108,17 +143,26 @@ class DPConfig(_Section):
     clip: float = Field(gt=0)
     noise_multiplier: float = Field(gt=0)
     delta: float = Field(default=1e-5, gt=0, lt=1)
+    seeded_noise: bool = Field(default=False, description="debugging only: noise from the seed, not private")
 
 
 class PrivacyConfig(_Section):
+    """Secure aggregation, DP and guards (see fedray.privacy and docs/reliability.md)."""
+
     secure_aggregation: bool = False
     mask_neighbors: int | None = Field(default=None, ge=2, description="pairwise masks with this many peers (None: all)")
+    min_cohort: int = Field(default=3, ge=2, description="secure aggregation refuses smaller cohorts or survivor sets")
+    secagg_threshold: float = Field(default=0.5, gt=0, lt=1,
+                                    description="Shamir threshold t = floor(value * peers) + 1")
     dp: DPConfig | None = None
     min_samples_guard: bool = False
+    min_cluster_count: int = Field(default=0, ge=0, description="clients zero clusters with fewer points (0: off)")
+    feature_bounds: list[tuple[float, float]] | None = Field(
+        default=None, description="(low, high) per feature, known a priori: min-max scaling and bounds under privacy")
 
     @property
     def active(self) -> bool:
-        return bool(self.secure_aggregation or self.dp is not None or self.min_samples_guard)
+        return bool(self.secure_aggregation or self.dp is not None or self.min_samples_guard or self.min_cluster_count)
 
 
 class CheckpointConfig(_Section):
@@ -140,6 +184,11 @@ class ExperimentConfig(_Section):
     privacy: PrivacyConfig = Field(default_factory=PrivacyConfig)
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
     extra: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("data", mode="before")
+    @classmethod
+    def _arrays_as_data(cls, v: Any) -> Any:
+        return {"dataset": v} if isinstance(v, ArrayData) else v
 
     def to_dict(self) -> dict[str, Any]:
         return self.model_dump(mode="json")
@@ -179,6 +228,8 @@ def _nest_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
     raw: dict[str, Any] = {}
     for k, v in kwargs.items():
         key = k.replace("__", ".")
+        if key == "data" and isinstance(v, ArrayData):  # data=fedray.from_arrays(...)
+            v = {"dataset": v}
         if "." in key:
             set_dotted(raw, key, v)
         elif isinstance(v, dict) and isinstance(raw.get(key), dict):
@@ -188,17 +239,61 @@ def _nest_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
     return raw
 
 
+#: Largest config file read, and most nodes its YAML may expand to (aliases counted each time
+#: they are used), so that an alias "bomb" of a few hundred bytes fails at once.
+MAX_CONFIG_BYTES = 1 << 20
+MAX_CONFIG_NODES = 100_000
+
+
 def load_yaml(path: str | Path) -> dict[str, Any]:
+    """Read a YAML config file (one-line errors for every way it can be unusable)."""
     p = Path(path)
     if not p.exists():
         raise ConfigError(f"config file {str(p)!r} does not exist")
+    if not p.is_file():
+        raise ConfigError(f"config file {str(p)!r} is not a file (a directory?)")
+    size = p.stat().st_size
+    if size > MAX_CONFIG_BYTES:
+        raise ConfigError(f"config file {str(p)!r} has {size} bytes; a config is at most {MAX_CONFIG_BYTES}")
     try:
-        raw = yaml.safe_load(p.read_text()) or {}
+        text = p.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"config file {str(p)!r} is not UTF-8 text (byte {exc.start}); save it as UTF-8") from None
+    except OSError as exc:
+        raise ConfigError(f"config file {str(p)!r} cannot be read: {exc.strerror}") from None
+    return parse_yaml(text, f"config file {str(p)!r}")
+
+
+def parse_yaml(text: str, what: str) -> dict[str, Any]:
+    """Parse YAML text holding a mapping, refusing documents that expand beyond MAX_CONFIG_NODES."""
+    try:
+        raw = yaml.safe_load(text) or {}
     except yaml.YAMLError as exc:
-        raise ConfigError(f"config file {str(p)!r} is not valid YAML: {exc}") from None
+        first = str(exc).strip().splitlines()
+        raise ConfigError(f"{what} is not valid YAML: {' '.join(ln.strip() for ln in first[:3])}") from None
+    if _expanded_nodes(raw, MAX_CONFIG_NODES) > MAX_CONFIG_NODES:
+        raise ConfigError(f"{what} expands to more than {MAX_CONFIG_NODES} values (nested YAML aliases?); "
+                          "refusing to read it")
     if not isinstance(raw, dict):
-        raise ConfigError(f"config file {str(p)!r} must hold a mapping at the top level")
+        raise ConfigError(f"{what} must hold a mapping at the top level")
     return raw
+
+
+def _expanded_nodes(obj: Any, limit: int) -> int:
+    """Nodes of ``obj`` counting shared sub-trees each time they appear; stops past ``limit``."""
+    count = 0
+    stack = [obj]
+    while stack:
+        cur = stack.pop()
+        count += 1
+        if count > limit:
+            return count
+        if isinstance(cur, dict):
+            stack.extend(cur.keys())
+            stack.extend(cur.values())
+        elif isinstance(cur, (list, tuple)):
+            stack.extend(cur)
+    return count
 
 
 def make_config(config: ExperimentConfig | dict | str | Path | None = None,
@@ -220,6 +315,8 @@ def make_config(config: ExperimentConfig | dict | str | Path | None = None,
     """
     if isinstance(config, ExperimentConfig):
         raw = config.to_dict()
+        if isinstance(config.data.dataset, ArrayData):  # to_dict writes its description; keep the arrays
+            raw["data"]["dataset"] = config.data.dataset
     elif isinstance(config, (str, Path)):
         raw = load_yaml(config)
     elif config is None:
@@ -256,13 +353,35 @@ def validate_static(cfg: ExperimentConfig) -> None:
 
     check_requirements(cls)
     make_params(cls, cfg.algorithm.params)
-    check_dataset_name(cfg.data.dataset)
+    if isinstance(cfg.data.dataset, ArrayData):
+        _check_arrays(cfg)
+    else:
+        check_dataset_name(cfg.data.dataset)
     fed = cfg.federation
     if fed.n_clients is not None and fed.min_clients > fed.n_clients:
         raise ConfigError(
             f"federation.min_clients: {fed.min_clients} is more than federation.n_clients={fed.n_clients}")
     _check_reliability(cfg)
     cls.check_config(cfg)
+
+
+def _check_arrays(cfg: ExperimentConfig) -> None:
+    """``data`` keys that apply to files only are unset; ``federation.n_clients`` agrees with the arrays' split."""
+    d = cfg.data
+    for key, arg in (("data_dir", None), ("feature_columns", "select the columns of X"),
+                     ("label_column", "y="), ("client_column", "clients="), ("options", None),
+                     ("partition", "partition=")):
+        value = getattr(d, key)
+        if value:
+            how = f"pass {arg} to fedray.from_arrays instead" if arg else "remove it"
+            raise ConfigError(f"data.{key}: {value!r} applies to files, not to data.dataset from fedray.from_arrays; "
+                              + how)
+    arrays, fed = d.dataset, cfg.federation
+    if arrays.n_clients is not None:
+        if "n_clients" in fed.model_fields_set and fed.n_clients not in (None, arrays.n_clients):
+            raise ConfigError(f"federation.n_clients: {fed.n_clients}, but the arrays from fedray.from_arrays are "
+                              f"split over {arrays.n_clients} clients; leave federation.n_clients unset")
+        fed.n_clients = arrays.n_clients
 
 
 def _check_reliability(cfg: ExperimentConfig) -> None:
@@ -280,7 +399,27 @@ def _check_reliability(cfg: ExperimentConfig) -> None:
                           "use delay_mode='virtual'")
     if f.delay_probability and f.delay_seconds and rt.round_timeout is None:
         raise ConfigError("faults.delay_probability: delays only matter with a deadline; set runtime.round_timeout")
+    _check_privacy(cfg)
     for r, c in f.crashes:
         if r < 0 or c < 0 or (cfg.federation.n_clients is not None and c >= cfg.federation.n_clients):
             raise ConfigError(f"faults.crashes: ({r}, {c}) must be (round >= 0, client id in "
                               f"[0, federation.n_clients))")
+
+
+def _check_privacy(cfg: ExperimentConfig) -> None:
+    """Privacy settings that cannot hold: min-max scaling from clients' extremes, cohorts below the minimum."""
+    p = cfg.privacy
+    if p.active and cfg.data.scale == "minmax" and p.feature_bounds is None:
+        raise ConfigError("data.scale: 'minmax' uses each client's minimum and maximum (which can be rows) and is "
+                          "refused under privacy; use data.scale='standard' (securely summed moments) or give "
+                          "privacy.feature_bounds")
+    for k, (lo, hi) in enumerate(p.feature_bounds or ()):
+        if not (lo < hi):
+            raise ConfigError(f"privacy.feature_bounds[{k}]: ({lo}, {hi}) must have low < high")
+    n = cfg.federation.n_clients
+    if p.secure_aggregation and n is not None:
+        m = max(1, int(cfg.federation.fraction * n + 1e-12))
+        if min(m, n) < p.min_cohort:
+            raise ConfigError(f"privacy.min_cohort: secure aggregation needs cohorts of at least {p.min_cohort} "
+                              f"clients; federation.n_clients={n} with fraction={cfg.federation.fraction} samples "
+                              f"{min(m, n)}")

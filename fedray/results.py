@@ -87,11 +87,16 @@ class Result:
                          "rounds": int(cr.get("rounds", 0)), "bytes_up": int(cr.get("bytes_up", 0)),
                          "compute_s": float(cr.get("compute_s", 0.0))})
         clients = pd.DataFrame(rows)
-        failures = int(history["clients_failed"].sum()) if len(history) else 0
-        late = int(history["clients_late"].sum()) if len(history) else 0
+        # Counted from the same rows as failures.parquet: every attempt of every round, and
+        # the evaluation passes (negative rounds).
+        fail_rows = state.get("failures", [])
+        failures = sum(1 for f in fail_rows if f["kind"] == "failed")
+        late = sum(1 for f in fail_rows if f["kind"] == "late")
+        in_eval = sum(1 for f in fail_rows if f["round"] < 0)
+        spill = sum(1 for f in fail_rows if f["kind"] == "late" and "spill-over" in f.get("error", ""))
         summary = {
             "algorithm": alg.name,
-            "dataset": cfg.data.dataset,
+            "dataset": str(cfg.data.dataset),  # arrays from Python: their description
             "n_clients": session.info.n_clients,
             "n_samples": session.info.total_samples,
             "n_features": session.info.n_features,
@@ -99,9 +104,10 @@ class Result:
             "seed": cfg.seed,
             "rounds": int(len(history)),
             "converged": bool(state.get("converged", False)),
+            "stop_reason": str(state.get("stop_reason", "")),
             "wall_time_s": float(wall_s),
             "startup_s": float(session.startup_s),
-            "failures": {"failed": failures, "late": late},
+            "failures": {"failed": failures, "late": late, "late_spillover": spill, "in_evaluation": in_eval},
             "bytes": {"down": int(history["bytes_down"].sum()) if len(history) else 0,
                       "up": int(history["bytes_up"].sum()) if len(history) else 0},
             "final": _jsonable(final),
@@ -199,7 +205,11 @@ class Result:
             (out / "plots").mkdir(exist_ok=True)
             P.convergence(self.history, out / "plots" / "convergence.png", title=self.summary["algorithm"])
             C = self.model.get("centers")
-            if session is not None and isinstance(C, np.ndarray) and C.ndim == 2 and C.shape[1] == session.info.n_features:
+            if session is not None and isinstance(C, np.ndarray) and C.ndim == 2 and C.shape[1] == 1 == session.info.n_features:
+                name = (session.info.extras.get("feature_names") or ("x0",))[0]
+                P.centers_1d(C, out / "plots" / "centers.png", density=session.density_1d(),
+                             central=self.model.get("central_centers"), axis_label=str(name))
+            elif session is not None and isinstance(C, np.ndarray) and C.ndim == 2 and C.shape[1] == session.info.n_features:
                 mean, axes = session.projection_2d()
                 project = (lambda A: (np.asarray(A) - mean) @ axes)
                 central = self.model.get("central_centers")
@@ -218,17 +228,26 @@ class Result:
         log.info("outputs written to %s", out)
         return out
 
-    def table(self) -> str:
-        """A short text table of the final metrics."""
+    def table(self, color: bool = False) -> str:
+        """A short text table of the final metrics (``color``: an incomplete evaluation in red)."""
         fin = self.summary["final"]
         keys = [k for k in ("ari", "nmi", "acc", "davies_bouldin", "objective", "central_ari",
                             "center_distance_to_central", "accuracy") if k in fin]
         lines = [f"{'algorithm':<28}{self.summary['algorithm']}",
                  f"{'dataset':<28}{self.summary['dataset']}",
                  f"{'clients / samples':<28}{self.summary['n_clients']} / {self.summary['n_samples']}",
-                 f"{'rounds (converged)':<28}{self.summary['rounds']} ({self.summary['converged']})",
+                 f"{'rounds (stopped by)':<28}{self.summary['rounds']} ({self.summary.get('stop_reason') or '-'})",
                  f"{'wall time':<28}{self.summary['wall_time_s']:.2f} s"]
         lines += [f"{k:<28}{fin[k]:.4f}" for k in keys if isinstance(fin[k], (int, float))]
+        cov = fin.get("evaluation_coverage")
+        if cov:
+            text = (f"{'evaluated':<28}{cov['clients']} of {cov['of_clients']} clients, "
+                    f"{cov['samples']} of {cov['of_samples']} samples")
+            if cov["clients"] < cov["of_clients"]:
+                text += " (INCOMPLETE)"
+                if color:
+                    text = f"\033[31m{text}\033[0m"
+            lines.append(text)
         return "\n".join(lines)
 
 

@@ -28,6 +28,11 @@ from fedray.errors import ConfigError, RoundFailedError
 
 log = logging.getLogger(__name__)
 
+#: Without runtime.round_timeout, a round that waits longer than runtime.stall_warning times the
+#: median round (but at least STALL_FLOOR_S; STALL_FIRST_S before any round finished) is reported.
+STALL_FLOOR_S = 60.0
+STALL_FIRST_S = 300.0
+
 
 @dataclass
 class ExecResult:
@@ -38,6 +43,8 @@ class ExecResult:
     late: list[int] = field(default_factory=list)
     errors: dict[int, str] = field(default_factory=dict)
     user_errors: dict[int, str] = field(default_factory=dict)
+    #: late clients whose actor was still busy with an earlier round's late task
+    spillover: list[int] = field(default_factory=list)
 
 
 def _plan(tasks: dict[int, Task]) -> tuple[list[Any], dict[int, int]]:
@@ -74,7 +81,8 @@ class Executor:
     backend = "base"
     n_actors = 0
 
-    def describe(self) -> list[dict[str, Any]]:  # pragma: no cover - interface
+    def describe(self, private: bool = False) -> list[dict[str, Any]]:  # pragma: no cover - interface
+        """Per-client facts; ``private`` leaves out per-client sums and extremes (see ClientHost.describe)."""
         raise NotImplementedError
 
     def apply_scaler(self, shift: np.ndarray, scale: np.ndarray) -> None:  # pragma: no cover
@@ -122,8 +130,8 @@ class ExecutorWrapper(Executor):
         inner = self.inner
         return inner.base if isinstance(inner, ExecutorWrapper) else inner
 
-    def describe(self) -> list[dict[str, Any]]:
-        return self.inner.describe()
+    def describe(self, private: bool = False) -> list[dict[str, Any]]:
+        return self.inner.describe(private)
 
     def apply_scaler(self, shift: np.ndarray, scale: np.ndarray) -> None:
         self.inner.apply_scaler(shift, scale)
@@ -160,8 +168,8 @@ class LocalExecutor(Executor):
         self.host = ClientHost(specs, seed, supervised, sample_shape)
         self.n_actors = 0
 
-    def describe(self) -> list[dict[str, Any]]:
-        return self.host.describe()
+    def describe(self, private: bool = False) -> list[dict[str, Any]]:
+        return self.host.describe(private)
 
     def apply_scaler(self, shift: np.ndarray, scale: np.ndarray) -> None:
         self.host.apply_scaler(shift, scale)
@@ -272,7 +280,12 @@ class RayExecutor(Executor):
         import ray
 
         from fedray.actors.client_actor import ClientActor
+        from fedray.data.federation import put_shards
 
+        # Shards given from Python go to the object store, one object per client; the
+        # recipes holding the references stay here while the actors may need them.
+        specs = put_shards(specs)
+        self.specs = specs
         res = runtime.client_resources
         total, max_actors = client_capacity(res.custom)
         self.clients_per_actor, actor_cpus = resolve_layout(
@@ -316,17 +329,37 @@ class RayExecutor(Executor):
         self.n_actors = len(self.actors)
         self._scaler: tuple[np.ndarray, np.ndarray] | None = None  # re-applied to restarted actors
         self._dead: set[int] = set()  # actors that died for good (runtime.max_restarts exhausted)
+        self.call_timeout = float(runtime.call_timeout)
+        self.stall_warning = float(runtime.stall_warning)
+        self._round_s: list[float] = []  # wall time of rounds that waited for every actor (stall warnings)
+        # Late tasks cannot be interrupted (Ray does not stop a running actor task): an actor
+        # keeps working on one after its deadline. actor index -> (round, ref) of that task, so
+        # that lateness it causes in later rounds is counted as spill-over, not as new stragglers.
+        self._late: dict[int, tuple[int, Any]] = {}
         log.info("created %d client actors (%d clients each, %.2f CPUs each) in %.1f s",
                  self.n_actors, self.clients_per_actor, actor_cpus, time.perf_counter() - t0)
 
-    def _call_all(self, method: str, *args: Any) -> list[Any]:
+    def _get(self, refs: list[Any], what: str, timeout: float | None = None) -> list[Any]:
+        """``ray.get`` under a deadline (``runtime.call_timeout``); a stuck or dead actor is one line."""
         import ray
+        from ray.exceptions import GetTimeoutError, RayActorError
 
-        return ray.get([getattr(a, method).remote(*args) for a in self.actors])
+        limit = self.call_timeout if timeout is None else timeout
+        try:
+            return ray.get(refs, timeout=limit)
+        except GetTimeoutError:
+            raise RoundFailedError(f"{what}: client actors did not answer within runtime.call_timeout={limit:g} s "
+                                   "(a stopped or overloaded node?)") from None
+        except RayActorError as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise RoundFailedError(f"{what}: a client actor died ({type(exc).__name__}: {first[:200]})") from None
 
-    def describe(self) -> list[dict[str, Any]]:
+    def _call_all(self, method: str, *args: Any) -> list[Any]:
+        return self._get([getattr(a, method).remote(*args) for a in self.actors], method)
+
+    def describe(self, private: bool = False) -> list[dict[str, Any]]:
         out = []
-        for part in self._call_all("describe"):
+        for part in self._call_all("describe", private):
             out.extend(part)
         return sorted(out, key=lambda d: d["client_id"])
 
@@ -348,8 +381,14 @@ class RayExecutor(Executor):
             for cid, _, _ in per_actor.pop(a):
                 result.failed.append(cid)
                 result.errors[cid] = f"actor {a} is dead (runtime.max_restarts exhausted)"
+        if self._late:  # forget late tasks that have finished meanwhile
+            done, _ = ray.wait([r for _, r in self._late.values()], num_returns=len(self._late), timeout=0)
+            done_ids = {id(r) for r in done}
+            self._late = {a: v for a, v in self._late.items() if id(v[1]) not in done_ids}
+        busy = dict(self._late)
+        t0 = time.monotonic()
         futures = {self.actors[a].run.remote(round_, items, *refs): a for a, items in per_actor.items()}
-        ready, not_ready = ray.wait(list(futures), num_returns=len(futures), timeout=timeout)
+        ready, not_ready = self._wait(round_, list(futures), timeout)
         broken: list[int] = []
         for fut in ready:
             a = futures[fut]
@@ -372,11 +411,37 @@ class RayExecutor(Executor):
         if broken:
             self._restore(sorted(broken))
         for fut in not_ready:
-            result.late.extend(cid for cid, _, _ in per_actor[futures[fut]])
+            a = futures[fut]
+            result.late.extend(cid for cid, _, _ in per_actor[a])
+            if a in busy:
+                result.spillover.extend(cid for cid, _, _ in per_actor[a])
+            self._late[a] = (round_, fut)
+        if not not_ready and round_ >= 0:
+            self._round_s.append(time.monotonic() - t0)
+        result.spillover.sort()
         result.replies.sort(key=lambda r: r.client_id)
         result.failed.sort()
         result.late.sort()
         return result
+
+    def _wait(self, round_: int, futures: list[Any], timeout: float | None) -> tuple[list[Any], list[Any]]:
+        """Wait for the round's replies until ``timeout``; without one, warn while it stalls."""
+        import ray
+
+        if timeout is not None:
+            return ray.wait(futures, num_returns=len(futures), timeout=timeout)
+        every = (max(STALL_FLOOR_S, self.stall_warning * float(np.median(self._round_s[-20:]))) if self._round_s
+                 else STALL_FIRST_S)
+        t0 = time.monotonic()
+        ready, not_ready = ray.wait(futures, num_returns=len(futures), timeout=every)
+        while not_ready:
+            log.warning("round %d: still waiting for %d of %d client actors after %.0f s%s; set "
+                        "runtime.round_timeout to drop late clients", round_, len(not_ready), len(futures),
+                        time.monotonic() - t0, f" (a round takes {np.median(self._round_s[-20:]):.2f} s)"
+                        if self._round_s else "")
+            more, not_ready = ray.wait(not_ready, num_returns=len(not_ready), timeout=every)
+            ready += more
+        return ready, not_ready
 
     def _restore(self, idxs: list[int], timeout: float = 120.0) -> None:
         """Set up actors again after a crash: Ray restarted them (``runtime.max_restarts``) and
@@ -415,23 +480,19 @@ class RayExecutor(Executor):
         return sorted(out, key=lambda t: t[0])
 
     def get_state(self, client_ids: list[int]) -> dict[int, dict[str, Any]]:
-        import ray
-
         by_actor: dict[int, list[int]] = defaultdict(list)
         for cid in client_ids:
             by_actor[self.owner[cid]].append(cid)
         out: dict[int, dict[str, Any]] = {}
-        for part in ray.get([self.actors[a].get_state.remote(c) for a, c in by_actor.items()]):
+        for part in self._get([self.actors[a].get_state.remote(c) for a, c in by_actor.items()], "client state"):
             out.update(part)
         return out
 
     def set_state(self, states: dict[int, dict[str, Any]]) -> None:
-        import ray
-
         by_actor: dict[int, dict[int, dict]] = defaultdict(dict)
         for cid, st in states.items():
             by_actor[self.owner[cid]][cid] = st
-        ray.get([self.actors[a].set_state.remote(s) for a, s in by_actor.items()])
+        self._get([self.actors[a].set_state.remote(s) for a, s in by_actor.items()], "restoring client state")
 
     def shutdown(self) -> None:
         import ray
@@ -442,6 +503,7 @@ class RayExecutor(Executor):
             except Exception:  # noqa: BLE001 - already gone
                 pass
         self.actors = []
+        self.specs = []
 
 
 def check_feasible(options: dict[str, Any], n_actors: int) -> None:

@@ -12,6 +12,8 @@ import logging
 import time
 from typing import Any
 
+import numpy as np
+
 from fedray.algorithm import Algorithm, Reply, RoundContext, Task
 from fedray.errors import FedrayError, RoundFailedError
 from fedray.runtime import Executor
@@ -58,10 +60,15 @@ class Server:
         self.failures: list[dict[str, Any]] = []  # one row per client that failed or was late
         self.client_rows: dict[int, dict[str, float]] = {}
         self.finished = False
+        self.stop_reason = ""  # "converged", "algorithm" (its own budget or rule) or "round cap"
 
     def step(self) -> dict[str, Any] | None:
         """Run one round; returns its history row, or None when the run is over."""
         if self.finished or self.round >= self.max_rounds:
+            if not self.finished:
+                self.stop_reason = "round cap"
+                log.warning("%s stopped at the round cap federation.rounds=%d before it finished by its own rule; "
+                            "raise federation.rounds to let it finish", self.algorithm.name, self.max_rounds)
             self.finished = True
             return None
         t0 = time.perf_counter()
@@ -72,26 +79,46 @@ class Server:
         tasks = self.algorithm.configure_round(ctx)
         if tasks is None:
             self.finished = True
+            self.stop_reason = "converged" if self.algorithm.converged else "algorithm"
             return None
         need = min(self.min_clients, len(tasks))
         attempt = 0
+        ask_again = int(self.algorithm.retries_for_missing(ctx))
+        executions = 0
         while True:
             res = self.executor.execute(self.round, tasks, self.round_timeout)
             if res.user_errors:
                 cid = min(res.user_errors)
                 raise type_of_user_error(res.user_errors[cid])
             if res.failed or res.late:
-                self._record_failures(res, attempt)
+                self._record_failures(res, executions)
+            executions += 1
+            for _ in range(ask_again):  # the algorithm needs every client: ask those missing again
+                missing = sorted(set(res.failed) | set(res.late))
+                if not missing:
+                    break
+                again = self.executor.execute(self.round, {c: tasks[c] for c in missing}, self.round_timeout)
+                if again.user_errors:
+                    raise type_of_user_error(again.user_errors[min(again.user_errors)])
+                if again.failed or again.late:
+                    self._record_failures(again, executions)
+                executions += 1
+                res.replies = sorted(res.replies + again.replies, key=lambda r: r.client_id)
+                res.failed, res.late, res.spillover = again.failed, again.late, again.spillover
+                res.errors = {**res.errors, **again.errors}
             if len(res.replies) >= need:
                 break
             if attempt >= self.round_retries:
                 first = next(iter(res.errors.values()), "")
                 retried = (f"; retried {attempt} time(s) (federation.round_retries={self.round_retries})"
                            if self.round_retries else "; set federation.round_retries to retry such rounds")
+                if first:
+                    log.info("round %d: first client failure:\n%s", self.round, first)
+                last = first.strip().splitlines()[-1] if first.strip() else ""
                 raise RoundFailedError(
                     f"round {self.round}: {len(res.replies)} of {len(tasks)} clients answered "
                     f"({len(res.failed)} failed, {len(res.late)} late); federation.min_clients={self.min_clients}"
-                    + retried + (f"\nfirst failure:\n{first}" if first else ""))
+                    + retried + (f"; first failure: {last} (-v shows its traceback)" if last else ""))
             attempt += 1
             log.warning("round %d: %d of %d clients answered (federation.min_clients=%d); attempt %d of %d",
                         self.round, len(res.replies), len(tasks), self.min_clients, attempt + 1, self.round_retries + 1)
@@ -107,8 +134,8 @@ class Server:
                "clients_answered": len(res.replies), "clients_failed": len(res.failed),
                "clients_late": len(res.late), **{k: v for k, v in metrics.items()},
                "bytes_down": bytes_down, "bytes_up": bytes_up, "wall_s": time.perf_counter() - t0}
-        if self.round_retries:
-            out["attempts"] = attempt + 1
+        if self.round_retries or executions > 1:
+            out["attempts"] = executions
         self.history.append(out)
         self.round += 1
         return out
@@ -118,9 +145,11 @@ class Server:
             err = res.errors.get(cid, "").strip()
             self.failures.append({"round": self.round, "attempt": attempt, "client_id": cid, "kind": "failed",
                                   "error": err.splitlines()[-1] if err else ""})
+        spill = set(res.spillover)
         for cid in res.late:
+            why = (" (its actor was still busy with an earlier round's late task: spill-over)" if cid in spill else "")
             self.failures.append({"round": self.round, "attempt": attempt, "client_id": cid, "kind": "late",
-                                  "error": f"no answer within runtime.round_timeout={self.round_timeout}"})
+                                  "error": f"no answer within runtime.round_timeout={self.round_timeout}{why}"})
         if res.failed:
             log.warning("round %d: client(s) %s failed: %s", self.round, res.failed,
                         self.failures[-len(res.failed) - len(res.late)]["error"])
@@ -132,28 +161,61 @@ class Server:
             pass
         return self.history
 
-    def evaluate(self) -> dict[str, Any]:
-        """Run the algorithm's evaluation passes on every client; returns the final metrics."""
+    def evaluate(self, retries: int = 2) -> dict[str, Any]:
+        """Run the algorithm's evaluation passes on every client; returns the final metrics.
+
+        Clients that fail are asked again (``retries`` times: a crashed actor is restarted
+        and its shards rebuilt meanwhile). Metrics that still miss clients say so:
+        ``evaluation_coverage`` gives the clients and samples they cover and the missing
+        clients (the session warns about them), so a shrunken evaluation is never silent.
+        """
         stages: list[list[Reply]] = []
         prev: list[Reply] | None = None
+        info = self.algorithm.info
+        covered = set(range(info.n_clients))
         while True:
             task = self.algorithm.evaluation_task(len(stages), prev)
             if task is None:
                 break
-            tasks = {cid: task for cid in range(self.algorithm.info.n_clients)}
-            res = self.executor.execute(-1 - len(stages), tasks, None)
-            if res.user_errors:
-                raise type_of_user_error(res.user_errors[min(res.user_errors)])
-            prev = res.replies
+            todo = {cid: task for cid in range(info.n_clients)}
+            replies: list[Reply] = []
+            for attempt in range(retries + 1):
+                res = self.executor.execute(-1 - len(stages), todo, self.round_timeout)
+                if res.user_errors:
+                    raise type_of_user_error(res.user_errors[min(res.user_errors)])
+                replies.extend(res.replies)
+                missing = sorted(set(res.failed) | set(res.late))
+                if not missing:
+                    break
+                spill = set(res.spillover)
+                for cid in missing:
+                    late = ("no answer within runtime.round_timeout" +
+                            (" (its actor was still busy with an earlier round's late task: spill-over)"
+                             if cid in spill else ""))
+                    err = res.errors.get(cid, late).strip()
+                    self.failures.append({"round": -1 - len(stages), "attempt": attempt, "client_id": cid,
+                                          "kind": "late" if cid in res.late else "failed",
+                                          "error": err.splitlines()[-1] if err else ""})
+                todo = {cid: task for cid in missing}
+            answered = {r.client_id for r in replies}
+            covered &= answered
+            prev = sorted(replies, key=lambda r: r.client_id)
             stages.append(prev)
-        return self.algorithm.summarize_evaluation(stages) if stages else {}
+        final = self.algorithm.summarize_evaluation(stages) if stages else {}
+        if stages:
+            n = info.n_samples
+            cov = {"clients": len(covered), "of_clients": int(info.n_clients),
+                   "samples": int(sum(int(n[c]) for c in covered)), "of_samples": int(np.sum(n))}
+            cov["missing"] = sorted(set(range(info.n_clients)) - covered)
+            final["evaluation_coverage"] = cov
+        return final
 
     def result(self) -> dict[str, Any]:
         return self.algorithm.result()
 
     def state(self) -> dict[str, Any]:
         return {"round": self.round, "history": self.history, "client_rows": self.client_rows,
-                "finished": self.finished, "converged": self.algorithm.converged, "phase": self.algorithm.phase,
+                "finished": self.finished, "converged": self.algorithm.converged, "stop_reason": self.stop_reason, "phase": self.algorithm.phase,
                 "failures": self.failures, "report": self.executor.report()}
 
     # --- checkpoints (see fedray.checkpoint) ----------------------------------------

@@ -9,7 +9,6 @@ sweeps run many algorithms on one session without rebuilding shards.
 from __future__ import annotations
 
 import logging
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -19,10 +18,13 @@ import numpy as np
 from fedray.algorithm import Algorithm, FederationInfo, Task, get_algorithm, make_params
 from fedray.config import ExperimentConfig, make_config
 from fedray.data.federation import Federation, build_federation
-from fedray.errors import DataError
+from fedray.errors import ConfigError, DataError
 from fedray.results import Result, peak_memory_mb
 from fedray.runtime import Executor, ensure_ray, make_executor
+from fedray.progress import Progress
 from fedray.server import Server
+from fedray.sizes import check_memory
+from fedray.stats import Stats
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +44,7 @@ class Session:
         self.config: ExperimentConfig = make_config(config, **kwargs) if (kwargs or not isinstance(config, ExperimentConfig)) else config
         cfg = self.config
         self.algorithm_cls = get_algorithm(cfg.algorithm.name)
+        check_memory(cfg)
         self.federation: Federation = build_federation(cfg.data, cfg.federation.n_clients, cfg.seed)
         rt = cfg.runtime
         self._started_ray = False
@@ -54,8 +57,10 @@ class Session:
         self.executor: Executor = make_executor(rt.backend, self.federation.specs, cfg.seed,
                                                 self.algorithm_cls.supervised, self.federation.sample_shape, rt,
                                                 runtime_env=self.runtime_env)
+        # Disclosures outside the protected path, counted for the privacy summary (fedray.privacy).
+        self.disclosures: dict[str, int] = {}
         try:
-            self.descriptions = self.executor.describe()
+            self.descriptions = self.executor.describe(private=True) if cfg.privacy.active else self.executor.describe()
             self.info, self.scaler = self._check_and_scale(self.descriptions)
         except BaseException:
             self.close()
@@ -69,13 +74,18 @@ class Session:
         n_features = check_descriptions(desc)
         n = np.array([d["n"] for d in desc], dtype=np.int64)
         N = float(n.sum())
-        s = np.sum([d["sum"] for d in desc], axis=0)
-        ss = np.sum([d["sumsq"] for d in desc], axis=0)
-        lo = np.min([d["min"] for d in desc], axis=0)
-        hi = np.max([d["max"] for d in desc], axis=0)
-        check_magnitude(lo, hi, N, names)
+        if self.config.privacy.active:
+            s, ss, lo, hi = self._private_moments(n_features, N, names)
+        else:
+            s = np.sum([d["sum"] for d in desc], axis=0)
+            ss = np.sum([d["sumsq"] for d in desc], axis=0)
+            lo = np.min([d["min"] for d in desc], axis=0)
+            hi = np.max([d["max"] for d in desc], axis=0)
+            check_magnitude(lo, hi, N, names)
         scaler = None
         mode = self.config.data.scale
+        if self.config.privacy.feature_bounds is not None:  # the user's box, also for random starts and plots
+            lo, hi = _bounds(self.config.privacy.feature_bounds, n_features)
         if mode == "standard":
             mean = s / N
             std = np.sqrt(np.maximum(ss / N - mean ** 2, 0.0))
@@ -94,6 +104,35 @@ class Session:
                               n_samples=n, feature_min=lo, feature_max=hi, n_classes=n_classes,
                               has_labels=self.federation.has_labels, extras={**self.federation.extras, "feature_names": names})
         return info, scaler
+
+    def _private_moments(self, n_features: int, N: float, names: Any) -> tuple[np.ndarray, ...]:
+        """Column sums and sums of squares through secure aggregation (no per-client moment or
+        extreme reaches the server), and a box for the federation: ``privacy.feature_bounds`` if
+        given, else mean +- 3 standard deviations (not the data's extremes)."""
+        p = self.config.privacy
+        if self._can_secure_sum():
+            from fedray.privacy import secure_total
+
+            t = secure_total(self.executor, p, self.config.seed,
+                             {c: Task(_moment_stats, None, None) for c in range(len(self.federation.specs))}, -1000)
+        else:  # too few clients for a secure sum: per-client moments reach the server (counted)
+            res = self.execute({c: Task(_moment_stats, None, None) for c in range(len(self.federation.specs))})
+            t = sum((r.update for r in res.replies[1:]), start=res.replies[0].update)
+            self.disclosures["setup_moments"] = len(res.replies)
+        s, ss = t["s"], t["ss"]
+        with np.errstate(over="ignore", invalid="ignore"):
+            big = np.sqrt(ss)  # bounds every |x| of the union
+        check_magnitude(-big, big, N, names)
+        if p.feature_bounds is not None:
+            lo, hi = _bounds(p.feature_bounds, n_features)
+        else:
+            mean = s / N
+            std = np.sqrt(np.maximum(ss / N - mean ** 2, 0.0))
+            lo, hi = mean - 3 * std, mean + 3 * std
+        return s, ss, lo, hi
+
+    def _can_secure_sum(self) -> bool:
+        return len(self.federation.specs) >= self.config.privacy.min_cohort
 
     # --- running ----------------------------------------------------------------
     def make_algorithm(self, name: str | type[Algorithm] | None = None,
@@ -130,7 +169,7 @@ class Session:
         out = cfg.output.directory if output is None else (None if output is False else output)
         executor = self.executor
         if cfg.faults.active or cfg.output.messages or cfg.output.message_payloads or cfg.privacy.active:
-            executor = _layers(executor, cfg)
+            executor = _layers(executor, cfg, self.disclosures)
         if out:
             from fedray.outputs import prepare
 
@@ -142,21 +181,22 @@ class Session:
             checkpoint = Checkpointer(cfg, out, self)
         if resume_from is not None and resume_from.get("clients"):
             self.executor.set_state(resume_from["clients"])
-        show = progress if progress is not None else (cfg.runtime.progress if cfg.runtime.progress is not None
-                                                      else sys.stderr.isatty())
-        bar = _progress(show, fed.rounds, alg.name)
+        budget = alg.round_budget()
+        bar = Progress(alg.name, min(fed.rounds, budget) if budget else fed.rounds,
+                       progress if progress is not None else cfg.runtime.progress)
         if cfg.runtime.backend == "ray":
             import ray
 
             from fedray.actors.server_actor import ServerActor
 
-            server = ServerActor.options(runtime_env=self.runtime_env or None).remote(alg, executor, kwargs)
+            server = ServerActor.options(runtime_env=self.runtime_env or None).remote(
+                alg, executor, kwargs, logging.getLogger("fedray").getEffectiveLevel())
             if resume_from is not None:
                 ray.get(server.restore.remote(resume_from["server"]))
-            step = lambda: ray.get(server.step.remote())  # noqa: E731
-            finish = lambda: ray.get([server.evaluate.remote(), server.result.remote(), server.state.remote()])  # noqa: E731
-            snapshot = lambda: ray.get(server.snapshot.remote())  # noqa: E731
-            state_of = lambda: ray.get(server.state.remote(), timeout=30)  # noqa: E731
+            step = lambda: _server_call(server.step.remote())  # noqa: E731
+            finish = lambda: _server_call([server.evaluate.remote(), server.result.remote(), server.state.remote()])  # noqa: E731
+            snapshot = lambda: _server_call(server.snapshot.remote())  # noqa: E731
+            state_of = lambda: _server_call(server.state.remote(), timeout=30)  # noqa: E731
         else:
             local = Server(alg, executor, **kwargs)
             if resume_from is not None:
@@ -169,20 +209,21 @@ class Session:
             while (row := step()) is not None:
                 if checkpoint is not None:
                     checkpoint.after_round(row["round"], snapshot)
-                if bar is not None:
-                    bar.update(1)
-                    bar.set_postfix({k: _fmt(row[k]) for k in ("phase", "clients_answered", "center_shift", "objective",
-                                                                "accuracy", "n_clusters") if k in row})
+                bar.update(row)
             final, model, state = finish()
         except BaseException as exc:
             if out:
                 self._save_partial(out, exc, state_of)
             raise
         finally:
-            if bar is not None:
-                bar.close()
+            bar.close()
             if cfg.runtime.backend == "ray":
                 ray.kill(server)  # also when the run fails or is interrupted
+        cov = final.get("evaluation_coverage")
+        if cov and cov["clients"] < cov["of_clients"]:
+            log.warning("evaluation covers %d of %d clients (%d of %d samples): the final metrics describe only "
+                        "those; missing clients: %s", cov["clients"], cov["of_clients"], cov["samples"],
+                        cov["of_samples"], cov["missing"][:20])
         result = Result.build(cfg, alg, self, state, model, final, time.perf_counter() - t0)
         if central_baseline if central_baseline is not None else cfg.evaluation.central_baseline:
             result.add_central_baseline(self)
@@ -217,10 +258,10 @@ class Session:
         d = self.info.n_features
         if d == 2:
             return np.zeros(2), np.eye(2)
-        res = self.execute({c: Task(_moments, None, None) for c in range(self.info.n_clients)})
-        n = sum(r.update["n"] for r in res.replies)
-        s = np.sum([r.update["sum"] for r in res.replies], axis=0)
-        ss = np.sum([r.update["outer"] for r in res.replies], axis=0)
+        t = self._sum_over_clients(_moments, None)
+        if t is None:  # under privacy with too few clients for a secure sum: the first two features
+            return np.zeros(d), np.eye(d)[:, :2]
+        n, s, ss = float(t["n"]), t["sum"], t["outer"]
         mean = s / n
         cov = ss / n - np.outer(mean, mean)
         w, v = np.linalg.eigh(cov)
@@ -229,8 +270,11 @@ class Session:
         return mean, axes
 
     def density_2d(self, bins: int | None = None, projection: tuple[np.ndarray, np.ndarray] | None = None
-                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Summed 2-D histogram of all clients' points (projected on ``projection`` if given), for plots."""
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """Summed 2-D histogram of all clients' points (projected on ``projection`` if given), for plots.
+
+        Under privacy the histograms are summed securely (a one-row client's histogram shows
+        which cell its row falls in); None when the federation is too small for that."""
         mean, axes = projection if projection is not None else (np.zeros(2), np.eye(2))
         if bins is None:
             bins = int(np.clip(np.sqrt(self.info.total_samples) / 1.5, 25, 150))
@@ -243,9 +287,34 @@ class Session:
             span = np.sqrt(np.sum((hi - lo) ** 2)) / 2
             plo, phi = np.full(2, -span), np.full(2, span)
         edges = (np.linspace(plo[0], phi[0], bins + 1), np.linspace(plo[1], phi[1], bins + 1))
-        res = self.execute({c: Task(_histogram2d, None, (edges, mean, axes)) for c in range(self.info.n_clients)})
-        H = np.sum([r.update for r in res.replies], axis=0)
-        return H, edges[0], edges[1]
+        t = self._sum_over_clients(_histogram2d, (edges, mean, axes))
+        if t is None:
+            return None
+        return t["h"], edges[0], edges[1]
+
+    def _sum_over_clients(self, fn: Any, shared: Any) -> Any:
+        """Sum of every client's :class:`Stats` from ``fn``; under privacy through secure aggregation
+        (None when the federation is too small for it: nothing is sent)."""
+        tasks = {c: Task(fn, None, shared) for c in range(self.info.n_clients)}
+        if self.config.privacy.active:
+            if not self._can_secure_sum():
+                return None
+            from fedray.privacy import secure_total
+
+            return secure_total(self.executor, self.config.privacy, self.config.seed, tasks, -1001)
+        res = self.execute(tasks)
+        return sum((r.update for r in res.replies[1:]), start=res.replies[0].update)
+
+    def density_1d(self, bins: int | None = None) -> tuple[np.ndarray, np.ndarray] | None:
+        """Summed histogram of all clients' values of a one-feature data set, for plots (no rows move).
+
+        Summed securely under privacy; None when the federation is too small for that."""
+        if bins is None:
+            bins = int(np.clip(np.sqrt(self.info.total_samples), 20, 120))
+        lo, hi = float(self.info.feature_min[0]), float(self.info.feature_max[0])
+        edges = np.linspace(lo, hi if hi > lo else lo + 1.0, bins + 1)
+        t = self._sum_over_clients(_histogram1d, edges)
+        return None if t is None else (t["h"], edges)
 
     def close(self) -> None:
         try:
@@ -265,7 +334,7 @@ class Session:
         self.close()
 
 
-def _layers(executor: Executor, cfg: ExperimentConfig) -> Executor:
+def _layers(executor: Executor, cfg: ExperimentConfig, disclosures: dict[str, int] | None = None) -> Executor:
     """Wrap the executor in the layers the configuration asks for, bottom to top: injected
     faults, the message log (what reached the server), privacy (masking, noise, unmasking)."""
     if cfg.faults.active:
@@ -279,7 +348,7 @@ def _layers(executor: Executor, cfg: ExperimentConfig) -> Executor:
     if cfg.privacy.active:
         from fedray.privacy import PrivacyLayer
 
-        executor = PrivacyLayer(executor, cfg.privacy, cfg.seed)
+        executor = PrivacyLayer(executor, cfg.privacy, cfg.seed, disclosures)
     return executor
 
 
@@ -303,7 +372,8 @@ def check_descriptions(desc: list[dict[str, Any]]) -> int:
         if "error" in d:
             raise DataError(f"{who}: {d['error']}")
         if "bad_value" in d:
-            raise DataError(f"{who}: non-finite value {d['bad_value']}; clean or impute the data first")
+            raise DataError(f"{who}: non-finite value {d['bad_value']}; clean or impute the data first "
+                            "(NaN and inf are not allowed)")
         if d["n"] == 0:
             raise DataError(f"{who} has no samples; remove it or change the partition")
     dims = sorted({d["n_features"] for d in desc})
@@ -313,28 +383,55 @@ def check_descriptions(desc: list[dict[str, Any]]) -> int:
     return int(dims[0])
 
 
-def _histogram2d(payload: Any, shared: tuple, client: Any) -> np.ndarray:
+def _histogram2d(payload: Any, shared: tuple, client: Any) -> Stats:
     edges, mean, axes = shared
     P = (client.data.X - mean) @ axes
     H, _, _ = np.histogram2d(P[:, 0], P[:, 1], bins=edges)
-    return H
+    return Stats(h=H)
 
 
-def _moments(payload: Any, shared: Any, client: Any) -> dict[str, Any]:
+def _server_call(refs: Any, timeout: float | None = None) -> Any:
+    """``ray.get`` on the server actor: its errors arrive as the fedray error it raised, and
+    its death as one :class:`RoundFailedError` line, not as Ray's remote traceback."""
+    import ray
+    from ray.exceptions import RayActorError, RayTaskError
+
+    from fedray.errors import FedrayError, RoundFailedError
+
+    try:
+        return ray.get(refs, timeout=timeout)
+    except RayTaskError as exc:
+        cause = getattr(exc, "cause", None)
+        if isinstance(cause, FedrayError):
+            raise cause from None
+        raise
+    except RayActorError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise RoundFailedError(f"the server actor died ({type(exc).__name__}: {first[:200]}); the run cannot go "
+                               "on — check the Ray logs of the node that hosted it (e.g. out of memory)") from None
+
+
+def _histogram1d(payload: Any, edges: np.ndarray, client: Any) -> Stats:
+    return Stats(h=np.histogram(client.data.X[:, 0], bins=edges)[0].astype(np.float64))
+
+
+def _moments(payload: Any, shared: Any, client: Any) -> Stats:
     X = client.data.X
-    return {"n": X.shape[0], "sum": X.sum(axis=0), "outer": X.T @ X}
+    return Stats(n=np.array(float(X.shape[0])), sum=X.sum(axis=0), outer=X.T @ X)
 
 
-def _fmt(v: Any) -> Any:
-    return f"{v:.4g}" if isinstance(v, float) else v
+def _moment_stats(payload: Any, shared: Any, client: Any) -> Stats:
+    """Column sums and sums of squares of the client's shard (summed securely under privacy)."""
+    X = client.data.X
+    return Stats(s=X.sum(axis=0), ss=(X * X).sum(axis=0))
 
 
-def _progress(show: bool, total: int, name: str):
-    if not show:
-        return None
-    from tqdm.auto import tqdm
-
-    return tqdm(total=None, desc=f"{name}", unit="round", leave=True)
+def _bounds(bounds: list[tuple[float, float]], n_features: int) -> tuple[np.ndarray, np.ndarray]:
+    if len(bounds) != n_features:
+        raise ConfigError(f"privacy.feature_bounds: {len(bounds)} (low, high) pairs for {n_features} features; "
+                          "give one pair per feature")
+    b = np.asarray(bounds, dtype=np.float64)
+    return b[:, 0].copy(), b[:, 1].copy()
 
 
 def run(config: Any = None, *, overrides: list[str] | dict[str, Any] | None = None, output: str | Path | None = None,

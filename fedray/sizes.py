@@ -10,8 +10,13 @@ import numpy as np
 
 
 def nbytes_of(obj: Any) -> int:
-    """Bytes of the arrays and numbers in ``obj`` (recursing into containers)."""
-    if obj is None:
+    """Bytes of the arrays and numbers in ``obj`` (recursing into containers).
+
+    Classes count 0: like a task's client function they name code (by module and
+    name), they are not data (the supervised algorithms send their class so the
+    client finds its hooks).
+    """
+    if obj is None or isinstance(obj, type):
         return 0
     if isinstance(obj, np.ndarray):
         return int(obj.nbytes)
@@ -62,3 +67,46 @@ def describe_message(obj: Any, prefix: str = "") -> list[tuple[str, tuple[int, .
     """(name, shape, dtype, bytes) of every leaf in ``obj``."""
     return [(name, tuple(v.shape), str(v.dtype), int(v.nbytes)) if isinstance(v, np.ndarray)
             else (name, (), type(v).__name__, nbytes_of(v)) for name, v in leaves(obj, prefix)]
+
+
+#: Driver-side bytes of one client's recipe and bookkeeping, and per-client overhead in its host.
+RECIPE_BYTES = 600
+CLIENT_BYTES = 2000
+
+
+def check_memory(cfg: Any) -> None:
+    """Refuse, before anything is built, a generated federation that cannot fit in memory.
+
+    For ``blobs`` the size is known from the configuration: the recipes live in the
+    driver; the shards live in the client hosts (this machine unless
+    ``runtime.address`` names a cluster). Raises :class:`~fedray.errors.ConfigError`
+    with the estimate.
+    """
+    from fedray.data.federation import BLOBS_DEFAULTS
+    from fedray.errors import ConfigError
+
+    if cfg.data.dataset != "blobs" or cfg.federation.n_clients is None:
+        return
+    try:
+        import psutil
+
+        available = float(psutil.virtual_memory().available)
+    except Exception:  # noqa: BLE001 - no estimate without psutil
+        return
+    opts = {**BLOBS_DEFAULTS, **(cfg.data.options or {})}
+    try:
+        rows, d = int(opts["points_per_client"]), int(opts["n_features"])
+    except (TypeError, ValueError):
+        return  # reported by the federation builder with the key named
+    n = int(cfg.federation.n_clients)
+    need = n * RECIPE_BYTES
+    if cfg.runtime.backend == "local" or not cfg.runtime.address:
+        need += n * (CLIENT_BYTES + rows * (d + 1) * 8)
+    if need > available:
+        raise ConfigError(f"federation.n_clients: {n} clients of {rows} x {d} points need about {_gib(need)} of memory "
+                          f"here, but {_gib(available)} is available; use fewer clients or points, or a cluster "
+                          "(runtime.address)")
+
+
+def _gib(b: float) -> str:
+    return f"{b / 2**30:.1f} GiB" if b >= 2**30 else f"{b / 2**20:.0f} MiB"

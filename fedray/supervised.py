@@ -1,39 +1,72 @@
-"""Shared pieces of clustered federated learning: per-group FedAvg, evaluation, metrics.
+"""The public base of supervised (clustered) federated learning: :class:`SupervisedAlgorithm`.
 
 Used by FLACC (Mehta & Shao 2023) and the methods it is compared with (FedAvg,
-local, IFCA, CFL, FL+HC in :mod:`fedray.algorithms.baselines`). Imports no torch:
-client functions import :mod:`fedray.nn.train` when they run.
+local, IFCA, CFL, FL+HC in :mod:`fedray.algorithms.baselines`), and by users'
+plug-ins (FedProx, Per-FedAvg in ``examples/plugins``; see ``docs/extending.md``).
+Imports no torch: client hooks import it when they run on the client.
 
-API for an algorithm module
----------------------------
+A round (server side, instance methods)
+---------------------------------------
+``configure_round(ctx)``
+    Default: FedAvg — the sampled clients train the model of their key
+    (``make_tasks(ctx, ctx.sampled)``).
+``aggregate(ctx, replies)``
+    Default: FedAvg per model key (``average_into``), then ``round_metrics``:
+    theta_g = sum_i n_i w_i / sum_i n_i over the group's trained clients
+    (McMahan et al. 2017; Mehta & Shao 2023, Algorithm 1 line 20).
+``client_payload()``
+    Entries the client hooks need (e.g. FedProx's ``mu``), added to every payload.
+
+On the client (classmethods, run by :func:`client_round`)
+---------------------------------------------------------
+The payload carries the algorithm's class (by reference: module and name), so a
+client runs the hooks of the class that made the task, in this order:
+
+``choose_model(model, shared, ctx) -> ndarray (P,)``
+    Which received weights the client starts from: the one model sent, the model
+    of its key in a mapping (``payload["assign"]``), IFCA's lowest-loss model of
+    k, the ``local`` method's own kept model.
+``client_evaluate(model, ctx) -> {"test_loss", "acc"}``
+    In evaluation rounds, before training, on the client's test split.
+``client_train(model, ctx) -> {"train_loss", "weights"}``
+    E local epochs of mini-batches B (``ClientUpdate``) minimising ``client_loss``.
+``client_loss(model, outputs, targets, ctx) -> scalar tensor``
+    Cross-entropy of logits ``outputs`` (b, n_classes) against ``targets`` (b,).
+
+``ctx`` is a :class:`ClientContext`: the client (``rng``, ``state``), the payload,
+the client's split, ``start`` (the weights it started from, (P,) float32; as
+tensors: ``start_tensors(model)``), ``batches()`` (mini-batches in the client's
+seeded order), ``weights(model)`` / ``load(model, w)``, and ``out`` (the reply).
+
+State and helpers of the base
+-----------------------------
 ``SupervisedParams``
-    model, optimizer (``sgd``/``adam``), lr, epochs (E), batch_size (B),
-    eval_every (r), test_fraction, device, model_seed. Subclass it for more.
-``SupervisedAlgorithm(Algorithm)`` — base class; state:
-    ``self.spec`` (model spec), ``self.init`` (theta_0, float32 (P,)),
-    ``self.models: dict[key, ndarray (P,) float32]`` — the models on the server;
-    ``self.model_of: ndarray (n_clients,)`` — the model key each client trains/evaluates;
-    ``self.assignment: ndarray (n_clients,)`` — the cluster label of each client
-    (for metrics; ``-1`` unknown; FLACC keeps one model but many entities before
-    separation).
-    Helpers:
-    ``self.check_round(ctx)`` — raise ConfigError when fewer than ``min_sampled`` clients are sampled;
-    ``self.eval_due(ctx)`` — ``ctx.round % eval_every == 0``;
-    ``self.make_tasks(ctx, train_clients, evaluate=None)`` -> ``{cid: Task}``: sampled
-    clients get the model ``self.models[self.model_of[cid]]`` and train it (E epochs,
-    returning weights); in evaluation rounds every client also evaluates the model
-    it receives on its own test split *before* training (so the accuracy in row t is
-    that of the models after t rounds). One shared object per model (one broadcast).
-    ``self.weights_of(replies)`` -> ``{cid: (w_i float32 (P,), n_i)}`` of trained clients;
-    ``self.updates(replies)`` -> ``{cid: delta_i float64 (P,)}`` = w_i - the model it received;
-    ``self.average_into(replies, key_of=None)`` — FedAvg per model key
-    (theta_g = sum n_i w_i / sum n_i over the group's trained clients);
-    ``self.round_metrics(ctx, replies)`` -> dict with ``accuracy`` (mean client test
-    accuracy, evaluation rounds only), ``test_loss``, ``train_loss``, ``clients_trained``
-    (the server's ``clients_sampled`` also counts evaluation-only tasks), ``n_clusters``,
-    ``ari`` (found clusters vs the true groups of the federation, where known),
-    ``bytes_train`` (model bytes down and up of the training tasks).
-    Final evaluation (after the last round) and ``result()`` are provided.
+    model (a built-in name or ``package.module:function``), optimizer
+    (``sgd``/``adam``), lr, epochs (E), batch_size (B), eval_every (r),
+    test_fraction, device, model_seed. Subclass it for more.
+``self.spec`` (model spec), ``self.init`` (theta_0, float32 (P,)),
+``self.models: dict[key, ndarray (P,) float32]`` — the models on the server;
+``self.model_of: ndarray (n_clients,)`` — the model key each client trains/evaluates;
+``self.assignment: ndarray (n_clients,)`` — the cluster label of each client
+(for metrics; ``-1`` unknown; FLACC keeps one model but many entities before
+separation).
+``self.check_round(ctx)`` — raise ConfigError when fewer than ``min_sampled`` clients are sampled;
+``self.eval_due(ctx)`` — ``ctx.round % eval_every == 0``;
+``self.task_payload(train, evaluate, **extra)`` — the payload of a task;
+``self.make_tasks(ctx, train_clients, evaluate=None, fn=client_round, **extra)`` -> ``{cid: Task}``:
+sampled clients get the model ``self.models[self.model_of[cid]]`` and train it; in
+evaluation rounds every client also evaluates the model it receives on its own test
+split *before* training (so the accuracy in row t is that of the models after t
+rounds). One shared object per model (one broadcast). ``fn`` replaces the client function.
+``self.weights_of(replies)`` -> ``{cid: (w_i float32 (P,), n_i)}`` of trained clients;
+``self.updates(replies)`` -> ``{cid: delta_i float64 (P,)}`` = w_i - the model it received;
+``self.average_into(replies, key_of=None)`` — FedAvg per model key;
+``self.round_metrics(ctx, replies)`` -> dict with ``accuracy`` (mean client test
+accuracy, evaluation rounds only), ``test_loss``, ``train_loss``, ``clients_trained``
+(the server's ``clients_sampled`` also counts evaluation-only tasks), ``n_clusters``,
+``ari`` (found clusters vs the true groups of the federation, where known),
+``bytes_train`` (model bytes down and up of the training tasks).
+Final evaluation (after the last round) and ``result()`` are provided.
 Free functions: ``weighted_average``, ``cosine_similarities``, ``cluster_metrics``,
 ``n_sampled``, ``client_round`` (the client function).
 
@@ -44,13 +77,14 @@ from __future__ import annotations
 
 import math
 import secrets
-from collections.abc import Hashable, Iterable, Mapping
+from collections.abc import Hashable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
 import numpy as np
 from pydantic import Field, field_validator
 
-from fedray.algorithm import Algorithm, FederationInfo, Params, Reply, RoundContext, Task
+from fedray.algorithm import Algorithm, ClientFn, FederationInfo, Params, Reply, RoundContext, Task
 from fedray.errors import ConfigError
 from fedray.metrics import ari_from_table, contingency
 from fedray.nn import check_model, model_spec
@@ -60,7 +94,7 @@ from fedray.sizes import nbytes_of
 class SupervisedParams(Params):
     """Local training and evaluation of supervised clustered FL (paper defaults for MNIST)."""
 
-    model: str = Field(default="auto", description="cnn28 | cnn8 | mlp | cnn1d | auto")
+    model: str = Field(default="auto", description="cnn28 | cnn8 | mlp | cnn1d | auto | package.module:function")
     optimizer: Literal["sgd", "adam"] = "sgd"
     lr: float = Field(default=0.1, gt=0, description="local learning rate eta")
     epochs: int = Field(default=5, ge=1, description="local epochs E")
@@ -74,8 +108,10 @@ class SupervisedParams(Params):
     @field_validator("model")
     @classmethod
     def _known_model(cls, v: str) -> str:
-        from fedray.nn import MODEL_KINDS, available_models
+        from fedray.nn import MODEL_KINDS, available_models, is_model_reference
 
+        if is_model_reference(v):  # a user's factory: checked (one line) by check_config and validate
+            return v
         if v != "auto" and v not in MODEL_KINDS:
             raise ValueError(f"unknown model {v!r}; choose one of {', '.join(available_models())}")
         return v
@@ -117,65 +153,148 @@ def cluster_metrics(assignment: np.ndarray, true_groups: np.ndarray | None) -> d
     return out
 
 
+# --- what the client hooks see ----------------------------------------------------
+@dataclass
+class ClientContext:
+    """One client's view of one supervised task, handed to the client hooks.
+
+    Attributes
+    ----------
+    client : Client
+        ``id``, ``state`` (a dict kept between rounds), ``rng`` (this client's seeded
+        generator for the round; the only source of randomness a hook may use).
+    payload : Mapping
+        The task's payload: ``algorithm`` (the class whose hooks run), ``spec``,
+        ``train`` (``{"epochs", "batch_size", "lr", "optimizer"}`` or None), ``eval``,
+        ``test_fraction``, ``device``, plus what :meth:`SupervisedAlgorithm.client_payload`
+        and ``make_tasks(..., **extra)`` added.
+    split : Split
+        The client's own split: ``X_train`` (n_train, *sample_shape), ``y_train``
+        (n_train,), ``X_test``, ``y_test`` (:func:`fedray.nn.split.client_split`).
+    start : ndarray of shape (P,), float32
+        The weights the client started from (what :meth:`SupervisedAlgorithm.choose_model`
+        returned); None until the model is chosen.
+    out : dict
+        The reply under construction (``n``, ``n_test``; hooks may add entries).
+    """
+
+    client: Any
+    payload: Mapping[str, Any]
+    split: Any
+    start: np.ndarray | None = None
+    out: dict[str, Any] = field(default_factory=dict)
+    _start_tensors: Any = field(default=None, repr=False)
+
+    @property
+    def rng(self) -> np.random.Generator:
+        """The client's generator for this round (seeded by seed, client id and round)."""
+        return self.client.rng
+
+    @property
+    def state(self) -> dict[str, Any]:
+        """The client's persistent state (kept between rounds and runs of a session)."""
+        return self.client.state
+
+    @property
+    def train_cfg(self) -> dict[str, Any]:
+        """``{"epochs", "batch_size", "lr", "optimizer"}`` of a training task (empty otherwise)."""
+        return dict(self.payload.get("train") or {})
+
+    def start_tensors(self, model: Any) -> list[Any]:
+        """The start weights as torch tensors shaped like ``model.parameters()`` (no gradient, cached)."""
+        if self._start_tensors is None:
+            import torch
+
+            params = list(model.parameters())
+            flat = torch.from_numpy(np.array(self.start, dtype=np.float32, copy=True)).to(params[0].device)
+            out, i = [], 0
+            for p in params:
+                out.append(flat[i:i + p.numel()].view_as(p))
+                i += p.numel()
+            self._start_tensors = out
+        return self._start_tensors
+
+    def weights(self, model: Any) -> np.ndarray:
+        """The model's trainable parameters as a float32 vector of shape (P,)."""
+        from fedray.nn.train import get_flat
+
+        return get_flat(model)
+
+    def load(self, model: Any, weights: np.ndarray | None = None) -> None:
+        """Load ``weights`` (P,) into ``model`` (default: the start weights)."""
+        from fedray.nn.train import set_flat
+
+        set_flat(model, self.start if weights is None else weights)
+
+    def batches(self, epochs: int | None = None, batch_size: int | None = None) -> Iterator[tuple[Any, Any]]:
+        """Mini-batches ``(xb, yb)`` of the training rows as tensors on the model's device.
+
+        Each epoch visits the rows in the order ``self.rng.permutation(n_train)``, as the
+        built-in training loop does (``epochs`` and ``batch_size`` default to the task's
+        E and B). The generator draws each epoch's order when it reaches it.
+        """
+        import torch
+
+        from fedray.nn.train import resolve_device
+
+        cfg = self.train_cfg
+        epochs = int(cfg["epochs"] if epochs is None else epochs)
+        batch_size = int(cfg["batch_size"] if batch_size is None else batch_size)
+        X, y = self.train_tensors(resolve_device(self.payload.get("device", "auto")))
+        n = int(y.shape[0])
+        for _ in range(epochs if n else 0):
+            perm = torch.from_numpy(self.rng.permutation(n)).to(y.device)
+            for s in range(0, n, batch_size):
+                idx = perm[s:s + batch_size]
+                yield X[idx], y[idx]
+
+    def train_tensors(self, device: Any = None) -> tuple[Any, Any]:
+        """All training rows as tensors ``(X (n_train, *sample_shape) float32, y (n_train,) int64)``."""
+        from fedray.nn.train import resolve_device, tensor
+
+        dev = resolve_device(self.payload.get("device", "auto")) if device is None else device
+        return tensor(self.split.X_train, dev), tensor(self.split.y_train, dev)
+
+
 # --- the client function --------------------------------------------------------
 def client_round(payload: Mapping[str, Any], shared: Any, client: Any) -> dict[str, Any]:
-    """Evaluate and/or train one model on the client's own split.
+    """The client function of every supervised algorithm: choose, evaluate, train.
+
+    Runs the hooks of ``payload["algorithm"]`` (a :class:`SupervisedAlgorithm`
+    subclass, sent by reference) on the client's own split, in this order:
+    ``choose_model`` -> load it -> ``client_evaluate`` (when ``payload["eval"]``)
+    -> ``client_train`` (when ``payload["train"]``).
 
     Parameters
     ----------
     payload : dict
-        ``spec`` (model), ``train`` (``{"epochs", "batch_size", "lr", "optimizer"}`` or
-        None), ``eval`` (bool), ``test_fraction``, ``device``; optional ``keep`` (a run
-        token: the client's own model lives in ``client.state`` — the ``local``
-        method), ``assign`` (client id -> model key, when ``shared`` is a mapping),
-        ``select`` = ``"min_loss"`` (``shared`` has shape (k, P): pick the model with
-        the lowest training loss — IFCA).
+        See :class:`ClientContext`.
     shared : ndarray (P,), ndarray (k, P), mapping key -> ndarray (P,), or None
         The model(s) sent by the server.
+    client : Client
 
     Returns
     -------
     dict
-        ``n`` (training rows), ``n_test``; with ``eval``: ``acc``, ``test_loss``;
-        with ``train``: ``train_loss`` and ``weights`` float32 (P,) (not for ``keep``);
-        with ``select``: ``cluster`` (index of the chosen model).
+        ``n`` (training rows), ``n_test``; with ``eval``: what ``client_evaluate`` returns
+        (``test_loss``, ``acc``); with ``train``: what ``client_train`` returns
+        (``train_loss`` and ``weights`` float32 (P,)); hooks may add more (IFCA: ``cluster``).
     """
     from fedray.nn.split import client_split
-    from fedray.nn.train import evaluate, get_flat, model_for, set_flat, train
+    from fedray.nn.train import model_for, torch_threads
 
+    algorithm = payload["algorithm"]
     split = client_split(client, float(payload.get("test_fraction", 0.15)))
     model = model_for(payload["spec"], payload.get("device", "auto"))
-    out: dict[str, Any] = {"n": split.n_train, "n_test": split.n_test}
-    keep = payload.get("keep")
-    kept = client.state.get("_own_model")
-    if keep is not None and kept is not None and kept[0] == keep:
-        w = kept[1]
-    elif isinstance(shared, Mapping):
-        w = shared[payload["assign"][client.id]]
-    elif payload.get("select") == "min_loss":
-        losses = []
-        for j in range(shared.shape[0]):
-            set_flat(model, shared[j])
-            losses.append(evaluate(model, split.X_train, split.y_train)[0] if split.n_train else 0.0)
-        j = int(np.nanargmin(losses)) if not np.all(np.isnan(losses)) else 0
-        out["cluster"] = j
-        w = shared[j]
-    else:
-        w = shared
-    set_flat(model, w)
-    if payload.get("eval"):
-        out["test_loss"], out["acc"] = evaluate(model, split.X_test, split.y_test)
-    cfg = payload.get("train")
-    if cfg:
-        out["train_loss"] = train(model, split.X_train, split.y_train, epochs=cfg["epochs"],
-                                  batch_size=cfg["batch_size"], lr=cfg["lr"], optimizer=cfg["optimizer"],
-                                  rng=client.rng)
-        new = get_flat(model)
-        if keep is not None:
-            client.state["_own_model"] = (keep, new)
-        else:
-            out["weights"] = new
-    return out
+    ctx = ClientContext(client, payload, split, out={"n": split.n_train, "n_test": split.n_test})
+    with torch_threads():
+        ctx.start = algorithm.choose_model(model, shared, ctx)
+        ctx.load(model)
+        if payload.get("eval"):
+            ctx.out.update(algorithm.client_evaluate(model, ctx))
+        if payload.get("train"):
+            ctx.out.update(algorithm.client_train(model, ctx))
+    return ctx.out
 
 
 # --- the base class ---------------------------------------------------------------
@@ -224,7 +343,13 @@ class SupervisedAlgorithm(Algorithm):
 
     @classmethod
     def check_config(cls, cfg: Any) -> None:
-        """Before any data: a fraction that samples too few clients per round."""
+        """Before any data: a model reference that does not import, a fraction that samples
+        too few clients per round."""
+        from fedray.nn import is_model_reference, resolve_model_factory
+
+        model = (cfg.algorithm.params or {}).get("model")
+        if isinstance(model, str) and is_model_reference(model):
+            resolve_model_factory(model)
         fed = cfg.federation
         if fed.n_clients is not None and n_sampled(fed.fraction, fed.n_clients) < cls.min_sampled:
             m = n_sampled(fed.fraction, fed.n_clients)
@@ -240,35 +365,120 @@ class SupervisedAlgorithm(Algorithm):
                 f"federation.fraction: {ctx.fraction} of {self.info.n_clients} clients samples {len(ctx.sampled)} "
                 f"client(s) a round; {self.name!r} needs at least {self.min_sampled}")
 
+    # --- rounds: FedAvg unless a subclass says otherwise -------------------------------
+    def configure_round(self, ctx: RoundContext) -> dict[int, Task] | None:
+        """The sampled clients train the model of their key (one model: FedAvg)."""
+        self.check_round(ctx)
+        return self.make_tasks(ctx, ctx.sampled)
+
+    def aggregate(self, ctx: RoundContext, replies: list[Reply]) -> dict[str, float]:
+        """FedAvg per model key (:meth:`average_into`), then the round's metrics."""
+        self.average_into(replies)
+        self.rounds_done += 1
+        return self.round_metrics(ctx, replies)
+
+    # --- client hooks (run on the client; classmethods: the class travels by reference) ----
+    @classmethod
+    def choose_model(cls, model: Any, shared: Any, ctx: ClientContext) -> np.ndarray:
+        """Which received weights the client starts from.
+
+        Parameters
+        ----------
+        model : torch.nn.Module
+            The client's model (its weights are undefined here; load before use).
+        shared : ndarray (P,) or mapping key -> ndarray (P,)
+            What the server sent: one model, or several with ``ctx.payload["assign"]``
+            (one key per client id) naming the client's.
+        ctx : ClientContext
+
+        Returns
+        -------
+        ndarray of shape (P,), float32
+            The start weights (``ctx.start`` from now on). A hook may record its
+            choice in ``ctx.out`` (IFCA: ``ctx.out["cluster"]``).
+        """
+        if isinstance(shared, Mapping):
+            return shared[ctx.payload["assign"][ctx.client.id]]
+        return shared
+
+    @classmethod
+    def client_evaluate(cls, model: Any, ctx: ClientContext) -> dict[str, float]:
+        """Score the loaded model on the client's test rows: ``{"test_loss", "acc"}``.
+
+        Runs before training in evaluation rounds; a hook that changes the model
+        (e.g. personalises it) must reload ``ctx.start`` (``ctx.load(model)``) after.
+        """
+        from fedray.nn.train import evaluate
+
+        loss, acc = evaluate(model, ctx.split.X_test, ctx.split.y_test)
+        return {"test_loss": loss, "acc": acc}
+
+    @classmethod
+    def client_train(cls, model: Any, ctx: ClientContext) -> dict[str, Any]:
+        """Local training (``ClientUpdate``): E epochs of mini-batches B minimising :meth:`client_loss`.
+
+        Returns
+        -------
+        dict
+            ``train_loss`` (mean loss of the last epoch) and ``weights`` (P,) float32,
+            the trained model sent to the server.
+        """
+        from fedray.nn.train import fit
+
+        cfg = ctx.train_cfg
+        losses = fit(model, (ctx.split.X_train, ctx.split.y_train),
+                     lambda m, xb, yb: cls.client_loss(m, m(xb), yb, ctx), epochs=cfg["epochs"],
+                     batch_size=cfg["batch_size"], lr=cfg["lr"], optimizer=cfg["optimizer"], rng=ctx.rng)
+        return {"train_loss": losses[-1], "weights": ctx.weights(model)}
+
+    @classmethod
+    def client_loss(cls, model: Any, outputs: Any, targets: Any, ctx: ClientContext) -> Any:
+        """The loss of one mini-batch: cross-entropy of ``outputs`` (b, n_classes) against ``targets`` (b,).
+
+        Override to add terms: ``model`` has the current weights, ``ctx.start_tensors(model)``
+        the weights the client started from, ``ctx.payload`` the algorithm's payload.
+        Returns a scalar tensor.
+        """
+        from torch.nn import functional as F
+
+        return F.cross_entropy(outputs, targets)
+
     # --- tasks -------------------------------------------------------------
+    def client_payload(self) -> dict[str, Any]:
+        """Entries the client hooks need, added to every payload (``ctx.payload``); default none."""
+        return {}
+
     def eval_due(self, ctx: RoundContext) -> bool:
         return ctx.round % self.params.eval_every == 0
 
-    def _payload(self, train: bool, evaluate: bool, **extra: Any) -> dict[str, Any]:
+    def task_payload(self, train: bool, evaluate: bool, **extra: Any) -> dict[str, Any]:
+        """The payload of a task: this class (whose hooks the client runs), the model spec,
+        the training settings (when ``train``), ``eval``, plus :meth:`client_payload` and ``extra``."""
         p = self.params
         cfg = {"epochs": p.epochs, "batch_size": p.batch_size, "lr": p.lr, "optimizer": p.optimizer} if train else None
-        return {"spec": self.spec, "train": cfg, "eval": evaluate, "test_fraction": p.test_fraction,
-                "device": p.device, **extra}
+        return {"algorithm": type(self), "spec": self.spec, "train": cfg, "eval": evaluate,
+                "test_fraction": p.test_fraction, "device": p.device, **self.client_payload(), **extra}
 
     def make_tasks(self, ctx: RoundContext, train_clients: Iterable[int], evaluate: bool | None = None,
-                   **extra: Any) -> dict[int, Task]:
+                   fn: ClientFn = client_round, **extra: Any) -> dict[int, Task]:
         """Tasks for this round: ``train_clients`` train their model; in evaluation rounds
-        every other client evaluates its model. ``extra`` goes into every payload."""
+        every other client evaluates its model. ``fn`` is the client function (default
+        :func:`client_round`, which runs this class's hooks); ``extra`` goes into every payload."""
         evaluate = self.eval_due(ctx) if evaluate is None else evaluate
         train_set = sorted(set(int(c) for c in train_clients))
-        pay_train = self._payload(True, evaluate, **extra)
-        pay_eval = self._payload(False, True, **extra)
+        pay_train = self.task_payload(True, evaluate, **extra)
+        pay_eval = self.task_payload(False, True, **extra)
         tasks: dict[int, Task] = {}
         self._sent, self._sent_vec = {}, {}
         for cid in train_set:
             key = self.model_of[cid]
             self._sent[cid] = key
             self._sent_vec[cid] = self.models[key]
-            tasks[cid] = Task(client_round, pay_train, self.models[key])
+            tasks[cid] = Task(fn, pay_train, self.models[key])
         if evaluate:
             for cid in range(self.info.n_clients):
                 if cid not in tasks:
-                    tasks[cid] = Task(client_round, pay_eval, self.models[self.model_of[cid]], evaluation=True)
+                    tasks[cid] = Task(fn, pay_eval, self.models[self.model_of[cid]], evaluation=True)
         return tasks
 
     # --- aggregation ---------------------------------------------------------
@@ -318,7 +528,8 @@ class SupervisedAlgorithm(Algorithm):
     def final_task(self) -> Task:
         """The task every client runs after training (its model on its test split)."""
         models = dict(self.models)
-        return Task(client_round, self._payload(False, True, assign=[self.model_of[c] for c in range(self.info.n_clients)]),
+        return Task(client_round,
+                    self.task_payload(False, True, assign=[self.model_of[c] for c in range(self.info.n_clients)]),
                     models, evaluation=True)
 
     def evaluation_task(self, stage: int = 0, previous: list[Reply] | None = None) -> Task | None:
@@ -344,3 +555,7 @@ class SupervisedAlgorithm(Algorithm):
         if self.true_groups is not None:
             out["true_groups"] = self.true_groups.copy()
         return out
+
+
+__all__ = ["ClientContext", "SupervisedAlgorithm", "SupervisedParams", "client_round", "cluster_metrics",
+           "cosine_similarities", "n_sampled", "weighted_average"]

@@ -193,7 +193,7 @@ def measure_run(config: ExperimentConfig, *, memory_interval: float = 0.25) -> d
     from fedray.session import Session
 
     cfg = config
-    row: dict[str, Any] = {"algorithm": cfg.algorithm.name, "dataset": cfg.data.dataset,
+    row: dict[str, Any] = {"algorithm": cfg.algorithm.name, "dataset": str(cfg.data.dataset),
                            "n_clients": cfg.federation.n_clients, "backend": cfg.runtime.backend,
                            "clients_per_actor": str(cfg.runtime.clients_per_actor), "fraction": cfg.federation.fraction}
     with PeakMemory(memory_interval, include_ray=cfg.runtime.backend == "ray") as mem:

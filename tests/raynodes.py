@@ -28,7 +28,7 @@ from pathlib import Path
 # versions of this environment; ray[default] brings the runtime_env agent that installs
 # shipped code on the node.
 WORKER_PACKAGES = ("numpy", "scipy", "scikit-learn", "pandas", "pyarrow", "matplotlib", "pyyaml", "pydantic",
-                   "tqdm", "psutil")
+                   "tqdm", "psutil", "cryptography")
 
 
 def free_port() -> int:

@@ -72,7 +72,7 @@ def test_listed_crashes_drop_exactly_those_clients_and_equal_a_run_without_them(
     assert h.loc[1, "clients_failed"] == 2 and h.loc[2, "clients_failed"] == 1 and h.loc[0, "clients_failed"] == 0
     assert sorted(map(tuple, faulty.failures[["round", "client_id"]].to_numpy().tolist())) == [(1, 0), (1, 1), (2, 5)]
     assert "crashed in round 1 (injected fault)" in faulty.failures["error"].iloc[0]
-    assert faulty.summary["failures"] == {"failed": 3, "late": 0, "injected": 3}
+    assert faulty.summary["failures"] == {"failed": 3, "late": 0, "late_spillover": 0, "in_evaluation": 0, "injected": 3}
 
 
 def test_too_few_answers_retry_then_fail_with_a_clear_message():
@@ -111,7 +111,7 @@ def test_crashed_client_loses_its_state():
 @pytest.mark.parametrize("kwargs,match", [
     (dict(faults={"crash_probability": 1.0}), r"faults.crash_probability: .*less than 1"),
     (dict(faults={"crash_scope": "actor", "crashes": [[0, 1]]}), r"faults.crash_scope: 'actor' .* runtime.backend='ray'"),
-    (dict(faults={"crash_scope": "actor", "crashes": [[0, 1]]}, runtime={"backend": "ray"}), r"runtime.max_restarts > 0"),
+    (dict(faults={"crash_scope": "actor", "crashes": [[0, 1]]}, runtime={"backend": "ray", "max_restarts": 0}), r"runtime.max_restarts > 0"),
     (dict(faults={"delay_probability": 0.1, "delay_seconds": 3}), r"set runtime.round_timeout"),
     (dict(faults={"crashes": [[0, 99]]}), r"faults.crashes: \(0, 99\)"),
 ])

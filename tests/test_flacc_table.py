@@ -74,3 +74,19 @@ def test_n_merge_option_reaches_flacc_and_bounds_its_merges(quick, tmp_path) -> 
     merging = rounds[rounds["phase"] == "merging"]
     assert len(merging) and merging["merges"].max() == 1  # one merge a round at most, and it did merge
     assert "n_merge = 1" in (tmp_path / "table.md").read_text()
+
+
+def test_a_plugin_method_joins_the_table_with_one_row_per_value(tmp_path) -> None:
+    spec = importlib.util.spec_from_file_location("flacc_table_plugin", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        runs = mod.main(["--quick", "--federations", "rotated", "--methods", "fedavg",
+                         "examples.plugins.perfedavg:PerFedAvg", "--plugin-params", "alpha=0.01,0.1",
+                         "personal_steps=1", "--out", str(tmp_path)])
+    assert runs["variant"].tolist() == ["", "alpha=0.01", "alpha=0.1"]
+    table = (tmp_path / "table.md").read_text()
+    assert "| PerFedAvg alpha=0.01 |" in table and "| PerFedAvg alpha=0.1 |" in table
+    with pytest.raises(SystemExit):
+        mod.parse_args(["--methods", "fedprox"])  # neither built in nor package.module:Class

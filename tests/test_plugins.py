@@ -136,7 +136,9 @@ def _count(payload, shared, client):
 def test_evaluation_stages_receive_the_previous_stage_replies():
     with fedray.Session(CFG, runtime={"backend": "local"}) as s:
         res = s.run(_Staged, {}, output=False)
+    cov = res.final.pop("evaluation_coverage")
     assert res.final == {"stages": 2, "n": 178.0, "replies": 6}
+    assert cov["clients"] == cov["of_clients"] == 6 and cov["samples"] == 178
 
 
 def test_plugin_runs_from_the_cli_on_local_and_ray_with_identical_results(tmp_path):
@@ -304,7 +306,8 @@ def test_algorithm_base_declares_every_hook_the_loop_calls():
 
     declared = {n for n, _ in inspect.getmembers(fedray.Algorithm)}
     for hook in ("configure_round", "aggregate", "result", "check_config", "validate", "evaluation_task",
-                 "summarize_evaluation", "predict", "predict_proba", "central", "aliases", "fuzzy", "supervised",
+                 "summarize_evaluation", "retries_for_missing", "predict", "predict_proba", "central", "aliases",
+                 "fuzzy", "supervised",
                  "description", "name", "Params"):
         assert hook in declared, hook
     assert fedray.Algorithm.__abstractmethods__ == {"configure_round", "aggregate", "result"}

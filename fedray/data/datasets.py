@@ -115,6 +115,9 @@ def check_dataset_name(name: str) -> None:
         if rest in _SCENARIOS:
             return
         raise ConfigError(f"data.dataset: unknown scenario {rest!r}; choose one of {', '.join(sorted(_SCENARIOS)) or 'none'}")
+    if kind == "arrays":
+        raise ConfigError(f"data.dataset: {name!r} describes arrays passed from Python, which a configuration file "
+                          "cannot hold; pass data=fedray.from_arrays(...) to fedray.run or fedray.Session")
     raise ConfigError(
         f"data.dataset: unknown dataset {name!r}; expected one of {', '.join(available_datasets())}"
     )
@@ -218,21 +221,86 @@ def load_mnist(ddir: Path | None) -> Dataset:
     raise DataError(f"data.dataset: no MNIST IDX files (t10k-images-idx3-ubyte.gz) under {str(root)!r}")
 
 
-def read_table(path: str, kind: str, columns: list[str] | None = None, filters: Any = None):
-    """Read a CSV or Parquet table into pandas (only ``columns``, rows matching ``filters``)."""
+def read_table(path: str, kind: str, columns: list[str] | None = None, filters: Any = None, nrows: int | None = None):
+    """Read a CSV or Parquet table into pandas (only ``columns``, rows matching ``filters``).
+
+    Every way a file can be unusable (missing, a directory, empty, ragged, not UTF-8,
+    Parquet read as CSV, corrupt Parquet) is one :class:`DataError` naming the file.
+    """
     import pandas as pd
 
     p = Path(path).expanduser()
+    where = f"data.dataset: {kind}:{path}"
     if not p.exists():
         raise DataError(f"data.dataset: file {str(p)!r} does not exist")
+    if not p.is_file():
+        raise DataError(f"{where} is not a file (a directory?); give the path of one {kind.upper()} file")
+    if p.stat().st_size == 0:
+        raise DataError(f"{where} is an empty file")
+    with open(p, "rb") as fh:
+        magic = fh.read(4)
     if kind == "parquet":
+        import pyarrow as pa
         import pyarrow.parquet as pq
 
-        return pq.read_table(p, columns=columns, filters=filters).to_pandas()
-    df = pd.read_csv(p, usecols=columns)
+        try:
+            table = pq.read_table(p, columns=columns, filters=filters)
+        except (pa.ArrowException, OSError, ValueError) as exc:
+            hint = "" if magic == b"PAR1" else " (it does not start like a Parquet file; a CSV? use csv:PATH)"
+            raise DataError(f"{where} is not a readable Parquet file{hint}: {_one_line(exc)}") from None
+        return table.to_pandas()
+    if magic == b"PAR1":
+        raise DataError(f"{where} is a Parquet file; use parquet:{path}")
+    try:
+        df = pd.read_csv(p, usecols=columns, nrows=nrows)
+    except pd.errors.EmptyDataError:
+        raise DataError(f"{where} has no columns (empty or blank file)") from None
+    except pd.errors.ParserError as exc:
+        raise DataError(f"{where} is not a well-formed CSV: {_one_line(exc)}") from None
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{where} is not UTF-8 text (byte {exc.start}); save it as UTF-8 CSV") from None
+    except ValueError as exc:  # e.g. usecols naming a missing column
+        raise DataError(f"{where}: {_one_line(exc)}") from None
     for col, op, val in filters or ():
         df = df[df[col].isin(val)] if op == "in" else df[df[col] == val]
     return df
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return text[:300] if text else type(exc).__name__
+
+
+def check_columns(df: Any, feature_columns: list[str] | None, label_column: str | None,
+                  client_column: str | None) -> None:
+    """Refuse silent coercions, naming column and row (1-based data row of the file).
+
+    * a would-be feature column with numbers and some non-numeric values (it would be
+      dropped as "not numeric");
+    * a missing label (it would become a class of its own);
+    * a missing client id (the row would belong to no client).
+    """
+    import pandas as pd
+
+    for col, what in ((label_column, "data.label_column"), (client_column, "data.client_column")):
+        if col is not None and col in df.columns:
+            na = df[col].isna().to_numpy()
+            if na.any():
+                row = int(np.flatnonzero(na)[0])
+                raise DataError(f"{what}: column {col!r} has a missing value at row {row + 1} ({int(na.sum())} in "
+                                "all); drop or fill those rows")
+    skip = {label_column, client_column}
+    cands = feature_columns if feature_columns else [c for c in df.columns if c not in skip]
+    for col in cands:
+        if col not in df.columns or _is_numeric(df[col].dtype) or pd.api.types.is_bool_dtype(df[col].dtype):
+            continue
+        values = df[col]
+        num = pd.to_numeric(values, errors="coerce")
+        bad = num.isna().to_numpy() & values.notna().to_numpy()
+        if bad.any() and (feature_columns or num.notna().any()):
+            row = int(np.flatnonzero(bad)[0])
+            raise DataError(f"data.feature_columns: column {col!r} has the non-numeric value {values.iloc[row]!r} "
+                            f"at row {row + 1}; fix the value, or leave the column out with data.feature_columns")
 
 
 def table_feature_columns(df_columns: list[str], dtypes: Any, feature_columns: list[str] | None,
@@ -257,6 +325,7 @@ def load_table(path: str, kind: str, feature_columns: Any = None, label_column: 
     for col, what in ((label_column, "label_column"), (client_column, "client_column")):
         if col is not None and col not in df.columns:
             raise DataError(f"data.{what}: column {col!r} is not in {path!r} (it has {list(df.columns)})")
+    check_columns(df, list(feature_columns) if feature_columns else None, label_column, client_column)
     feats = table_feature_columns(list(df.columns), df.dtypes, list(feature_columns) if feature_columns else None,
                                   label_column, client_column)
     bad = [c for c in feats if not _is_numeric(df[c].dtype)]

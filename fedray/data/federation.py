@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from fedray.data.datasets import _is_numeric, check_dataset_name, load_dataset, read_table, resolve_data_dir, table_feature_columns
+from fedray.data.datasets import _is_numeric, check_columns, check_dataset_name, load_dataset, read_table, resolve_data_dir, table_feature_columns
 from fedray.data.partitions import partition_indices
 from fedray.errors import ConfigError, DataError
 from fedray.seeding import data_rng
@@ -100,6 +100,11 @@ def _load_builders() -> None:
 def build_federation(data: Any, n_clients: int | None, seed: int) -> Federation:
     """Build client recipes from a validated ``data`` config section."""
     name = data.dataset
+    if not isinstance(name, str):  # arrays from Python (fedray.from_arrays)
+        from fedray.data.arrays import ArrayData
+
+        if isinstance(name, ArrayData):
+            return name.federation(n_clients, seed)
     check_dataset_name(name)
     options = dict(data.options or {})
     part = dict(data.partition or {})
@@ -192,7 +197,10 @@ def _table_by_column(path: str, kind: str, data: Any) -> Federation:
     feats = table_feature_columns(columns, dtypes, data.feature_columns, data.label_column, data.client_column)
     # The driver reads only the client (and label) column: the feature values stay with the clients.
     df = read_table(path, kind, columns=[c for c in (data.client_column, data.label_column) if c])
-    values = sorted(df[data.client_column].dropna().unique().tolist(), key=str)
+    check_columns(df, None, data.label_column, data.client_column)
+    if kind == "csv":  # feature columns: the schema came from the first rows; no value there may be coerced
+        check_columns(read_table(path, kind, nrows=5000), data.feature_columns, None, None)
+    values = sorted(df[data.client_column].unique().tolist(), key=str)
     label_values = None
     if data.label_column is not None:
         label_values = sorted(df[data.label_column].dropna().unique().tolist(), key=str)
@@ -210,13 +218,43 @@ def table_schema(path: str, kind: str) -> tuple[list[str], Any]:
     p = Path(path).expanduser()
     if not p.exists():
         raise DataError(f"data.dataset: file {str(p)!r} does not exist")
+    if not p.is_file():
+        raise DataError(f"data.dataset: {kind}:{path} is not a file (a directory?); give the path of one "
+                        f"{kind.upper()} file")
     if kind == "parquet":
+        import pyarrow as pa
         import pyarrow.parquet as pq
 
-        empty = pq.read_schema(p).empty_table().to_pandas()
+        try:
+            empty = pq.read_schema(p).empty_table().to_pandas()
+        except (pa.ArrowException, OSError, ValueError):
+            read_table(path, kind)  # raises the one-line error with its hint
+            raise
         return list(empty.columns), empty.dtypes
-    head = pd.read_csv(p, nrows=5000)
+    head = read_table(path, kind, nrows=5000)
     return list(head.columns), head.dtypes
+
+
+def put_shards(specs: list[ClientSpec]) -> list[ClientSpec]:
+    """Recipes whose rows travel with them (kind ``arrays``) with each shard moved to Ray's object store.
+
+    One ``ray.put`` per shard; the recipe keeps the reference, so each client's actor
+    fetches its own shard once and nothing broadcasts the whole table. Other recipes
+    are returned as they are. The caller keeps the returned specs alive as long as the
+    actors may need them (a restarted actor rebuilds its shards from the same recipes).
+    """
+    if not any(s.source.get("kind") == "arrays" for s in specs):
+        return specs
+    import dataclasses
+
+    import ray
+
+    out = []
+    for s in specs:
+        if s.source.get("kind") == "arrays" and isinstance(s.source["shard"], tuple):
+            s = dataclasses.replace(s, source={**s.source, "shard": ray.put(s.source["shard"])})
+        out.append(s)
+    return out
 
 
 def materialize_many(specs: list[ClientSpec]) -> list[tuple[np.ndarray, np.ndarray | None, tuple[str, ...]]]:
@@ -278,6 +316,14 @@ def _materialize_raw(spec: ClientSpec, table: Any = None) -> tuple[np.ndarray, n
         idx = spec.indices if spec.indices is not None else np.arange(ds.n_samples)
         y = ds.y[idx] if ds.y is not None else None
         return ds.X[idx], y, ds.feature_names
+    if kind == "arrays":
+        shard = src["shard"]
+        if not isinstance(shard, tuple):  # a reference into Ray's object store (see put_shards)
+            import ray
+
+            shard = ray.get(shard)
+        X, y = shard
+        return X, y, tuple(src["features"])
     if kind == "table":
         cols = list(src["features"]) + [c for c in (src["label_column"],) if c]
         df = table if table is not None else read_table(

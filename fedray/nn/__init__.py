@@ -26,14 +26,28 @@ Model names (``algorithm.params.model``):
             smaller images, ``mlp`` for tabular data
 ==========  =================================================================
 
+A user's model: ``algorithm.params.model: package.module:function``, where
+``function(input_shape, n_classes) -> torch.nn.Module`` takes the shape of one
+sample (e.g. ``(1, 8, 8)``) and returns a module mapping a batch
+``(b, *input_shape)`` to logits ``(b, n_classes)``. It is imported where the model
+is built (the server draws theta_0 from it; every client process builds its own
+copy), under the same seed as the built-in models. :func:`resolve_model_factory`
+checks the reference without torch; :func:`fedray.nn.models.build_model` checks
+what the function returns.
+
 Algorithm modules import only this module at import time and import
 :mod:`fedray.nn.train` inside client functions.
 """
 from __future__ import annotations
 
+import importlib
+import re
+from collections.abc import Callable
 from typing import Any
 
 from fedray.errors import ConfigError
+
+_REFERENCE = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*$")
 
 #: name -> kind of input it accepts: "image" (C, H, W), "signal" (C, L) or (L,), "any".
 MODEL_KINDS: dict[str, str] = {"cnn28": "image", "cnn8": "image", "mlp": "any", "cnn1d": "signal"}
@@ -42,6 +56,50 @@ MODEL_KINDS: dict[str, str] = {"cnn28": "image", "cnn8": "image", "mlp": "any", 
 def available_models() -> list[str]:
     """Registered model names (plus ``auto``)."""
     return sorted(MODEL_KINDS) + ["auto"]
+
+
+def is_model_reference(name: str) -> bool:
+    """Whether ``name`` names a user's model factory (``package.module:function``)."""
+    return ":" in name
+
+
+def check_reference_syntax(name: str, key: str = "algorithm.params.model") -> None:
+    """Raise :class:`ConfigError` unless ``name`` reads ``package.module:function``."""
+    if not _REFERENCE.match(name):
+        raise ConfigError(f"{key}: {name!r} is not a model reference; write 'package.module:function' "
+                          f"(a function (input_shape, n_classes) -> torch.nn.Module) or one of "
+                          f"{', '.join(available_models())}")
+
+
+def resolve_model_factory(name: str, key: str = "algorithm.params.model") -> Callable[..., Any]:
+    """Import the model factory ``package.module:function`` (no torch unless the module imports it).
+
+    Raises
+    ------
+    ConfigError
+        One line: bad syntax, module not found (or failing to import), attribute
+        missing, or not callable.
+    """
+    check_reference_syntax(name, key)
+    mod_name, attr = name.split(":", 1)
+    try:
+        obj: Any = importlib.import_module(mod_name)
+    except ModuleNotFoundError as exc:
+        missing = exc.name or mod_name
+        raise ConfigError(f"{key}: cannot import module {mod_name!r} of model {name!r}: no module named "
+                          f"{missing!r} (is it installed or on the Python path?)") from None
+    except Exception as exc:  # noqa: BLE001 - the user's module failed while importing
+        first = (str(exc).strip().splitlines() or [""])[0]
+        raise ConfigError(f"{key}: importing module {mod_name!r} of model {name!r} failed: "
+                          f"{type(exc).__name__}: {first}") from None
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise ConfigError(f"{key}: module {mod_name!r} has no attribute {attr!r} (model {name!r})")
+        obj = getattr(obj, part)
+    if not callable(obj):
+        raise ConfigError(f"{key}: {name!r} is not callable (got {type(obj).__name__}); it must be a function "
+                          "(input_shape, n_classes) -> torch.nn.Module")
+    return obj
 
 
 def sample_kind(sample_shape: tuple[int, ...]) -> str:
@@ -70,8 +128,15 @@ def check_model(name: str, sample_shape: tuple[int, ...], n_classes: int | None 
     ------
     ConfigError
         For an unknown name, an image model on tabular data, a 1-D CNN on images,
-        or data without labels.
+        or data without labels; for a reference ``package.module:function``, when it
+        cannot be imported or is not callable (what it returns is checked where the
+        model is built).
     """
+    if is_model_reference(name):
+        resolve_model_factory(name, key)
+        if n_classes is not None and n_classes < 2:
+            raise ConfigError(f"{key}: a classifier needs at least 2 classes; the data have {n_classes}")
+        return name
     concrete = resolve_model_name(name, tuple(sample_shape))
     if concrete not in MODEL_KINDS:
         raise ConfigError(f"{key}: unknown model {name!r}; choose one of {', '.join(available_models())}")
@@ -110,4 +175,5 @@ def model_spec(name: str, sample_shape: tuple[int, ...], n_classes: int | None, 
             "seed": int(seed)}
 
 
-__all__ = ["MODEL_KINDS", "available_models", "check_model", "model_spec", "resolve_model_name", "sample_kind"]
+__all__ = ["MODEL_KINDS", "available_models", "check_model", "check_reference_syntax", "is_model_reference",
+           "model_spec", "resolve_model_factory", "resolve_model_name", "sample_kind"]

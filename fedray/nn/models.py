@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from fedray.errors import ConfigError
-from fedray.nn import MODEL_KINDS, check_model
+from fedray.nn import MODEL_KINDS, check_model, is_model_reference, resolve_model_factory
 
 Builder = Callable[[tuple[int, ...], int], nn.Module]
 _BUILDERS: dict[str, Builder] = {}
@@ -121,7 +121,8 @@ def build_model(name: str, sample_shape: tuple[int, ...], n_classes: int, seed: 
     Parameters
     ----------
     name : str
-        One of :func:`fedray.nn.available_models` (``auto`` picks by shape).
+        One of :func:`fedray.nn.available_models` (``auto`` picks by shape), or a
+        user's factory ``package.module:function`` (see :func:`check_factory_model`).
     sample_shape : tuple of int
         Shape of one sample, e.g. ``(1, 8, 8)`` for digits, ``(d,)`` for tables.
     n_classes : int
@@ -131,10 +132,25 @@ def build_model(name: str, sample_shape: tuple[int, ...], n_classes: int, seed: 
     Raises
     ------
     ConfigError
-        Unknown name, or an image model on tabular data (see :func:`fedray.nn.check_model`).
+        Unknown name, or an image model on tabular data (see :func:`fedray.nn.check_model`);
+        a factory that cannot be imported, does not return a module, or whose outputs are
+        not ``(batch, n_classes)``.
     """
     sample_shape = tuple(int(s) for s in sample_shape)
     concrete = check_model(name, sample_shape, n_classes)
+    if is_model_reference(concrete):
+        factory = resolve_model_factory(concrete)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(int(seed))
+            try:
+                model = factory(sample_shape, int(n_classes))
+            except Exception as exc:  # noqa: BLE001 - the user's function failed
+                raise ConfigError(f"algorithm.params.model: {concrete!r} failed when called with "
+                                  f"({sample_shape}, {int(n_classes)}): {type(exc).__name__}: {_first_line(exc)}") from None
+            check_factory_model(model, concrete, sample_shape, int(n_classes))
+        model.sample_shape = sample_shape  # type: ignore[attr-defined]
+        model.model_name = concrete  # type: ignore[attr-defined]
+        return model
     if concrete not in _BUILDERS:
         raise ConfigError(f"algorithm.params.model: model {concrete!r} has no builder in fedray.nn.models")
     with torch.random.fork_rng(devices=[]):
@@ -143,6 +159,43 @@ def build_model(name: str, sample_shape: tuple[int, ...], n_classes: int, seed: 
     model.sample_shape = sample_shape  # type: ignore[attr-defined]
     model.model_name = concrete  # type: ignore[attr-defined]
     return model
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [""])[0]
+
+
+def check_factory_model(model: object, name: str, sample_shape: tuple[int, ...], n_classes: int) -> None:
+    """Check what a user's factory returned: a module with parameters whose outputs for a
+    batch of shape ``(2, *sample_shape)`` have shape ``(2, n_classes)``.
+
+    The probe runs in eval mode without gradient (no buffer or random state changes).
+
+    Raises
+    ------
+    ConfigError
+        One line naming the reference, what it returned and what is expected.
+    """
+    key = "algorithm.params.model"
+    if not isinstance(model, nn.Module):
+        raise ConfigError(f"{key}: {name!r} returned {type(model).__name__}, not a torch.nn.Module")
+    if not any(True for _ in model.parameters()):
+        raise ConfigError(f"{key}: {name!r} returned a module without trainable parameters")
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            out = model(torch.zeros(2, *sample_shape))
+    except Exception as exc:  # noqa: BLE001 - the user's forward failed
+        raise ConfigError(f"{key}: {name!r} fails on a batch of shape {(2, *sample_shape)}: "
+                          f"{type(exc).__name__}: {_first_line(exc)}") from None
+    finally:
+        model.train(was_training)
+    shape = tuple(out.shape) if isinstance(out, torch.Tensor) else None
+    if shape != (2, n_classes):
+        got = f"outputs of shape {shape}" if shape is not None else f"{type(out).__name__} outputs"
+        raise ConfigError(f"{key}: {name!r} returns {got} for a batch of shape {(2, *sample_shape)}; "
+                          f"expected logits of shape (2, {n_classes}) (n_classes = {n_classes})")
 
 
 def n_parameters(model: nn.Module) -> int:

@@ -20,6 +20,8 @@ API (everything takes and returns numpy; torch stays inside):
     ``fit`` with cross-entropy; returns the mean loss of the last epoch.
 ``evaluate(model, X, y) -> (loss, accuracy)``
     Mean cross-entropy and accuracy, no gradient.
+``tensor(a, device) -> Tensor``
+    A numpy array as float32 (floats) or int64 (integers) on the device.
 ``predict(model, X) -> ndarray``
     Outputs (logits, or reconstructions for an autoencoder), float32, batched.
 ``model_for(spec, device=None) -> nn.Module``
@@ -200,7 +202,9 @@ def _make_optimizer(model: nn.Module, optimizer: str, lr: float, momentum: float
     raise ConfigError(f"algorithm.params.optimizer: must be 'sgd' or 'adam'; got {optimizer!r}")
 
 
-def _tensor(a: np.ndarray, device: torch.device) -> torch.Tensor:
+def tensor(a: np.ndarray, device: str | torch.device | None = None) -> torch.Tensor:
+    """``a`` as a tensor on ``device`` (default CPU): floats become float32, integers int64 (a copy
+    where ``a`` is read-only)."""
     a = np.asarray(a)
     if np.issubdtype(a.dtype, np.floating):
         a = np.ascontiguousarray(a, dtype=np.float32)
@@ -208,7 +212,10 @@ def _tensor(a: np.ndarray, device: torch.device) -> torch.Tensor:
         a = np.ascontiguousarray(a, dtype=np.int64)
     if not a.flags.writeable:
         a = a.copy()
-    return torch.from_numpy(a).to(device)
+    return torch.from_numpy(a).to(device if device is not None else "cpu")
+
+
+_tensor = tensor
 
 
 def fit(model: nn.Module, arrays: Sequence[np.ndarray], loss_fn: LossFn, *, epochs: int, batch_size: int,
@@ -316,4 +323,4 @@ def evaluate(model: nn.Module, X: np.ndarray, y: np.ndarray, batch_size: int = 1
 
 
 __all__ = ["default_threads", "evaluate", "fit", "get_flat", "initial_weights", "model_for", "predict",
-           "resolve_device", "set_flat", "torch_threads", "train"]
+           "resolve_device", "set_flat", "tensor", "torch_threads", "train"]

@@ -1,0 +1,47 @@
+"""Progress and stop reasons: a run says how far it is and why it ended.
+
+* Without a terminal (a pipe, a CI log) the CLI logs about 20 progress lines, each
+  with the round total, an ETA and the round's headline metrics; ``-q`` silences them.
+* The total is the round cap, or the algorithm's own budget when smaller.
+* A run ended by the round cap, not by the algorithm, warns and records it.
+"""
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import fedray
+
+CLI = [sys.executable, "-c", "import sys; from fedray.cli import main; sys.exit(main())"]
+
+
+def test_non_tty_runs_log_progress_lines_with_a_total(tmp_path):
+    args = ["run", "--set", "runtime.backend=local", "--set", "algorithm.name=federated-fcm",
+            "--set", "algorithm.params.tol=1e-300", "--set", "algorithm.params.max_rounds=200",
+            "--set", "federation.rounds=60", "--out", str(tmp_path / "a")]
+    proc = subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    lines = [ln for ln in proc.stderr.splitlines() if re.match(r"federated-fcm: round \d+/60 \(\d+%\)", ln)]
+    assert 15 <= len(lines) <= 25  # about 20 lines whatever the length of the run
+    assert all("ETA" in ln for ln in lines) and "objective" in lines[-1] and "center_shift" in lines[-1]
+    quiet = subprocess.run([*CLI, "run", "-q", *args[1:-1], str(tmp_path / "b")], capture_output=True, text=True,
+                           timeout=120)
+    assert quiet.returncode == 0 and "round 1/60" not in quiet.stderr
+
+
+def test_the_total_is_the_algorithms_budget_when_smaller(tmp_path):
+    proc = subprocess.run([*CLI, "run", "--set", "runtime.backend=local", "--set", "algorithm.params.max_rounds=9",
+                           "--set", "algorithm.params.tol=1e-300", "--out", str(tmp_path / "a")],
+                          capture_output=True, text=True, timeout=120)
+    assert "kmeans: round 1/10 (10%)" in proc.stderr  # 9 training rounds and the k-FED start
+
+
+def test_a_run_ended_by_the_round_cap_says_so(caplog):
+    with caplog.at_level("WARNING", logger="fedray"):
+        capped = fedray.run(algorithm={"name": "federated-fcm", "params": {"tol": 1e-300, "max_rounds": 50}},
+                            federation={"rounds": 5}, runtime={"backend": "local", "progress": False}, output=False)
+    assert capped.summary["stop_reason"] == "round cap" and capped.summary["converged"] is False
+    assert any("stopped at the round cap federation.rounds=5" in r.getMessage() for r in caplog.records)
+    done = fedray.run(runtime={"backend": "local", "progress": False}, output=False)
+    assert done.summary["stop_reason"] == "converged"
