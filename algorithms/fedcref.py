@@ -92,6 +92,7 @@ class FedCRef(Algorithm):
 
     name = "fedcref"
     Params = FedCRefParams
+    requires = ("torch",)  # trains autoencoders (fedray.extras: needs the nn extra)
     description = "federated clustering: per-cluster autoencoders, association, communities, refinement"
 
     def __init__(self, params: FedCRefParams, info, seed: int) -> None:

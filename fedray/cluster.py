@@ -7,15 +7,25 @@ Two kinds of file are understood:
   provider is known, in each node type), ``head_node_type`` not among
   ``available_node_types``, ``min_workers > max_workers`` (per node type and
   summed against the global ``max_workers``), resource amounts that are not
-  non-negative integers, the provider's required fields; then fedray's own
-  needs: a setup command that installs fedray on the nodes, and a worker node
-  type (for the on-premises ``local`` provider: the worker start command)
-  declaring the client-slot resource (``fedray_client``) that client actors
-  ask for, so that they stay off a head node that does not declare it.
-* **KubeRay** ``RayCluster`` manifests (``apiVersion: ray.io/v1``): unknown
-  keys in the spec, head and worker groups, ``minReplicas > maxReplicas``,
-  ``replicas`` outside that range, duplicate group names, containers, the
-  fedray installation and the client-slot resource in ``rayStartParams``.
+  non-negative integers, the provider's required fields (also when they are
+  null: GCP ``project_id``, AWS ``region``); then Ray's own offline checks
+  (``prepare_config`` + ``validate_config``, as ``ray up`` runs them); then
+  fedray's own needs: setup commands that install Ray (at the driver's
+  version when pinned) and no ``pip install fedray`` from a package index
+  (there is none: fedray ships itself, see :mod:`fedray.shipping`), and a
+  worker node type (for the on-premises ``local`` provider: the worker start
+  command) declaring the client-slot resource (``fedray_client``) that client
+  actors ask for, so that they stay off a head node that does not declare it.
+* **KubeRay** ``RayCluster`` manifests: what the KubeRay operator requires
+  (``apiVersion: ray.io/v1``, ``kind: RayCluster``, ``headGroupSpec`` and
+  ``workerGroupSpecs`` with ``rayStartParams`` whose values are strings, a
+  container with an ``image`` and cpu and memory ``resources``), the Ray
+  version of the images (``rayproject/ray:2.60.0-py311``) and ``rayVersion``
+  equal to the installed Ray, unknown keys, ``minReplicas > maxReplicas``,
+  ``replicas`` outside that range, duplicate group names, the client-slot
+  resource in ``rayStartParams``, and no ``pip install`` in lifecycle hooks (a
+  failing postStart hook gets the container killed, and it races ``ray
+  start``) nor of fedray from an index.
 
 No cloud credentials or network access are needed; the schema of Ray's
 cluster launcher shipped with the installed ``ray`` package is used for the
@@ -24,9 +34,11 @@ deeper type checks when ``jsonschema`` is available.
 from __future__ import annotations
 
 import argparse
+import copy
 import difflib
 import json
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -64,7 +76,8 @@ HEAD_GROUP = {"serviceType", "headService", "enableIngress", "rayStartParams", "
 WORKER_GROUP = {"groupName", "replicas", "minReplicas", "maxReplicas", "idleTimeoutSeconds", "suspend",
                 "rayStartParams", "template", "scaleStrategy", "numOfHosts"}
 
-_INSTALL = re.compile(r"pip3?\s+install\b[^\n;&|]*fedray|uv\s+pip\s+install\b[^\n;&|]*fedray", re.IGNORECASE)
+_PIP = re.compile(r"(?:\buv\s+)?\bpip3?\s+install\b([^\n;&|]*)", re.IGNORECASE)
+_RAY_IMAGE_TAG = re.compile(r"(?:^|/)ray(?:-ml|-llm)?:(?P<version>\d+\.\d+\.\d+)(?:-(?P<rest>[\w.-]+))?$")
 _RESOURCES_FLAG = re.compile(r"--resources[= ]\s*(['\"])(\{.*?\})\1")
 
 
@@ -145,6 +158,13 @@ def _validate_launcher(doc: dict, resource: str) -> list[Issue]:
         for key in PROVIDER_REQUIRED.get(ptype, ()):
             if key not in provider:
                 r.error(f"provider.{key}", f"required for provider type {ptype!r}")
+            elif provider[key] is None or (isinstance(provider[key], str) and not provider[key].strip()):
+                r.error(f"provider.{key}", f"is {'null' if provider[key] is None else 'empty'}; set it "
+                                          f"({_REQUIRED_HINT.get((ptype, key), 'required')})")
+        pid = provider.get("project_id")
+        if ptype == "gcp" and isinstance(pid, str) and pid.strip() and not _GCP_PROJECT.match(pid):
+            r.error("provider.project_id", f"{pid!r} is not a GCP project id (6-30 lowercase letters, digits or "
+                                           "hyphens, starting with a letter)")
         if ptype == "local" and "coordinator_address" not in provider:
             if not provider.get("head_ip"):
                 r.error("provider.head_ip", "required for an on-premises cluster (or give coordinator_address)")
@@ -155,11 +175,108 @@ def _validate_launcher(doc: dict, resource: str) -> list[Issue]:
         _check_local(r, doc, provider if isinstance(provider, dict) else {}, resource)
     else:
         _check_node_types(r, doc, resource)
-    if not any(_INSTALL.search(c) for c in _launcher_commands(doc)):
-        r.error("setup_commands", "no setup command installs fedray on the nodes "
-                                  "(e.g. `pip install fedray` or `pip install -e ~/fedray` in setup_commands)")
+    _check_launcher_installs(r, doc)
     _schema_check(r, doc)
+    if not any(i.level == "error" for i in r.issues):
+        _ray_checks(r, doc)
     return r.issues
+
+
+_REQUIRED_HINT = {
+    ("gcp", "project_id"): "your GCP project id, e.g. from `gcloud config get-value project`",
+    ("gcp", "region"): "e.g. us-west1",
+    ("gcp", "availability_zone"): "e.g. us-west1-a",
+    ("aws", "region"): "e.g. us-west-2",
+}
+_GCP_PROJECT = re.compile(r"^[a-z][a-z0-9-]{4,28}[a-z0-9]$")
+
+
+def _pip_targets(command: str) -> list[str]:
+    """Requirement arguments of every ``pip install`` in a shell command (options dropped)."""
+    out: list[str] = []
+    for m in _PIP.finditer(command):
+        skip = False
+        for tok in m.group(1).split():
+            tok = tok.strip("'\"")
+            if skip:
+                skip = False
+                continue
+            if tok in ("-r", "-c", "-e", "--requirement", "--constraint", "-i", "--index-url", "--extra-index-url",
+                       "-f", "--find-links", "--target", "-t", "--prefix", "--root", "--editable"):
+                skip = tok not in ("-e", "--editable")  # -e takes the path that follows: keep it
+                continue
+            if tok.startswith("-") or not tok:
+                continue
+            out.append(tok)
+    return out
+
+
+def _from_index(target: str) -> str | None:
+    """The project name when ``target`` is a requirement fetched from a package index, else None."""
+    if any(c in target for c in "/\\~$") or target.startswith(".") or "://" in target or target.endswith(
+            (".whl", ".tar.gz", ".zip")):
+        return None  # a path, a URL or an archive
+    m = re.match(r"^([A-Za-z0-9][A-Za-z0-9._-]*)", target)
+    return m.group(1).lower().replace("_", "-") if m else None
+
+
+def _ray_pins(commands: list[str]) -> list[str]:
+    pins = []
+    for c in commands:
+        for t in _pip_targets(c):
+            m = re.match(r"^ray(?:\[[^\]]*\])?==([\w.]+)$", t)
+            if m:
+                pins.append(m.group(1))
+    return pins
+
+
+def _check_launcher_installs(r: _Report, doc: dict) -> None:
+    """Ray on the nodes (at the driver's version when pinned), and no fedray from a package index."""
+    import ray
+
+    for where, cmd in _launcher_command_items(doc):
+        for t in _pip_targets(cmd):
+            if _from_index(t) == "fedray":
+                r.error(where, f"`pip install {t}` installs fedray from a package index, which has no fedray; "
+                               "drop it (fedray ships itself to the nodes, runtime.ship_code) or install a copy "
+                               "(`pip install ~/fedray` after file_mounts, or an image built from "
+                               "cluster_configs/Dockerfile)")
+    commands = [c for _, c in _launcher_command_items(doc)]
+    docker = doc.get("docker") if isinstance(doc.get("docker"), dict) else {}
+    image = str((docker or {}).get("image") or (docker or {}).get("head_image") or "")
+    installs_ray = any(re.match(r"^ray(\[|=|>|<|~|$)", t) for c in commands for t in _pip_targets(c))
+    if not installs_ray and not image:
+        r.error("setup_commands", "no setup command installs Ray on the nodes and no docker.image is given; add "
+                                  f"`pip install \"ray[default]=={ray.__version__}\"` (plus fedray's dependencies, "
+                                  "e.g. `pip install ~/fedray` after file_mounts)")
+    for v in _ray_pins(commands):
+        if v != ray.__version__:
+            r.error("setup_commands", f"installs Ray {v} on the nodes but this machine has Ray {ray.__version__}; "
+                                      "the driver and the cluster must run the same Ray version")
+    m = _RAY_IMAGE_TAG.search(image)
+    if m and m.group("version") != ray.__version__:
+        r.error("docker.image", f"{image!r} has Ray {m.group('version')} but this machine has Ray {ray.__version__}")
+
+
+def _ray_checks(r: _Report, doc: dict) -> None:
+    """Ray's own offline checks of a launcher file (what `ray up` runs before it starts anything)."""
+    try:
+        from ray.autoscaler._private.util import prepare_config, validate_config
+    except ImportError:  # pragma: no cover - Ray moved them; the checks above still apply
+        return
+    import logging
+
+    quiet = logging.getLogger("ray.autoscaler")
+    level = quiet.level
+    quiet.setLevel(logging.WARNING)  # prepare_config logs what it fills in
+    try:
+        validate_config(prepare_config(copy.deepcopy(doc)))
+    except Exception as exc:  # noqa: BLE001 - Ray raises ValueError, jsonschema errors, KeyError, ...
+        text = str(getattr(exc, "message", None) or exc).strip().splitlines()
+        r.error("(file)", f"Ray's own check (prepare_config + validate_config) fails: "
+                          f"{type(exc).__name__}: {text[0] if text else ''}")
+    finally:
+        quiet.setLevel(level)
 
 
 def _check_workers_count(r: _Report, value: Any, where: str) -> None:
@@ -251,17 +368,20 @@ def _declared(commands: Any, resource: str, r: _Report, where: str) -> float:
     return total
 
 
-def _launcher_commands(doc: dict) -> list[str]:
-    out: list[str] = []
-    for key in ("initialization_commands", "setup_commands", "head_setup_commands", "worker_setup_commands"):
-        out.extend(str(c) for c in doc.get(key) or [])
-    for nt in (doc.get("available_node_types") or {}).values():
+def _launcher_command_items(doc: dict) -> list[tuple[str, str]]:
+    """(dotted key, command) for every setup and start command of a launcher file."""
+    out: list[tuple[str, str]] = []
+    for key in ("initialization_commands", "setup_commands", "head_setup_commands", "worker_setup_commands",
+                "head_start_ray_commands", "worker_start_ray_commands"):
+        cmds = doc.get(key) or []
+        for i, c in enumerate(cmds if isinstance(cmds, list) else [cmds]):
+            out.append((f"{key}[{i}]", str(c)))
+    types = doc.get("available_node_types")
+    for name, nt in (types.items() if isinstance(types, dict) else ()):
         if isinstance(nt, dict):
             for key in ("initialization_commands", "worker_setup_commands"):
-                out.extend(str(c) for c in nt.get(key) or [])
-    docker = doc.get("docker") or {}
-    if isinstance(docker, dict) and "fedray" in str(docker.get("image", "")):
-        out.append("pip install fedray  # baked into the image")
+                for i, c in enumerate(nt.get(key) or []):
+                    out.append((f"available_node_types.{name}.{key}[{i}]", str(c)))
     return out
 
 
@@ -289,20 +409,21 @@ def _validate_raycluster(doc: dict, resource: str) -> list[Issue]:
     r.unknown_keys("", doc, RAYCLUSTER_TOP)
     if doc.get("kind") != "RayCluster":
         r.error("kind", f"must be 'RayCluster'; got {doc.get('kind')!r}")
-    if not str(doc.get("apiVersion", "")).startswith("ray.io/"):
-        r.error("apiVersion", f"must be ray.io/v1; got {doc.get('apiVersion')!r}")
+    if doc.get("apiVersion") != "ray.io/v1":
+        r.error("apiVersion", f"must be 'ray.io/v1' (KubeRay >= 1.0); got {doc.get('apiVersion')!r}")
     spec = doc.get("spec")
     if not isinstance(spec, dict):
         r.error("spec", "missing")
         return r.issues
     r.unknown_keys("spec", spec, RAYCLUSTER_SPEC)
+    _check_ray_version_field(r, spec)
     head = spec.get("headGroupSpec")
-    texts: list[str] = []
     if not isinstance(head, dict):
         r.error("spec.headGroupSpec", "missing")
     else:
         r.unknown_keys("spec.headGroupSpec", head, HEAD_GROUP)
-        texts += _pod_texts(r, "spec.headGroupSpec", head)
+        _check_pods(r, "spec.headGroupSpec", head)
+        _check_start_params(r, "spec.headGroupSpec", head)
         amount = _slots(r, "spec.headGroupSpec.rayStartParams", head.get("rayStartParams"), resource)
         if amount > 0:
             r.warn("spec.headGroupSpec.rayStartParams.resources",
@@ -331,28 +452,97 @@ def _validate_raycluster(doc: dict, resource: str) -> list[Issue]:
             r.error(f"{where}.minReplicas", f"minReplicas={lo} is more than maxReplicas={hi}")
         elif isinstance(n, int) and isinstance(lo, int) and isinstance(hi, int) and not lo <= n <= hi:
             r.error(f"{where}.replicas", f"replicas={n} is outside [minReplicas={lo}, maxReplicas={hi}]")
-        texts += _pod_texts(r, where, g)
+        _check_pods(r, where, g)
+        _check_start_params(r, where, g)
         slots += _slots(r, f"{where}.rayStartParams", g.get("rayStartParams"), resource)
     if groups and slots <= 0:
         r.error("spec.workerGroupSpecs", f"no worker group declares the client-slot resource {resource!r} "
                                          f"(rayStartParams.resources: '\"{{\\\"{resource}\\\": N}}\"')")
-    if not any(_INSTALL.search(t) or ("image:" in t and "fedray" in t) for t in texts):
-        r.error("spec", "fedray is not installed in the pods: use an image with fedray (its name containing "
-                        "'fedray') or a container command / postStart hook running `pip install fedray`")
     return r.issues
 
 
-def _pod_texts(r: _Report, where: str, group: dict) -> list[str]:
-    containers = (((group.get("template") or {}).get("spec") or {}).get("containers")) or []
-    if not containers:
+def _check_ray_version_field(r: _Report, spec: dict) -> None:
+    import ray
+
+    v = spec.get("rayVersion")
+    if v is not None and str(v) != ray.__version__:
+        r.error("spec.rayVersion", f"{v!r} differs from the Ray installed here ({ray.__version__}); the driver "
+                                   "and the cluster must run the same Ray version")
+
+
+def _check_start_params(r: _Report, where: str, group: dict) -> None:
+    params = group.get("rayStartParams")
+    if params is None:
+        r.error(f"{where}.rayStartParams", "required by KubeRay (a mapping of `ray start` options; {} for none)")
+        return
+    if not isinstance(params, dict):
+        return  # reported by _slots
+    for key, value in params.items():
+        if not isinstance(value, str):
+            r.error(f"{where}.rayStartParams.{key}", f"must be a string (KubeRay's rayStartParams is a map of "
+                                                     f"strings); got {value!r}, write '{value}' in quotes")
+
+
+def _check_pods(r: _Report, where: str, group: dict) -> None:
+    """Containers: an image of the installed Ray version, cpu and memory resources, no pip in hooks."""
+    import ray
+
+    pod = ((group.get("template") or {}).get("spec") or {}) if isinstance(group.get("template"), dict) else {}
+    containers = pod.get("containers") if isinstance(pod, dict) else None
+    if not containers or not isinstance(containers, list):
         r.error(f"{where}.template.spec.containers", "missing; a Ray pod needs a container")
-        return []
-    out = []
-    for c in containers:
-        if isinstance(c, dict):
-            out.append(f"image: {c.get('image', '')}")
-            out.append(json.dumps({k: c.get(k) for k in ("command", "args", "lifecycle", "env")}))
-    return out
+        return
+    for j, c in enumerate(containers):
+        cw = f"{where}.template.spec.containers[{j}]"
+        if not isinstance(c, dict):
+            r.error(cw, "must be a mapping")
+            continue
+        image = c.get("image")
+        if not image:
+            r.error(f"{cw}.image", "required (e.g. rayproject/ray:" + ray.__version__ + "-py311)")
+        if j == 0 and image:
+            m = _RAY_IMAGE_TAG.search(str(image))
+            if m and m.group("version") != ray.__version__:
+                r.error(f"{cw}.image", f"{image!r} has Ray {m.group('version')} but this machine has Ray "
+                                       f"{ray.__version__}; use rayproject/ray:{ray.__version__}-py"
+                                       f"{sys.version_info[0]}{sys.version_info[1]}")
+            elif m and m.group("rest") and m.group("rest").startswith("py"):
+                py = m.group("rest").split("-")[0][2:]
+                here = f"{sys.version_info[0]}{sys.version_info[1]}"
+                if py != here:
+                    r.warn(f"{cw}.image", f"the image has Python {py[0]}.{py[1:]} and this machine Python "
+                                          f"{sys.version_info[0]}.{sys.version_info[1]}; a driver connecting "
+                                          "with ray:// needs the same Python minor version")
+            elif not m:
+                r.warn(f"{cw}.image", f"cannot read a Ray version from {image!r}; it must hold Ray "
+                                      f"{ray.__version__} (see cluster_configs/Dockerfile)")
+        res = c.get("resources") if isinstance(c.get("resources"), dict) else {}
+        if j == 0:
+            amounts = {**(res.get("requests") or {}), **(res.get("limits") or {})}
+            missing = [k for k in ("cpu", "memory") if k not in amounts]
+            if missing:
+                r.error(f"{cw}.resources", f"no {' and '.join(missing)} in requests or limits; KubeRay sizes Ray's "
+                                           "CPUs and memory from the container's resources")
+        hooks = c.get("lifecycle") if isinstance(c.get("lifecycle"), dict) else {}
+        for hook, body in hooks.items():
+            command = " ".join(str(x) for x in (((body or {}).get("exec") or {}).get("command") or [])) \
+                if isinstance(body, dict) else str(body)
+            targets = [t for t in _pip_targets(command)]
+            if targets or _PIP.search(json.dumps(body)):
+                what = " ".join(targets)
+                extra = " (fedray is on no package index: it ships itself to the pods)" if any(
+                    _from_index(t) == "fedray" for t in targets) else ""
+                r.error(f"{cw}.lifecycle.{hook}", f"runs `pip install {what}`{extra}; a failing hook gets the "
+                                                  "container killed and it races `ray start`: bake packages into "
+                                                  "the image (cluster_configs/Dockerfile) or list them in "
+                                                  "runtime.runtime_env.pip")
+        for key in ("command", "args"):
+            for cmd in c.get(key) or []:
+                for t in _pip_targets(str(cmd)):
+                    if _from_index(t) == "fedray":
+                        r.error(f"{cw}.{key}", f"`pip install {t}` installs fedray from a package index, which "
+                                               "has no fedray; drop it: fedray ships itself to the pods "
+                                               "(runtime.ship_code), or bake it in with cluster_configs/Dockerfile")
 
 
 def _slots(r: _Report, where: str, params: Any, resource: str) -> float:
@@ -395,11 +585,37 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def cmd_init(args: argparse.Namespace) -> int:
+    """Copy the cluster files installed with fedray (launcher YAMLs, KubeRay manifest, Dockerfile) to DEST."""
+    from importlib.resources import files
+
+    src = files("fedray.cluster_configs")
+    names = sorted(f.name for f in src.iterdir() if f.name.endswith((".yaml", "Dockerfile")))
+    if not names:
+        raise ConfigError("this installation of fedray has no cluster files (fedray/cluster_configs)")
+    dest = Path(args.dest)
+    if dest.exists() and not dest.is_dir():
+        raise ConfigError(f"cluster init: {str(dest)!r} is a file; give a folder")
+    clash = [n for n in names if (dest / n).exists()]
+    if clash and not args.force:
+        raise ConfigError(f"cluster init: {str(dest)!r} already has {', '.join(clash)}; use --force to overwrite")
+    dest.mkdir(parents=True, exist_ok=True)
+    for n in names:
+        (dest / n).write_bytes(src.joinpath(n).read_bytes())
+    print(f"{len(names)} files in {dest}: {', '.join(names)}")
+    return 0
+
+
 def add_cli(subparsers: Any) -> None:
-    """Add ``fedray cluster validate`` to the command line."""
+    """Add ``fedray cluster validate`` and ``fedray cluster init`` to the command line."""
     c = subparsers.add_parser("cluster", help="Ray cluster files: offline checks")
     csub = c.add_subparsers(dest="cluster_command", required=True)
     v = csub.add_parser("validate", help="check cluster launcher YAMLs and KubeRay RayCluster manifests offline")
     v.add_argument("files", nargs="+", help="files or folders (all *.yaml in them)")
     v.add_argument("--resource", default=CLIENT_RESOURCE, help=f"client-slot resource name (default {CLIENT_RESOURCE})")
     v.set_defaults(func=cmd_validate)
+    i = csub.add_parser("init", help="copy the cluster files installed with fedray (AWS, GCP, on-premises, "
+                                     "KubeRay, Dockerfile) to a folder")
+    i.add_argument("dest", nargs="?", default="cluster_configs", help="folder (default ./cluster_configs)")
+    i.add_argument("--force", action="store_true", help="overwrite files already there")
+    i.set_defaults(func=cmd_init)

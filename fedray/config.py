@@ -98,6 +98,9 @@ class RuntimeConfig(_Section):
     stall_warning: float = Field(default=10.0, gt=1, description="without round_timeout, warn when a round waits "
                                  "this many times the median round time (at least 60 s)")
     progress: bool | None = None
+    # Code shipping (fedray.shipping): what reaches Ray workers through runtime_env.
+    ship_code: Literal["auto", "always", "never"] = "auto"
+    runtime_env: dict[str, Any] = Field(default_factory=dict, description="Ray runtime_env, merged with fedray's")
 
     @field_validator("clients_per_actor")
     @classmethod
@@ -346,6 +349,9 @@ def validate_static(cfg: ExperimentConfig) -> None:
     from fedray.data.datasets import check_dataset_name
 
     cls = get_algorithm(cfg.algorithm.name)
+    from fedray.extras import check_requirements
+
+    check_requirements(cls)
     make_params(cls, cfg.algorithm.params)
     if isinstance(cfg.data.dataset, ArrayData):
         _check_arrays(cfg)

@@ -191,19 +191,22 @@ class LocalExecutor(Executor):
         self.host.set_state(states)
 
 
-def ensure_ray(address: str | None = None, num_cpus: int | None = None) -> bool:
-    """Connect to Ray (``address``) or start an embedded local instance; True if started here."""
-    import ray
+def ensure_ray(address: str | None = None, num_cpus: int | None = None, cfg: Any = None) -> bool:
+    """Connect to Ray (``address``) or start an embedded local instance; True if started here.
 
-    if ray.is_initialized():
-        return False
-    kwargs: dict[str, Any] = {"include_dashboard": False, "logging_level": logging.WARNING,
-                              "log_to_driver": True, "configure_logging": False}
-    if address:
-        ray.init(address=address, **kwargs)
-        return True
-    ray.init(num_cpus=num_cpus, **kwargs)
-    return True
+    Without ``address`` fedray starts its own instance even when another Ray
+    cluster runs on this machine; an address is probed first so that a wrong
+    one fails in seconds (see :mod:`fedray.connect`). With the experiment's
+    ``cfg``, a Ray Client connection also carries the code to ship
+    (:func:`fedray.shipping.connect_for`).
+    """
+    if cfg is not None:
+        from fedray.shipping import connect_for
+
+        return connect_for(cfg)
+    from fedray.connect import connect
+
+    return connect(address, num_cpus)
 
 
 def cluster_cpus() -> float:
@@ -273,7 +276,7 @@ class RayExecutor(Executor):
     backend = "ray"
 
     def __init__(self, specs: list[ClientSpec], seed: int, supervised: bool, sample_shape: tuple[int, ...],
-                 runtime: Any = None, **_: Any) -> None:
+                 runtime: Any = None, runtime_env: dict[str, Any] | None = None, **_: Any) -> None:
         import ray
 
         from fedray.actors.client_actor import ClientActor
@@ -300,6 +303,8 @@ class RayExecutor(Executor):
             options["resources"] = dict(res.custom)
         if runtime.placement == "spread":
             options["scheduling_strategy"] = "SPREAD"
+        if runtime_env:  # fedray and plug-ins for nodes that lack them (fedray.shipping)
+            options["runtime_env"] = runtime_env
         check_feasible(options, len(chunks))
         self.actor_cpus = actor_cpus
         self.actors = []
@@ -515,10 +520,10 @@ def check_feasible(options: dict[str, Any], n_actors: int) -> None:
 
 
 def make_executor(backend: str, specs: list[ClientSpec], seed: int, supervised: bool,
-                  sample_shape: tuple[int, ...], runtime: Any) -> Executor:
+                  sample_shape: tuple[int, ...], runtime: Any, runtime_env: dict[str, Any] | None = None) -> Executor:
     """Build the executor for ``backend`` (shards are built where the clients live)."""
     if backend == "local":
         return LocalExecutor(specs, seed, supervised, sample_shape)
     if backend == "ray":
-        return RayExecutor(specs, seed, supervised, sample_shape, runtime=runtime)
+        return RayExecutor(specs, seed, supervised, sample_shape, runtime=runtime, runtime_env=runtime_env)
     raise ConfigError(f"runtime.backend: must be 'local' or 'ray'; got {backend!r}")

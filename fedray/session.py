@@ -48,10 +48,15 @@ class Session:
         self.federation: Federation = build_federation(cfg.data, cfg.federation.n_clients, cfg.seed)
         rt = cfg.runtime
         self._started_ray = False
+        self.runtime_env: dict[str, Any] | None = None  # given to every actor (fedray.shipping)
         if rt.backend == "ray":
-            self._started_ray = ensure_ray(rt.address, rt.num_cpus)
+            from fedray.shipping import actor_runtime_env
+
+            self._started_ray = ensure_ray(rt.address, rt.num_cpus, cfg=cfg)
+            self.runtime_env = actor_runtime_env(cfg)
         self.executor: Executor = make_executor(rt.backend, self.federation.specs, cfg.seed,
-                                                self.algorithm_cls.supervised, self.federation.sample_shape, rt)
+                                                self.algorithm_cls.supervised, self.federation.sample_shape, rt,
+                                                runtime_env=self.runtime_env)
         # Disclosures outside the protected path, counted for the privacy summary (fedray.privacy).
         self.disclosures: dict[str, int] = {}
         try:
@@ -184,7 +189,8 @@ class Session:
 
             from fedray.actors.server_actor import ServerActor
 
-            server = ServerActor.remote(alg, executor, kwargs, logging.getLogger("fedray").getEffectiveLevel())
+            server = ServerActor.options(runtime_env=self.runtime_env or None).remote(
+                alg, executor, kwargs, logging.getLogger("fedray").getEffectiveLevel())
             if resume_from is not None:
                 ray.get(server.restore.remote(resume_from["server"]))
             step = lambda: _server_call(server.step.remote())  # noqa: E731

@@ -200,7 +200,7 @@ def measure_run(config: ExperimentConfig, *, memory_interval: float = 0.25) -> d
         t0 = time.perf_counter()
         ray_init_s = 0.0
         if cfg.runtime.backend == "ray":
-            if ensure_ray(cfg.runtime.address, cfg.runtime.num_cpus):
+            if ensure_ray(cfg.runtime.address, cfg.runtime.num_cpus, cfg=cfg):
                 ray_init_s = time.perf_counter() - t0
         t1 = time.perf_counter()
         with Session(cfg) as session:

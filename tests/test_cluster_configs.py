@@ -1,4 +1,7 @@
-"""Every file in cluster_configs/ validates offline; broken copies fail with messages naming the problem."""
+"""Every file in cluster_configs/ validates offline (gcp.yaml once its project id is set); broken copies
+fail with messages naming the key: Ray's own launcher checks, null required provider fields, what
+KubeRay requires of a RayCluster, the Ray version of images and pins, and installs of fedray from a
+package index (it ships itself) or pip in a pod's lifecycle hook."""
 from __future__ import annotations
 
 import copy
@@ -17,7 +20,10 @@ LAUNCHER = [f for f in FILES if "provider" in yaml.safe_load(f.read_text())]
 
 
 def load(name: str) -> dict:
-    return yaml.safe_load((FOLDER / name).read_text())
+    doc = yaml.safe_load((FOLDER / name).read_text())
+    if name == "gcp.yaml":  # the template leaves the project id to the user (tested below)
+        doc["provider"]["project_id"] = "fedray-test-1234"
+    return doc
 
 
 def errors(doc: dict) -> list[str]:
@@ -33,7 +39,33 @@ def test_folder_has_the_four_kinds():
 
 @pytest.mark.parametrize("path", FILES, ids=[f.name for f in FILES])
 def test_every_cluster_file_validates(path):
-    assert [str(i) for i in validate_file(path) if i.level == "error"] == []
+    assert errors(load(path.name)) == []
+
+
+def test_null_required_provider_fields_are_errors():
+    # the shipped GCP template: Ray's own checks accept project_id: null, fedray does not
+    msgs = [str(i) for i in validate_file(FOLDER / "gcp.yaml") if i.level == "error"]
+    assert msgs == ["error: provider.project_id: is null; set it (your GCP project id, e.g. from "
+                    "`gcloud config get-value project`)"]
+    doc = load("gcp.yaml")
+    doc["provider"]["project_id"] = "My Project"
+    assert any("provider.project_id: 'My Project' is not a GCP project id" in m for m in errors(doc))
+    aws = load("aws.yaml")
+    aws["provider"]["region"] = None
+    assert any(m.startswith("error: provider.region: is null") for m in errors(aws)), errors(aws)
+
+
+def test_rays_own_checks_run():
+    doc = load("aws.yaml")
+    doc["docker"] = {"image": f"rayproject/ray:{ray_version()}"}  # no container_name: Ray's check rejects it
+    assert any("Ray's own check (prepare_config + validate_config) fails" in m and "container" in m
+               for m in errors(doc)), errors(doc)
+
+
+def ray_version() -> str:
+    import ray
+
+    return ray.__version__
 
 
 @pytest.mark.parametrize("path", LAUNCHER, ids=[f.name for f in LAUNCHER])
@@ -74,12 +106,24 @@ def test_more_min_workers_than_max():
     assert any("workerGroupSpecs[0].minReplicas: minReplicas=5 is more than maxReplicas=2" in m for m in errors(kr))
 
 
-def test_missing_install_and_client_slots_are_errors():
+def test_installs_ray_but_not_fedray_from_an_index():
     doc = load("aws.yaml")
-    doc["setup_commands"] = ["pip install ray"]
+    doc["setup_commands"] = ["sudo apt-get update", "python3 -m pip install -q ray[default] fedray"]
+    msgs = errors(doc)
+    assert any(m.startswith("error: setup_commands[1]: `pip install fedray` installs fedray from a package index")
+               for m in msgs), msgs
+    doc["setup_commands"] = ["python3 -m pip install -q scikit-learn"]
+    assert any("setup_commands: no setup command installs Ray on the nodes" in m for m in errors(doc))
+    doc["setup_commands"] = ['pip install "ray[default]==2.9.3" ~/fedray']
+    assert any("installs Ray 2.9.3 on the nodes but this machine has Ray" in m for m in errors(doc))
+    doc["setup_commands"] = [f'pip install "ray[default]=={ray_version()}" ~/fedray', "pip install -e /opt/fedray"]
+    assert errors(doc) == []  # copies of the checkout are fine
+
+
+def test_missing_client_slots_are_errors():
+    doc = load("aws.yaml")
     doc["available_node_types"]["ray.worker.cpu"]["resources"] = {"CPU": 8}
-    msgs = " | ".join(errors(doc))
-    assert "no setup command installs fedray" in msgs and "client-slot resource 'fedray_client'" in msgs
+    assert any("client-slot resource 'fedray_client'" in m for m in errors(doc))
     onprem = load("onprem.yaml")
     onprem["worker_start_ray_commands"] = ["ray stop", "ray start --address=$RAY_HEAD_IP:6379"]
     assert any("worker_start_ray_commands" in m and "fedray_client" in m for m in errors(onprem))
@@ -88,6 +132,62 @@ def test_missing_install_and_client_slots_are_errors():
     kr["spec"]["unknownField"] = 1
     msgs = " | ".join(errors(kr))
     assert "no worker group declares the client-slot resource" in msgs and "spec.unknownField: unknown key" in msgs
+
+
+WORKER = "spec.workerGroupSpecs[0]"
+CONTAINER = WORKER + ".template.spec.containers[0]"
+HEAD_CONTAINER = "spec.headGroupSpec.template.spec.containers[0]"
+
+
+def test_kuberay_manifest_uses_the_official_image_of_the_installed_ray_and_ships_fedray():
+    kr = load("kuberay.yaml")
+    for c in [kr["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0],
+              kr["spec"]["workerGroupSpecs"][0]["template"]["spec"]["containers"][0]]:
+        assert c["image"].startswith(f"rayproject/ray:{ray_version()}-py")
+        assert "lifecycle" not in c and "command" not in c  # nothing installed when a pod starts
+    assert kr["spec"]["rayVersion"] == ray_version()
+    assert (FOLDER / "Dockerfile").read_text().count(f"RAY_VERSION={ray_version()}") == 1
+
+
+def test_kuberay_pip_install_in_a_hook_is_rejected_with_the_key():
+    kr = load("kuberay.yaml")
+    c = kr["spec"]["workerGroupSpecs"][0]["template"]["spec"]["containers"][0]
+    c["lifecycle"] = {"postStart": {"exec": {"command": ["/bin/sh", "-c", "pip install -q fedray"]}}}
+    msgs = errors(kr)
+    assert any(m.startswith(f"error: {CONTAINER}.lifecycle.postStart: runs `pip install fedray` (fedray is on no "
+                            "package index") for m in msgs), msgs
+    c["lifecycle"] = {"postStart": {"exec": {"command": ["/bin/sh", "-c", "pip install some-unknown-pkg"]}}}
+    assert any(f"{CONTAINER}.lifecycle.postStart: runs `pip install some-unknown-pkg`" in m for m in errors(kr))
+    del c["lifecycle"]
+    c["command"] = ["/bin/bash", "-lc", "pip install fedray && ray start --block"]
+    assert any(m.startswith(f"error: {CONTAINER}.command: `pip install fedray` installs fedray from a package index")
+               for m in errors(kr)), errors(kr)
+
+
+@pytest.mark.parametrize("break_it, key, text", [
+    (lambda d: d.update(apiVersion="ray.io/v1alpha1"), "apiVersion", "must be 'ray.io/v1'"),
+    (lambda d: d.update(kind="RayService"), "kind", "must be 'RayCluster'"),
+    (lambda d: d["spec"].pop("headGroupSpec"), "spec.headGroupSpec", "missing"),
+    (lambda d: d["spec"].pop("workerGroupSpecs"), "spec.workerGroupSpecs", "missing or empty"),
+    (lambda d: d["spec"]["headGroupSpec"].pop("rayStartParams"), "spec.headGroupSpec.rayStartParams",
+     "required by KubeRay"),
+    (lambda d: d["spec"]["workerGroupSpecs"][0]["rayStartParams"].update({"num-cpus": 4}),
+     WORKER + ".rayStartParams.num-cpus", "must be a string"),
+    (lambda d: d["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0].pop("image"),
+     HEAD_CONTAINER + ".image", "required"),
+    (lambda d: d["spec"]["workerGroupSpecs"][0]["template"]["spec"]["containers"][0].pop("resources"),
+     CONTAINER + ".resources", "no cpu and memory"),
+    (lambda d: d["spec"]["workerGroupSpecs"][0]["template"]["spec"]["containers"][0].update(
+        image="rayproject/ray:2.9.3-py310"), CONTAINER + ".image", "has Ray 2.9.3 but this machine has Ray"),
+    (lambda d: d["spec"].update(rayVersion="2.9.3"), "spec.rayVersion", "differs from the Ray installed here"),
+    (lambda d: d["spec"]["workerGroupSpecs"][0]["template"]["spec"].pop("containers"),
+     WORKER + ".template.spec.containers", "missing"),
+])
+def test_broken_kuberay_copies_fail_with_the_key_named(break_it, key, text):
+    kr = load("kuberay.yaml")
+    break_it(kr)
+    msgs = errors(kr)
+    assert any(m.startswith(f"error: {key}: ") and text in m for m in msgs), msgs
 
 
 def test_head_with_client_slots_is_a_warning():
@@ -99,8 +199,14 @@ def test_head_with_client_slots_is_a_warning():
 
 
 def test_cli_validate_exit_status_and_messages(tmp_path, capsys):
-    assert main(["cluster", "validate", str(FOLDER)]) == 0
+    good = tmp_path / "good"
+    good.mkdir()
+    for f in FILES:
+        (good / f.name).write_text(yaml.safe_dump(load(f.name)))
+    assert main(["cluster", "validate", str(good)]) == 0
     assert capsys.readouterr().out.count(": ok") == len(FILES)
+    assert main(["cluster", "validate", str(FOLDER)]) == 1  # the GCP template until its project id is set
+    assert "gcp.yaml: FAILED (1 error(s))" in capsys.readouterr().out
     doc = load("gcp.yaml")
     doc["head_node_type"] = "nope"
     bad = tmp_path / "bad.yaml"
@@ -111,3 +217,13 @@ def test_cli_validate_exit_status_and_messages(tmp_path, capsys):
     with pytest.raises(ConfigError, match="does not exist"):
         validate_file(tmp_path / "missing.yaml")
     assert main(["cluster", "validate", str(tmp_path / "missing.yaml")]) == 2
+
+
+def test_cluster_init_copies_the_installed_files(tmp_path, capsys):
+    dest = tmp_path / "mine"
+    assert main(["cluster", "init", str(dest)]) == 0
+    for f in [*FILES, FOLDER / "Dockerfile"]:
+        assert (dest / f.name).read_bytes() == f.read_bytes(), f.name
+    assert main(["cluster", "init", str(dest)]) == 2  # no silent overwrite
+    assert "already has" in capsys.readouterr().err
+    assert main(["cluster", "init", str(dest), "--force"]) == 0
