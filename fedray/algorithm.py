@@ -150,6 +150,9 @@ class Algorithm(abc.ABC):
         Further names under which :func:`register` files the class.
     fuzzy : bool
         The model gives memberships (K selection then uses the fuzzy index).
+    requires : tuple of str
+        Packages beyond fedray's base install (``("torch",)``: the ``nn`` extra); checked
+        when the configuration is validated. Supervised algorithms need torch anyway.
 
     Instance attributes the loop reads
     ----------------------------------
@@ -175,6 +178,7 @@ class Algorithm(abc.ABC):
     description: ClassVar[str] = ""
     aliases: ClassVar[tuple[str, ...]] = ()
     fuzzy: ClassVar[bool] = False
+    requires: ClassVar[tuple[str, ...]] = ()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

@@ -21,8 +21,8 @@ EXTRA_OF = {"torch": "nn"}
 
 def requirements(cls: Any) -> tuple[str, ...]:
     """Packages an algorithm class needs beyond fedray's base install."""
-    needs = list(getattr(cls, "requires", ()) or ())
-    if getattr(cls, "supervised", False) and "torch" not in needs:
+    needs = list(cls.requires)
+    if cls.supervised and "torch" not in needs:
         needs.append("torch")
     return tuple(needs)
 
@@ -47,6 +47,6 @@ def check_requirements(cls: Any) -> None:
         return
     extras = sorted({EXTRA_OF.get(p, p) for p in absent})
     spec = f"fedray[{','.join(extras)}]"
-    raise ConfigError(f"algorithm.name: {getattr(cls, 'name', cls.__name__)!r} needs {', '.join(absent)}, which is "
+    raise ConfigError(f"algorithm.name: {cls.name!r} needs {', '.join(absent)}, which is "
                       f"not installed; install it with: pip install \"{spec}\" (or pip install torch first to "
                       "choose its build)")

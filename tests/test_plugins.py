@@ -307,7 +307,7 @@ def test_algorithm_base_declares_every_hook_the_loop_calls():
     declared = {n for n, _ in inspect.getmembers(fedray.Algorithm)}
     for hook in ("configure_round", "aggregate", "result", "check_config", "validate", "evaluation_task",
                  "summarize_evaluation", "retries_for_missing", "predict", "predict_proba", "central", "aliases",
-                 "fuzzy", "supervised",
+                 "fuzzy", "requires", "supervised",
                  "description", "name", "Params"):
         assert hook in declared, hook
     assert fedray.Algorithm.__abstractmethods__ == {"configure_round", "aggregate", "result"}
