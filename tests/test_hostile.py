@@ -400,3 +400,23 @@ def test_faults_in_the_start_up_round_do_not_change_the_initial_centres():
     old = fedray.run(crashed, algorithm={"name": "federated-fcm", "params": {"n_clusters": 3, "init_retries": 0}},
                      output=False)
     assert not np.array_equal(old.model["initial_centers"], clean.model["initial_centers"])
+
+
+def test_a_dying_server_actor_is_one_line(ray_session, tmp_path, monkeypatch):
+    (tmp_path / "dying_server_plugin.py").write_text(
+        "import os\n"
+        "import fedray\n"
+        "from fedray.algorithms.kmeans import FederatedKMeans\n"
+        "class DiesInRound2(FederatedKMeans):\n"
+        "    def update(self, ctx, replies):\n"
+        "        if ctx.round == 2:\n"
+        "            os._exit(3)  # the process hosting the server goes away\n"
+        "        return super().update(ctx, replies)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    cfg = {**RCFG, "algorithm": {"name": "dying_server_plugin:DiesInRound2", "params": {"n_clusters": 3}}}
+    with pytest.raises(fedray.RoundFailedError) as err:
+        fedray.run(cfg, runtime={**RCFG["runtime"], "progress": False}, output=tmp_path / "out")
+    assert str(err.value).startswith("the server actor died") and "\n" not in str(err.value)
+    import json
+
+    assert json.loads((tmp_path / "out" / "summary.json").read_text())["status"] == "failed"
