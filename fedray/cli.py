@@ -141,6 +141,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     level = (logging.WARNING, logging.INFO, logging.DEBUG)[min(args.verbose, 2)]  # -v: progress notes, -vv: debug
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    if not args.verbose:  # Ray's banners (e.g. that token authentication is on) only with -v
+        for name in ("ray._private.authentication.authentication_token_setup", "ray.util.client"):
+            logging.getLogger(name).setLevel(logging.ERROR)
     if not getattr(args, "quiet", False):  # progress lines where no bar can be drawn (pipes, CI logs)
         progress = logging.getLogger("fedray.progress")
         progress.setLevel(min(level, logging.INFO))

@@ -154,6 +154,7 @@ def test_plugin_runs_from_the_cli_on_local_and_ray_with_identical_results(tmp_pa
              "--set", "data.dataset=sklearn:wine", "--out", str(out)],
             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
         assert proc.returncode == 0, proc.stderr[-2000:]
+        assert "Token authentication" not in proc.stderr  # Ray's banners only with -v
         outs[backend] = np.load(out / "model.npz")
         assert json.loads((out / "summary.json").read_text())["algorithm"] == "cli_toy_plugin:FederatedMoments"
     np.testing.assert_array_equal(outs["local"]["mean"], outs["ray"]["mean"])
