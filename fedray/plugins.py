@@ -54,10 +54,9 @@ def load_reference(ref: str, key: str) -> Any:
     try:
         obj: Any = importlib.import_module(mod_name)
     except ModuleNotFoundError as exc:
-        missing = exc.name or mod_name
-        where = "" if missing == mod_name else f" (it imports {missing!r}, which is missing)"
-        raise ConfigError(f"{key}: cannot import module {mod_name!r} for {ref!r}{where}; install it or run from "
-                          "the folder that holds it (or add that folder to PYTHONPATH)") from None
+        raise ConfigError(f"{key}: cannot import module {mod_name!r} for {ref!r}: no module named "
+                          f"{exc.name or mod_name!r}; install it or run from the folder that holds it (or add that "
+                          "folder to PYTHONPATH)") from None
     except Exception as exc:  # noqa: BLE001 - any error raised by the user's module at import
         raise ConfigError(f"{key}: importing module {mod_name!r} for {ref!r} failed: "
                           f"{type(exc).__name__}: {_first_line(exc)}") from None

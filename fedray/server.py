@@ -67,6 +67,8 @@ class Server:
         if self.finished or self.round >= self.max_rounds:
             if not self.finished:
                 self.stop_reason = "round cap"
+            # Algorithms that train for the cap (no budget of their own) end there by design.
+            if not self.finished and self.algorithm.round_budget() is not None:
                 log.warning("%s stopped at the round cap federation.rounds=%d before it finished by its own rule; "
                             "raise federation.rounds to let it finish", self.algorithm.name, self.max_rounds)
             self.finished = True

@@ -180,7 +180,7 @@ BAD = textwrap.dedent('''
     ("bad_fedray_plugin:a_function", "is not a fedray.Algorithm subclass (it is a function)"),
     ("bad_fedray_plugin:np", "is not a fedray.Algorithm subclass (it is a module)"),
     ("bad_fedray_plugin:Half", "does not implement the required method(s) aggregate, result"),
-    ("broken_fedray_plugin:X", "(it imports 'missing_dependency_xyz', which is missing)"),
+    ("broken_fedray_plugin:X", "no module named 'missing_dependency_xyz'"),
     ("raising_fedray_plugin:X", "failed: RuntimeError: boom"),
     ("9bad:X", "is not a reference of the form package.module:Name"),
     ("kmean", "did you mean 'kmeans'"),

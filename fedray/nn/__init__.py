@@ -40,7 +40,6 @@ Algorithm modules import only this module at import time and import
 """
 from __future__ import annotations
 
-import importlib
 import re
 from collections.abc import Callable
 from typing import Any
@@ -80,22 +79,10 @@ def resolve_model_factory(name: str, key: str = "algorithm.params.model") -> Cal
         One line: bad syntax, module not found (or failing to import), attribute
         missing, or not callable.
     """
+    from fedray.plugins import load_reference
+
     check_reference_syntax(name, key)
-    mod_name, attr = name.split(":", 1)
-    try:
-        obj: Any = importlib.import_module(mod_name)
-    except ModuleNotFoundError as exc:
-        missing = exc.name or mod_name
-        raise ConfigError(f"{key}: cannot import module {mod_name!r} of model {name!r}: no module named "
-                          f"{missing!r} (is it installed or on the Python path?)") from None
-    except Exception as exc:  # noqa: BLE001 - the user's module failed while importing
-        first = (str(exc).strip().splitlines() or [""])[0]
-        raise ConfigError(f"{key}: importing module {mod_name!r} of model {name!r} failed: "
-                          f"{type(exc).__name__}: {first}") from None
-    for part in attr.split("."):
-        if not hasattr(obj, part):
-            raise ConfigError(f"{key}: module {mod_name!r} has no attribute {attr!r} (model {name!r})")
-        obj = getattr(obj, part)
+    obj = load_reference(name, key)
     if not callable(obj):
         raise ConfigError(f"{key}: {name!r} is not callable (got {type(obj).__name__}); it must be a function "
                           "(input_shape, n_classes) -> torch.nn.Module")
