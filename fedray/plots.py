@@ -17,6 +17,16 @@ def _plt():
     return plt
 
 
+def _save(fig: Any, ax: Any, path: str | Path, title: str) -> Path:
+    """Legend, title and a tight layout; writes the PNG and closes the figure."""
+    ax.legend(loc="best")
+    ax.set_title(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    _plt().close(fig)
+    return Path(path)
+
+
 def convergence(history: pd.DataFrame, path: str | Path, title: str = "") -> Path:
     """Centre shift and objective per round (log scale where positive)."""
     plt = _plt()
@@ -51,12 +61,7 @@ def centers_2d(centers: np.ndarray, path: str | Path, density: Any = None, centr
     ax.scatter(centers[:, 0], centers[:, 1], c="tab:red", marker="X", s=90, label="federated", edgecolors="white")
     if central is not None:
         ax.scatter(central[:, 0], central[:, 1], facecolors="none", edgecolors="tab:blue", s=160, label="central")
-    ax.legend(loc="best")
-    ax.set_title(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return Path(path)
+    return _save(fig, ax, path, title)
 
 
 def centers_1d(centers: np.ndarray, path: str | Path, density: Any = None, central: np.ndarray | None = None,
@@ -74,9 +79,4 @@ def centers_1d(centers: np.ndarray, path: str | Path, density: Any = None, centr
     if central is not None:
         for i, c in enumerate(np.asarray(central)[:, 0]):
             ax.axvline(c, color="tab:blue", ls="--", lw=1.5, label="central" if i == 0 else None)
-    ax.legend(loc="best")
-    ax.set_title(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return Path(path)
+    return _save(fig, ax, path, title)
