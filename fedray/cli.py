@@ -12,6 +12,7 @@ import logging
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from fedray.errors import FedrayError
 
@@ -141,6 +142,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     level = (logging.WARNING, logging.INFO, logging.DEBUG)[min(args.verbose, 2)]  # -v: progress notes, -vv: debug
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    if not args.verbose:  # warnings in one line, without the source path and line of the library
+        import warnings
+
+        def _show(message: Any, category: type, filename: str, lineno: int, file: Any = None,
+                  line: Any = None) -> None:
+            print(f"fedray: {category.__name__}: {message}", file=sys.stderr)
+
+        warnings.showwarning = _show
     if not args.verbose:  # Ray's banners (e.g. that token authentication is on) only with -v
         for name in ("ray._private.authentication.authentication_token_setup", "ray.util.client"):
             logging.getLogger(name).setLevel(logging.ERROR)

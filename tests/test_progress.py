@@ -72,3 +72,15 @@ def test_describe_and_partitions_suggest_near_names(tmp_path):
     listing = subprocess.run([*CLI, "list"], capture_output=True, text=True, timeout=60).stdout
     for name in ("rotated", "grouped", "label-swapped", "grouped+rotated", "class-subsets", "cnn28"):
         assert name in listing
+
+
+def test_a_warning_appears_once_in_one_line_without_library_paths(tmp_path):
+    proc = subprocess.run([*CLI, "run", "-q", "--set", "algorithm.name=fedavg", "--set", "algorithm.params.epochs=1",
+                           "--set", "data.dataset=sklearn:digits", "--set", "data.partition={name: rotated}",
+                           "--set", "federation.n_clients=8", "--set", "federation.rounds=1",
+                           "--set", "runtime.backend=local", "--out", str(tmp_path / "o")],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    lines = [ln for ln in proc.stderr.splitlines() if "SharedSamplesWarning" in ln]
+    assert len(lines) == 1 and lines[0].startswith("fedray: SharedSamplesWarning: rotated federation")
+    assert ".py:" not in proc.stderr
