@@ -180,6 +180,10 @@ def convergence_figure(history: pd.DataFrame, title: str = "", fraction: float =
             y = pd.to_numeric(history[cols[0]], errors="coerce").dropna()
             if len(y) and (y > 0).all() and y.max() > 20 * y.min():
                 ax.set_yscale("log")
+        if cols[0] == "n_clusters":
+            from matplotlib.ticker import MaxNLocator
+
+            ax.yaxis.set_major_locator(MaxNLocator(integer=True))
         if len(cols) > 1:
             ax.legend(loc="best")
         integer_rounds(ax)
