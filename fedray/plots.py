@@ -129,11 +129,14 @@ def integer_rounds(ax: "Axes") -> None:
 CONVERGENCE_PANELS: tuple[tuple[tuple[str, ...], str, str, float], ...] = (
     (("center_shift",), "centre shift", "centre shift (feature units)", 1.0),
     (("objective",), "objective", "objective", 1.0),
-    (("loss",), "training loss", "loss", 1.0),
+    (("train_loss", "test_loss", "loss"), "loss", "loss", 1.0),
     (("accuracy",), "accuracy", "mean client accuracy (%)", 100.0),
     (("ari", "nmi"), "agreement with the true groups", "ARI / NMI", 1.0),
     (("n_clusters",), "clusters found", "clusters", 1.0),
 )
+
+
+_LEGEND = {"ari": "ARI", "nmi": "NMI", "train_loss": "training", "test_loss": "test", "loss": "loss"}
 
 
 def _recorded(history: pd.DataFrame, col: str) -> bool:
@@ -148,7 +151,7 @@ def convergence_figure(history: pd.DataFrame, title: str = "", fraction: float =
     ----------
     history : DataFrame, one row a round
         ``Result.history``: ``round`` and any of ``center_shift``, ``objective``,
-        ``loss``, ``accuracy`` (a fraction; drawn in %), ``ari`` and ``nmi`` (one
+        ``train_loss``, ``test_loss`` and ``loss`` (one panel), ``accuracy`` (a fraction; drawn in %), ``ari`` and ``nmi`` (one
         panel), ``n_clusters``. Columns never recorded are left out.
     title : str
         Figure title (the algorithm's name).
@@ -173,7 +176,7 @@ def convergence_figure(history: pd.DataFrame, title: str = "", fraction: float =
             y = pd.to_numeric(history[c], errors="coerce")
             keep = y.notna().to_numpy()
             ax.plot(history["round"].to_numpy()[keep], y.to_numpy(float)[keep] * factor, marker="o",
-                    label=c.upper() if len(cols) > 1 else None)
+                    label=_LEGEND.get(c, c) if len(cols) > 1 else None)
         if cols[0] == "objective" and fraction < 1:
             ylabel, name = "objective (sampled clients)", f"objective over the sampled clients (fraction {fraction:g})"
         if cols[0] in ("center_shift", "objective"):
@@ -184,7 +187,9 @@ def convergence_figure(history: pd.DataFrame, title: str = "", fraction: float =
             from matplotlib.ticker import MaxNLocator
 
             ax.yaxis.set_major_locator(MaxNLocator(integer=True))
-        if len(cols) > 1:
+            top = float(pd.to_numeric(history["n_clusters"], errors="coerce").max())
+            ax.set_ylim(0, top + max(1.0, 0.1 * top))
+        if len(drawn) > 1:
             ax.legend(loc="best")
         integer_rounds(ax)
         ax.set_ylabel(ylabel)

@@ -28,7 +28,8 @@ def _history(n: int = 12, supervised: bool = False) -> pd.DataFrame:
     h = pd.DataFrame({"round": r, "phase": ["init"] + ["train"] * (n - 1), "clients_sampled": 10,
                       "clients_answered": 10, "bytes_down": 100, "bytes_up": 100, "wall_s": 0.01})
     if supervised:
-        h["loss"] = 2.0 / (1 + r)
+        h["train_loss"] = 2.0 / (1 + r)
+        h["test_loss"] = 2.2 / (1 + r)
         h["accuracy"] = np.where(r % 3 == 2, 0.5 + r / (3 * n), np.nan)  # evaluated every third round
         h["ari"] = np.where(r % 3 == 2, r / n, np.nan)
         h["nmi"] = np.where(r % 3 == 2, 0.9 * r / n, np.nan)
@@ -143,11 +144,15 @@ def test_saved_pngs_are_written(tmp_path):
 
 # --- convergence ---------------------------------------------------------------------
 def test_convergence_plots_ari_nmi_and_accuracy_where_recorded():
-    """ARI/NMI share a panel and accuracy has one, in %, when the history records them (today ARI is not drawn)."""
+    """ARI/NMI share a panel, training and test loss another, accuracy one in %, when recorded.
+
+    Today ARI is not drawn, nor ``train_loss``/``test_loss`` (the columns supervised methods record).
+    """
     fig = plots.convergence_figure(_history(supervised=True))
     by_label = {ax.get_ylabel(): ax for ax in _data_axes(fig)}
     assert "ARI / NMI" in by_label and "mean client accuracy (%)" in by_label
     assert sorted(line.get_label() for line in by_label["ARI / NMI"].get_lines()) == ["ARI", "NMI"]
+    assert [line.get_label() for line in by_label["loss"].get_lines()] == ["training", "test"]
     acc = by_label["mean client accuracy (%)"].get_lines()[0].get_ydata()
     assert len(acc) == 4 and 50 <= acc.min() and acc.max() <= 100  # evaluated rounds only, in %
     without = plots.convergence_figure(_history())
