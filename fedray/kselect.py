@@ -305,7 +305,7 @@ def _local_range(info: Any, local_k_range: tuple[int, int] | None, k_min: int, k
 
 # --- plot ---------------------------------------------------------------------------------
 @styled
-def k_selection_figure(sel: KSelection, title: str | None = None) -> "Figure":
+def k_selection_figure(sel: KSelection, title: str | None = None) -> Figure:
     """Central, federated and local index curves over K, the chosen K marked.
 
     Parameters

@@ -82,14 +82,14 @@ def styled(fn: F) -> F:
     return cast(F, wrapper)
 
 
-def new_figure(figsize: tuple[float, float]) -> "Figure":
+def new_figure(figsize: tuple[float, float]) -> Figure:
     """A figure with constrained layout, not registered with pyplot (nothing to close)."""
     from matplotlib.figure import Figure
 
     return Figure(figsize=figsize, layout="constrained")
 
 
-def save_figure(fig: "Figure", path: str | Path) -> Path:
+def save_figure(fig: Figure, path: str | Path) -> Path:
     """Write ``fig`` as PNG at :data:`DPI` (creating the folder); returns the path."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
@@ -97,7 +97,7 @@ def save_figure(fig: "Figure", path: str | Path) -> Path:
     return p
 
 
-def panel_grid(fig: "Figure", n: int, max_cols: int = 3) -> list["Axes"]:
+def panel_grid(fig: Figure, n: int, max_cols: int = 3) -> list[Axes]:
     """``n`` axes in rows of at most ``max_cols`` (4 panels: 2 x 2); extra cells are left empty."""
     n = max(1, n)
     cols = n if n <= max_cols else (2 if n == 4 else max_cols)
@@ -115,7 +115,7 @@ def grid_size(n: int, max_cols: int = 3, panel: tuple[float, float] = (4.0, 3.0)
     return panel[0] * cols, panel[1] * math.ceil(n / cols) + 0.3
 
 
-def integer_rounds(ax: "Axes") -> None:
+def integer_rounds(ax: Axes) -> None:
     """Round numbers on the x axis: integer ticks, labelled ``round``."""
     from matplotlib.ticker import MaxNLocator
 
@@ -144,7 +144,7 @@ def _recorded(history: pd.DataFrame, col: str) -> bool:
 
 
 @styled
-def convergence_figure(history: pd.DataFrame, title: str = "", fraction: float = 1.0) -> "Figure":
+def convergence_figure(history: pd.DataFrame, title: str = "", fraction: float = 1.0) -> Figure:
     """Per-round metrics of a run, one panel each, in a grid of at most three columns.
 
     Parameters
@@ -205,7 +205,7 @@ def convergence(history: pd.DataFrame, path: str | Path, title: str = "", fracti
 
 
 # --- centres ----------------------------------------------------------------------
-def _finish(fig: "Figure", ax: "Axes", title: str) -> "Figure":
+def _finish(fig: Figure, ax: Axes, title: str) -> Figure:
     ax.legend(loc="best")
     ax.set_title(title)
     return fig
@@ -214,7 +214,7 @@ def _finish(fig: "Figure", ax: "Axes", title: str) -> "Figure":
 @styled
 def centers_2d_figure(centers: np.ndarray, density: Any = None, central: np.ndarray | None = None,
                       title: str = "federated centres over the data density",
-                      axis_labels: tuple[str, str] = ("x0", "x1")) -> "Figure":
+                      axis_labels: tuple[str, str] = ("x0", "x1")) -> Figure:
     """Centres over the summed 2-D histogram of all clients (no rows needed).
 
     Parameters
@@ -255,7 +255,7 @@ def centers_2d(centers: np.ndarray, path: str | Path, density: Any = None, centr
 
 @styled
 def centers_1d_figure(centers: np.ndarray, density: Any = None, central: np.ndarray | None = None,
-                      title: str = "federated centres over the data density", axis_label: str = "x0") -> "Figure":
+                      title: str = "federated centres over the data density", axis_label: str = "x0") -> Figure:
     """Centres of one-feature data as vertical lines over the summed histogram of all clients.
 
     Parameters

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from fedray.plots import integer_rounds, legend_columns, new_figure, panel_grid, grid_size, save_figure, styled
+from fedray.plots import grid_size, integer_rounds, legend_columns, new_figure, panel_grid, save_figure, styled
 
 if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.figure import Figure
@@ -29,7 +29,7 @@ def _is_panels(curves: Mapping[str, Any]) -> bool:
 
 
 @styled
-def accuracy_over_rounds_figure(curves: Mapping[str, Any], title: str = "", metric: str = "accuracy") -> "Figure":
+def accuracy_over_rounds_figure(curves: Mapping[str, Any], title: str = "", metric: str = "accuracy") -> Figure:
     """Accuracy over rounds for several methods, one panel a federation (grid of at most three columns).
 
     Parameters
@@ -152,7 +152,7 @@ def _box_layout(boxes: list[tuple[float, int]], gap: float, band: float, aspect:
 @styled
 def client_clusters_figure(assignment: Sequence[int], true_groups: Sequence[int] | None,
                            sizes: Sequence[float] | None, title: str = "client clusters found",
-                           group_names: Sequence[str] | None = None) -> "Figure":
+                           group_names: Sequence[str] | None = None) -> Figure:
     """One box per found cluster; circles = clients, colour = true group, area ~ samples.
 
     The boxes are packed in rows so that the figure keeps a width / height near 1.5

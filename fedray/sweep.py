@@ -371,7 +371,7 @@ SWEEP_PANELS: tuple[tuple[str, str, str, float], ...] = (
 
 
 @styled
-def sweep_figure(df: pd.DataFrame, grid_keys: list[str] | None = None, x: str = "n_clients") -> "Figure":
+def sweep_figure(df: pd.DataFrame, grid_keys: list[str] | None = None, x: str = "n_clients") -> Figure:
     """Round time, start-up, peak memory and bytes against ``x`` (2 x 2 panels); one line per other grid value.
 
     Parameters
