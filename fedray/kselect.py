@@ -28,15 +28,19 @@ import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
 from fedray.errors import ConfigError, DataError
 from fedray.ops import fcm, kmeans, kmeans_plusplus, sq_distances
+from fedray.plots import CENTRAL, FEDERATED, new_figure, save_figure, styled
 from fedray.seeding import data_rng
 from fedray.validation import crisp_davies_bouldin, federated_crisp_db, federated_fuzzy_db, fuzzy_davies_bouldin
+
+if TYPE_CHECKING:  # pragma: no cover
+    from matplotlib.figure import Figure
 
 log = logging.getLogger(__name__)
 
@@ -300,33 +304,49 @@ def _local_range(info: Any, local_k_range: tuple[int, int] | None, k_min: int, k
 
 
 # --- plot ---------------------------------------------------------------------------------
-def plot_k_selection(sel: KSelection, path: str | Path, title: str | None = None) -> Path:
-    """Central, federated and local index curves over K, chosen K marked."""
-    from fedray.plots import _plt
+@styled
+def k_selection_figure(sel: KSelection, title: str | None = None) -> Figure:
+    """Central, federated and local index curves over K, the chosen K marked.
 
-    plt = _plt()
+    Parameters
+    ----------
+    sel : KSelection
+        Its ``table`` (one row a K) with the ``federated`` column, and ``central``
+        and ``local:*`` columns where computed.
+    title : str or None
+        Default: the algorithm and the federated choice of K.
+
+    Returns
+    -------
+    Figure
+    """
+    from matplotlib import colormaps
+
     t = sel.table
-    fig, ax = plt.subplots(figsize=(6.4, 4.2))
-    ax.plot(t["k"], t["federated"], "o-", color="tab:red", lw=2.2, label="federated")
+    fig = new_figure((6.4, 4.2))
+    ax = fig.subplots()
+    ax.plot(t["k"], t["federated"], "o-", color=FEDERATED, lw=2.2, label="federated")
     if "central" in t:
-        ax.plot(t["k"], t["central"], "s--", color="tab:blue", lw=1.8, label="central (union)")
+        ax.plot(t["k"], t["central"], "s--", color=CENTRAL, lw=1.8, label="central (union)")
+    greys = colormaps["Greys"]
     for i, c in enumerate(sel.local_columns):
-        ax.plot(t["k"], t[c], ":", marker=".", color=plt.cm.Greys(0.45 + 0.4 * i / max(1, len(sel.local_columns))),
+        ax.plot(t["k"], t[c], ":", marker=".", color=greys(0.45 + 0.4 * i / max(1, len(sel.local_columns))),
                 label=c.replace("local:", "local "))
-    for c, style in (("federated", "tab:red"), ("central", "tab:blue")):
+    for c, colour in (("federated", FEDERATED), ("central", CENTRAL)):
         k = sel.chosen.get(c)
         if k is not None:
-            ax.axvline(k, color=style, alpha=0.25, lw=6)
-    ax.set_xlabel("K")
+            ax.axvline(k, color=colour, alpha=0.25, lw=6)
+    ax.set_xlabel("number of clusters K")
     ax.set_ylabel(f"{sel.index} (lower is better)")
     ax.set_xticks(list(t["k"]))
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.legend(loc="best")
     ax.set_title(title or f"{sel.algorithm}: federated K = {sel.k}")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return Path(path)
+    return fig
+
+
+def plot_k_selection(sel: KSelection, path: str | Path, title: str | None = None) -> Path:
+    """Save :func:`k_selection_figure` as PNG; returns the path."""
+    return save_figure(k_selection_figure(sel, title=title), path)
 
 
 # --- command line -------------------------------------------------------------------------

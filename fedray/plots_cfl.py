@@ -13,59 +13,75 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
-from fedray.plots import _plt
+from fedray.plots import grid_size, integer_rounds, legend_columns, new_figure, panel_grid, save_figure, styled
+
+if TYPE_CHECKING:  # pragma: no cover
+    from matplotlib.figure import Figure
 
 
 def _is_panels(curves: Mapping[str, Any]) -> bool:
     return bool(curves) and all(isinstance(v, Mapping) for v in curves.values())
 
 
-def accuracy_over_rounds(curves: Mapping[str, Any], path: str | Path, title: str = "",
-                         metric: str = "accuracy") -> Path:
-    """Accuracy over rounds for several methods.
+@styled
+def accuracy_over_rounds_figure(curves: Mapping[str, Any], title: str = "", metric: str = "accuracy") -> Figure:
+    """Accuracy over rounds for several methods, one panel a federation (grid of at most three columns).
 
     Parameters
     ----------
     curves : mapping
         ``{method: history}`` for one panel, or ``{panel: {method: history}}`` for
-        panels side by side. A history is a DataFrame with ``round`` and ``metric``
+        several panels. A history is a DataFrame with ``round`` and ``metric``
         columns (``Result.history``), or a sequence of ``(round, value)`` pairs,
         or a 2-D array of runs (n_runs, n_rounds) plotted as mean +- std.
-    path : str or Path
+    title : str
+        Figure title.
     metric : str
-        Column to draw (``accuracy`` by default).
-    """
-    plt = _plt()
-    from matplotlib.ticker import MaxNLocator
+        Column to draw (``accuracy`` by default; accuracies, fractions in [0, 1],
+        are drawn in %).
 
+    Returns
+    -------
+    Figure
+        Every panel on the same y range, each with its own labelled axes.
+    """
     panels = curves if _is_panels(curves) else {"": curves}
-    n = len(panels)
-    fig, axes = plt.subplots(1, n, figsize=(4.6 * n, 3.6), squeeze=False, sharey=True)
-    for ax, (pname, methods) in zip(axes[0], panels.items()):
+    fig = new_figure(grid_size(len(panels), panel=(4.4, 3.4)))
+    axes = panel_grid(fig, len(panels))
+    percent = metric in ("accuracy", "acc")
+    ylabel = "mean client accuracy (%)" if percent else metric.replace("_", " ")
+    for ax, (pname, methods) in zip(axes, panels.items()):
         for method, hist in methods.items():
             x, y, s = _xy(hist, metric)
             if x.size == 0:
                 continue
-            (line,) = ax.plot(x, y, label=method, lw=1.6)
+            f = 100.0 if percent else 1.0
+            (line,) = ax.plot(x, y * f, label=method)
             if s is not None:
-                ax.fill_between(x, y - s, y + s, color=line.get_color(), alpha=0.2, lw=0)
+                ax.fill_between(x, (y - s) * f, (y + s) * f, color=line.get_color(), alpha=0.2, lw=0)
         ax.set_title(pname)
-        ax.set_xlabel("round")
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.grid(alpha=0.3)
-    axes[0][0].set_ylabel(metric.replace("_", " "))
-    axes[0][-1].legend(loc="lower right", fontsize=8)
+        integer_rounds(ax)
+        ax.set_ylabel(ylabel)
+    lims = [ax.get_ylim() for ax in axes if ax.has_data()]
+    if lims:
+        for ax in axes:
+            ax.set_ylim(min(lo for lo, _ in lims), max(hi for _, hi in lims))
+    if any(ax.get_legend_handles_labels()[0] for ax in axes):
+        axes[-1].legend(loc="best")
     if title:
         fig.suptitle(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return Path(path)
+    return fig
+
+
+def accuracy_over_rounds(curves: Mapping[str, Any], path: str | Path, title: str = "",
+                         metric: str = "accuracy") -> Path:
+    """Save :func:`accuracy_over_rounds_figure` as PNG; returns the path."""
+    return save_figure(accuracy_over_rounds_figure(curves, title=title, metric=metric), path)
 
 
 def _xy(hist: Any, metric: str) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
@@ -84,64 +100,143 @@ def _xy(hist: Any, metric: str) -> tuple[np.ndarray, np.ndarray, np.ndarray | No
     return x[keep], arr[keep], None
 
 
-def client_clusters(assignment: Sequence[int], true_groups: Sequence[int] | None, sizes: Sequence[float] | None,
-                    path: str | Path, title: str = "client clusters found",
-                    group_names: Sequence[str] | None = None) -> Path:
+#: Font size (points) of the cluster labels in :func:`client_clusters`.
+LABEL_PT = 8.0
+
+
+def _box_layout(boxes: list[tuple[float, int]], gap: float, band: float, aspect: float,
+                cell_in: float) -> tuple[list[tuple[float, float]], float, float]:
+    """Shelf-pack boxes (width, rows) in cell units, rows of boxes left to right, largest first.
+
+    The shelf width is chosen so that the packed area's width / height is closest to
+    ``aspect``. Returns each box's lower-left corner, the total width and height.
+    """
+    def pack(W: float) -> tuple[list[tuple[float, float]], float, float]:
+        shelves: list[list[int]] = [[]]
+        x = 0.0
+        for i, (w, _) in enumerate(boxes):
+            if shelves[-1] and x + w > W + 1e-9:
+                shelves.append([])
+                x = 0.0
+            shelves[-1].append(i)
+            x += w + gap
+        corners: list[tuple[float, float]] = [(0.0, 0.0)] * len(boxes)
+        y, width = 0.0, 0.0
+        for shelf in shelves:  # top to bottom: y counts downwards, flipped below
+            h = max(boxes[i][1] for i in shelf) + band
+            x = 0.0
+            for i in shelf:
+                corners[i] = (x, y + h)
+                x += boxes[i][0] + gap
+            width = max(width, x - gap)
+            y += h + gap
+        height = y - gap
+        return [(cx, height - cy) for cx, cy in corners], width, height
+
+    widths = [w for w, _ in boxes]
+    best: tuple[float, tuple[list[tuple[float, float]], float, float]] | None = None
+    W = max(widths)
+    total = sum(widths) + gap * (len(widths) - 1)
+    while True:
+        packed = pack(W)
+        # aspect of the figure, counting the margins around the boxes (inches)
+        score = abs(math.log((packed[1] * cell_in + 0.6) / (packed[2] * cell_in + 1.4) / aspect))
+        if best is None or score < best[0] - 1e-9:
+            best = (score, packed)
+        if W >= total:
+            break
+        W = min(total, W + 0.5)
+    return best[1]
+
+
+@styled
+def client_clusters_figure(assignment: Sequence[int], true_groups: Sequence[int] | None,
+                           sizes: Sequence[float] | None, title: str = "client clusters found",
+                           group_names: Sequence[str] | None = None) -> Figure:
     """One box per found cluster; circles = clients, colour = true group, area ~ samples.
+
+    The boxes are packed in rows so that the figure keeps a width / height near 1.5
+    for any number of clients and clusters (4 to a few hundred), and the cell of a
+    client shrinks with their number (between 0.22 and 0.45 inch); every text stays
+    at 7 points or more.
 
     Parameters
     ----------
     assignment : sequence of int, shape (n_clients,)
-        Found cluster of each client (-1: unknown, drawn in its own box "?").
+        Found cluster of each client (-1: unknown, drawn last in a box "no cluster").
     true_groups : sequence of int or None, shape (n_clients,)
+        True group of each client (colours and legend); None: one colour.
     sizes : sequence of float or None, shape (n_clients,)
-        Samples per client (circle area is proportional).
-    group_names : names of the true groups, for the legend.
+        Samples per client (circle area is proportional); None: equal circles.
+    title : str
+        Figure title.
+    group_names : sequence of str or None
+        Names of the true groups for the legend (default ``group k``).
+
+    Returns
+    -------
+    Figure
     """
-    plt = _plt()
+    from matplotlib import colormaps
+    from matplotlib.collections import PatchCollection
+    from matplotlib.lines import Line2D
     from matplotlib.patches import Circle, FancyBboxPatch
 
     a = np.asarray(assignment, dtype=np.int64)
     n = a.shape[0]
     g = np.zeros(n, dtype=np.int64) if true_groups is None else np.asarray(true_groups, dtype=np.int64)
     s = np.ones(n) if sizes is None else np.asarray(sizes, dtype=np.float64)
-    r = 0.42 * np.sqrt(s / max(s.max(), 1e-12))  # radius in cell units, area ~ samples
+    r = np.maximum(0.42 * np.sqrt(np.clip(s, 0, None) / max(float(s.max(initial=0.0)), 1e-12)), 0.08)  # area ~ samples
+    cmap = colormaps["tab10" if g.max(initial=0) < 10 else "tab20"]
     clusters = sorted(np.unique(a).tolist(), key=lambda c: (c < 0, -int((a == c).sum()), c))
-    cmap = plt.get_cmap("tab10" if g.max(initial=0) < 10 else "tab20")
-    x0 = 0.0
-    fig_w = 0.0
-    boxes = []
-    for c in clusters:
+    labels = ["no cluster" if c < 0 else f"cluster {c}" for c in clusters]
+
+    cell_in = float(np.clip(3.6 / math.sqrt(max(n, 1)), 0.22, 0.45))  # inches per client cell
+    gap, band = 0.6, max(0.8, 0.24 / cell_in)  # between boxes; above a box for its label (cells)
+    shapes = []
+    for c, label in zip(clusters, labels):
         members = np.flatnonzero(a == c)
         members = members[np.lexsort((-s[members], g[members]))]
         cols = max(1, math.ceil(math.sqrt(len(members))))
         rows = math.ceil(len(members) / cols)
-        boxes.append((c, members, cols, rows, x0))
-        x0 += cols + 0.8
-        fig_w = x0
-    height = max((b[3] for b in boxes), default=1)
-    fig, ax = plt.subplots(figsize=(min(2.0 + 0.55 * fig_w, 18), 1.6 + 0.55 * height))
-    for c, members, cols, rows, bx in boxes:
-        ax.add_patch(FancyBboxPatch((bx - 0.05, -0.05), cols + 0.1, rows + 0.1, boxstyle="round,pad=0.05",
-                                    fc="none", ec="0.5", lw=1.0))
+        label_w = (len(label) * 0.6 * LABEL_PT / 72 + 0.1) / cell_in
+        shapes.append((members, cols, rows, max(float(cols), label_w)))
+    corners, width, height = _box_layout([(w, rows) for _, _, rows, w in shapes], gap, band, 1.5, cell_in)
+
+    groups = np.unique(g)
+    names = [group_names[k] if group_names is not None and k < len(group_names) else f"group {k}" for k in groups]
+    fig_w = max(5.6, width * cell_in + 0.6)
+    ncol = legend_columns(names, fig_w - 0.4)
+    legend_h = 0.0 if true_groups is None else 0.3 + 0.22 * math.ceil(len(names) / ncol)
+    fig = new_figure((fig_w, max(2.6, height * cell_in + 0.9 + legend_h)))
+    ax = fig.subplots()
+    circles, colours = [], []
+    for (members, cols, rows, w), (bx, by), label in zip(shapes, corners, labels):
+        x0 = bx + (w - cols) / 2  # members centred in a box widened for its label
+        ax.add_patch(FancyBboxPatch((bx - 0.05, by - 0.05), w + 0.1, rows + 0.1, boxstyle="round,pad=0.05",
+                                    fc="none", ec="0.45", lw=1.0))
         for j, cid in enumerate(members):
-            cx, cy = bx + j % cols + 0.5, rows - (j // cols) - 0.5
-            ax.add_patch(Circle((cx, cy), r[cid], color=cmap(int(g[cid]) % cmap.N), ec="k", lw=0.3))
-        ax.text(bx + cols / 2, rows + 0.35, "?" if c < 0 else f"cluster {c}", ha="center", va="bottom", fontsize=8)
-    ax.set_xlim(-0.4, max(fig_w - 0.4, 1))
-    ax.set_ylim(-0.4, height + 0.9)
+            circles.append(Circle((x0 + j % cols + 0.5, by + rows - (j // cols) - 0.5), r[cid]))
+            colours.append(cmap(int(g[cid]) % cmap.N))
+        ax.text(bx + w / 2, by + rows + 0.2, label, ha="center", va="bottom", fontsize=LABEL_PT)
+    ax.add_collection(PatchCollection(circles, facecolors=colours, edgecolors="k", linewidths=0.3))
+    ax.set_xlim(-0.3, width + 0.3)
+    ax.set_ylim(-0.3, height + 0.1)
     ax.set_aspect("equal")
     ax.axis("off")
+    ax.set_title("box: a cluster found · circle: a client, area ∝ samples" +
+                 (" · colour: true group" if true_groups is not None else ""), fontsize=8)
     if true_groups is not None:
-        from matplotlib.lines import Line2D
+        handles = [Line2D([0], [0], marker="o", ls="", ms=7, mec="k", mew=0.3, color=cmap(int(k) % cmap.N), label=nm)
+                   for k, nm in zip(groups, names)]
+        fig.legend(handles=handles, loc="outside lower center", ncol=ncol, title="true group")
+    fig.suptitle(title)
+    return fig
 
-        handles = [Line2D([0], [0], marker="o", ls="", color=cmap(int(k) % cmap.N),
-                          label=(group_names[k] if group_names is not None and k < len(group_names) else f"group {k}"))
-                   for k in np.unique(g)]
-        ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.02), ncol=min(6, len(handles)),
-                  fontsize=7, frameon=False)
-    ax.set_title(title, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return Path(path)
+
+def client_clusters(assignment: Sequence[int], true_groups: Sequence[int] | None, sizes: Sequence[float] | None,
+                    path: str | Path, title: str = "client clusters found",
+                    group_names: Sequence[str] | None = None) -> Path:
+    """Save :func:`client_clusters_figure` as PNG; returns the path (see there for the parameters)."""
+    return save_figure(client_clusters_figure(assignment, true_groups, sizes, title=title, group_names=group_names),
+                       path)

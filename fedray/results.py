@@ -203,7 +203,8 @@ class Result:
             from fedray import plots as P
 
             (out / "plots").mkdir(exist_ok=True)
-            P.convergence(self.history, out / "plots" / "convergence.png", title=self.summary["algorithm"])
+            P.convergence(self.history, out / "plots" / "convergence.png", title=self.summary["algorithm"],
+                          fraction=float(self.config.federation.fraction))
             C = self.model.get("centers")
             if session is not None and isinstance(C, np.ndarray) and C.ndim == 2 and C.shape[1] == 1 == session.info.n_features:
                 name = (session.info.extras.get("feature_names") or ("x0",))[0]

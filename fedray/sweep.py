@@ -42,13 +42,17 @@ import threading
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
 from fedray.config import ExperimentConfig, make_config, parse_override
 from fedray.errors import ConfigError, FedrayError
+from fedray.plots import grid_size, new_figure, panel_grid, save_figure, styled
+
+if TYPE_CHECKING:  # pragma: no cover
+    from matplotlib.figure import Figure
 
 log = logging.getLogger(__name__)
 
@@ -357,39 +361,60 @@ def _grid_yaml(base: ExperimentConfig, grid: Mapping[str, list[Any]]) -> str:
 
 
 # --- plot -----------------------------------------------------------------------
-def plot_sweep(df: pd.DataFrame, path: str | Path, grid_keys: list[str] | None = None,
-               x: str = "n_clients") -> Path:
-    """Round time, start-up, peak memory and bytes against ``x``; one line per other grid value."""
-    from matplotlib.figure import Figure  # no pyplot: leaves the caller's backend (e.g. a notebook's) alone
+#: Panels of ``sweep.png``: (column, panel title, y-axis label, factor applied to the column).
+SWEEP_PANELS: tuple[tuple[str, str, str, float], ...] = (
+    ("round_s", "time per training round", "round time (s)", 1.0),
+    ("startup_s", "start-up", "start-up time (s)", 1.0),
+    ("peak_mem_mb", "peak memory, all processes", "peak memory (MB)", 1.0),
+    ("bytes_per_round", "traffic per round", "bytes per round, down + up (MB)", 1e-6),
+)
 
+
+@styled
+def sweep_figure(df: pd.DataFrame, grid_keys: list[str] | None = None, x: str = "n_clients") -> Figure:
+    """Round time, start-up, peak memory and bytes against ``x`` (2 x 2 panels); one line per other grid value.
+
+    Parameters
+    ----------
+    df : DataFrame, one row a run
+        ``sweep()``'s table; runs with an ``error`` are left out, repeats averaged.
+    grid_keys : list of str or None
+        Grid keys; every one but ``x`` splits the runs into lines.
+    x : str
+        Column on the x axis (log scale when it spans more than two positive values).
+
+    Returns
+    -------
+    Figure
+    """
     ok = df[df.get("error", pd.Series([""] * len(df))).fillna("") == ""] if len(df) else df
     series_keys = [k for k in (grid_keys or []) if k in ok.columns and k != x and k != "federation.n_clients"]
-    panels = [("round_s", "seconds per round"), ("startup_s", "start-up (s)"),
-              ("peak_mem_mb", "peak memory, all processes (MB)"), ("bytes_per_round", "bytes per round")]
     ok = ok.copy()
     if len(ok):
         ok["bytes_per_round"] = (ok["bytes_down"] + ok["bytes_up"]) / ok["rounds"].clip(lower=1)
-    fig = Figure(figsize=(16, 3.8))
-    axes = fig.subplots(1, 4)
+    fig = new_figure(grid_size(len(SWEEP_PANELS), panel=(4.6, 3.4)))
+    axes = panel_grid(fig, len(SWEEP_PANELS))
     groups = ok.groupby(series_keys, dropna=False) if series_keys else [((), ok)]
     for name, g in groups:
         label = ", ".join(f"{k.split('.')[-1]}={v}" for k, v in zip(series_keys, name if isinstance(name, tuple) else (name,)))
-        g = g.groupby(x, as_index=False)[[c for c, _ in panels]].mean().sort_values(x)
-        for ax, (col, _) in zip(axes, panels):
-            ax.plot(g[x], g[col], marker="o", label=label or None)
-    for ax, (_, title) in zip(axes, panels):
-        ax.set_xlabel(x.replace("_", " "))
-        ax.set_title(title, fontsize=10)
+        g = g.groupby(x, as_index=False)[[c for c, *_ in SWEEP_PANELS]].mean().sort_values(x)
+        for ax, (col, _, _, factor) in zip(axes, SWEEP_PANELS):
+            ax.plot(g[x], g[col] * factor, marker="o", label=label or None)
+    for ax, (_, title, ylabel, _) in zip(axes, SWEEP_PANELS):
+        ax.set_xlabel(x.replace("_", " ").replace("n clients", "clients"))
+        ax.set_ylabel(ylabel)
+        ax.set_title(title)
         if len(ok) and ok[x].nunique() > 2 and np.nanmin(ok[x]) > 0:
             ax.set_xscale("log")
-        ax.grid(alpha=0.3)
     if series_keys:
-        axes[0].legend(fontsize=8)
-    fig.tight_layout()
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(p, dpi=110)
-    return p
+        axes[0].legend(loc="best")
+    return fig
+
+
+def plot_sweep(df: pd.DataFrame, path: str | Path, grid_keys: list[str] | None = None,
+               x: str = "n_clients") -> Path:
+    """Save :func:`sweep_figure` as PNG (creating the folder); returns the path."""
+    return save_figure(sweep_figure(df, grid_keys=grid_keys, x=x), path)
 
 
 # --- command line ---------------------------------------------------------------
