@@ -294,6 +294,20 @@ class FedCRef(Algorithm):
         for key in ("communities", "wrong_associations", "isolated_clusters", "classes_covered",
                     "pure_communities", "edges"):
             out[f"{key}_start"], out[f"{key}_end"] = first.get(key, np.nan), last.get(key, np.nan)
+        if self.phase != "done":
+            out["stop_reason"] = "round cap"  # federation.rounds ended it mid-iteration
+        warnings = []
+        if out["stop_reason"] == "no active clients":
+            warnings.append(f"fedcref stopped after {len(it)} iteration(s): no client was active any more")
+        if out["stop_reason"] == "round cap":
+            warnings.append(f"fedcref was stopped by federation.rounds in iteration {len(it) + 1} (one iteration is "
+                            f"4 + fed_rounds = {4 + self.params.fed_rounds} rounds); raise federation.rounds")
+        if it and max(int(r.get("communities", 0)) for r in it) == 0:
+            warnings.append("fedcref formed no community: no cluster was associated with another client's, so "
+                            "nothing was federated")
+        for w in warnings:
+            log.warning(w)
+        out["warnings"] = warnings
         held = self.info.extras.get("client_classes")
         out["true_categories"] = len(set().union(*map(set, held))) if held else int(self.info.n_classes or 0)
         out["history"] = [dict(r) for r in it]

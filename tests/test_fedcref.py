@@ -124,3 +124,23 @@ def test_warm_start_trains_from_the_model_that_formed_the_cluster():
     # the first iteration is the same; afterwards local models start from different weights
     assert cold.final["history"][0] == warm.final["history"][0]
     assert cold.model["node_weights_sha1"] != warm.model["node_weights_sha1"]
+
+
+def test_a_run_that_forms_no_community_says_so(caplog):
+    with _session(n_clients=4, S=25, association="none", max_iterations=1) as s:
+        with caplog.at_level("WARNING", logger="fedray"):
+            none = s.run(output=False)
+    assert any("formed no community" in w for w in none.final["warnings"])
+    assert any("formed no community" in r.getMessage() for r in caplog.records)
+
+
+def test_a_round_cap_mid_iteration_is_the_stop_reason():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SharedSamplesWarning)
+        with Session(algorithm={"name": "fedcref", "params": TINY},
+                     data={"dataset": "sklearn:digits",
+                           "partition": {"name": "class-subsets", "classes": [2, 3], "samples_per_class": 25}},
+                     federation={"n_clients": 4, "rounds": 5}, runtime={"backend": "local"}, seed=3) as s:
+            res = s.run(output=False)
+    assert res.final["stop_reason"] == "round cap"
+    assert any("stopped by federation.rounds" in w for w in res.final["warnings"])
