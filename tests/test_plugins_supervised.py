@@ -249,7 +249,7 @@ def test_plugins_and_model_factory_give_the_same_bits_on_ray(ray_session):
 PUBLIC_MODULES = {"fedray", "fedray.supervised"}
 
 
-@pytest.mark.parametrize("name", ["fedprox.py", "perfedavg.py", "models.py"])
+@pytest.mark.parametrize("name", ["fedprox.py", "perfedavg.py", "pfedme.py", "models.py"])
 def test_example_plugins_import_only_public_names(name):
     tree = ast.parse((PLUGINS / name).read_text())
     bad = []
