@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import warnings
 from typing import Any
 
 import ray
@@ -23,6 +24,10 @@ class ServerActor:
             handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
             logger.addHandler(handler)
         logger.setLevel(log_level)
+        # Python warnings raised by the loop (e.g. an empty cluster) as one log line, without the
+        # library's file path
+        warnings.showwarning = lambda message, category, *args, **kwargs: logger.warning(
+            "%s: %s", category.__name__, message)
         self._server = Server(algorithm, executor, **kwargs)  # private: algorithm state, history
 
     def step(self) -> dict[str, Any] | None:

@@ -21,6 +21,7 @@ import logging
 import os
 import platform
 import socket
+import sys
 import time
 from typing import Any
 
@@ -185,11 +186,21 @@ def connect(address: str | None, num_cpus: int | None = None, **init_kwargs: Any
 
     if ray.is_initialized():
         return False
+    if not sys.stderr.isatty():  # notebooks, pipes, CI logs: Ray's actor-log prefixes without colour codes
+        os.environ.setdefault("RAY_COLOR_PREFIX", "0")
     kwargs: dict[str, Any] = {"include_dashboard": False, "logging_level": logging.WARNING,
                               "log_to_driver": True, "configure_logging": False, **init_kwargs}
     target = resolve_address(address)
     if target is None:
-        ray.init(address="local", num_cpus=num_cpus, **kwargs)
+        # fedray's own embedded instance: Ray's banner about token authentication is noise here
+        banner = logging.getLogger("ray._private.authentication.authentication_token_setup")
+        level = banner.level
+        if not log.isEnabledFor(logging.INFO):
+            banner.setLevel(logging.ERROR)
+        try:
+            ray.init(address="local", num_cpus=num_cpus, **kwargs)
+        finally:
+            banner.setLevel(level)
         return True
     if num_cpus is not None:
         log.warning("runtime.num_cpus=%s is ignored: the cluster at %s decides its CPUs", num_cpus, target)
