@@ -17,25 +17,40 @@ class ClientActor:
     never holds the federation's rows.
     """
 
-    def __init__(self, specs: list, seed: int, supervised: bool, sample_shape: tuple[int, ...]) -> None:
-        self._host = ClientHost(specs, seed, supervised, sample_shape)  # private: shards and client state
-        # False until the executor has set this incarnation up (ready + scaler). Ray re-runs the
+    def __init__(self, seed: int, supervised: bool, sample_shape: tuple[int, ...]) -> None:
+        # The recipes arrive with :meth:`ready` (and again with :meth:`adopt` after a restart), not
+        # as constructor arguments: Ray keeps a restartable actor's constructor arguments, and
+        # warns when they live in the object store, as a large federation's recipes would.
+        self._args = (seed, supervised, sample_shape)
+        self._host: ClientHost | None = None  # private: shards and client state
+        # False until the executor has set this incarnation up (recipes + scaler). Ray re-runs the
         # constructor when it restarts a crashed actor; such an actor must not answer rounds
-        # with unscaled shards before the executor notices and sets it up again.
+        # before the executor notices and sets it up again.
         self._adopted = False
 
-    def ready(self) -> int:
+    def ready(self, specs: list) -> int:
+        """Build the shards from their recipes, inside the actor."""
+        self._host = ClientHost(specs, *self._args)
         self._adopted = True
         return os.getpid()
 
-    def adopt(self, scaler: tuple | None = None) -> int:
-        """Set up a restarted incarnation once: apply the scaler, then answer rounds again.
-        Idempotent, so the executor may repeat it while the actor is still restarting."""
+    def adopt(self, scaler: tuple | None = None, specs: list | None = None) -> int:
+        """Set up a restarted incarnation once: rebuild the shards from their recipes, apply the
+        scaler, then answer rounds again. Idempotent, so the executor may repeat it while the
+        actor is still restarting."""
         if not self._adopted:
+            if self._host is None:
+                self._host = ClientHost(specs, *self._args)
             if scaler is not None:
                 self._host.apply_scaler(*scaler)
             self._adopted = True
         return os.getpid()
+
+    @property
+    def host(self) -> ClientHost:
+        if self._host is None:
+            raise RuntimeError("this client actor was restarted and is not set up again yet")
+        return self._host
 
     def incarnation(self) -> tuple[int, bool]:
         """(process id, whether the executor has set this incarnation up); does not set it up."""
@@ -45,21 +60,21 @@ class ClientActor:
         return ray.get_runtime_context().get_node_id()
 
     def describe(self, private: bool = False) -> list[dict[str, Any]]:
-        return self._host.describe(private)
+        return self.host.describe(private)
 
     def apply_scaler(self, shift, scale) -> int:
-        return self._host.apply_scaler(shift, scale)
+        return self.host.apply_scaler(shift, scale)
 
     def run(self, round_: int, tasks: list, *shared: Any) -> list | str:
         if not self._adopted:
             return "restarted"
-        return pack_outcomes(self._host.run(round_, tasks, *shared))
+        return pack_outcomes(self.host.run(round_, tasks, *shared))
 
     def get_state(self, client_ids: list[int]) -> dict:
-        return self._host.get_state(client_ids)
+        return self.host.get_state(client_ids)
 
     def set_state(self, states: dict) -> None:
-        self._host.set_state(states)
+        self.host.set_state(states)
 
     def gather_data(self, labels: bool = True) -> list:
-        return self._host.gather_data(labels)
+        return self.host.gather_data(labels)

@@ -309,14 +309,17 @@ class RayExecutor(Executor):
         self.actor_cpus = actor_cpus
         self.actors = []
         self.owner: dict[int, int] = {}
+        self._recipes: list[Any] = []  # per actor: its clients' recipes in the object store
         t0 = time.perf_counter()
         batch = max(1, int(runtime.actor_batch))
         for start in range(0, len(chunks), batch):
             group = chunks[start : start + batch]
-            new = [ClientActor.options(**options).remote(chunk, seed, supervised, tuple(sample_shape)) for chunk in group]
+            new = [ClientActor.options(**options).remote(seed, supervised, tuple(sample_shape)) for _ in group]
+            recipes = [ray.put(chunk) for chunk in group]  # kept: a restarted actor gets them again
+            self._recipes.extend(recipes)
             # Wait for the batch to be created before asking for more (bounded start-up pressure).
             try:
-                ray.get([a.ready.remote() for a in new], timeout=runtime.startup_timeout)
+                ray.get([a.ready.remote(r) for a, r in zip(new, recipes)], timeout=runtime.startup_timeout)
             except ray.exceptions.GetTimeoutError:
                 raise RoundFailedError(
                     f"client actors could not be placed within runtime.startup_timeout={runtime.startup_timeout} s "
@@ -342,7 +345,7 @@ class RayExecutor(Executor):
     def _get(self, refs: list[Any], what: str, timeout: float | None = None) -> list[Any]:
         """``ray.get`` under a deadline (``runtime.call_timeout``); a stuck or dead actor is one line."""
         import ray
-        from ray.exceptions import GetTimeoutError, RayActorError
+        from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
         limit = self.call_timeout if timeout is None else timeout
         try:
@@ -350,9 +353,9 @@ class RayExecutor(Executor):
         except GetTimeoutError:
             raise RoundFailedError(f"{what}: client actors did not answer within runtime.call_timeout={limit:g} s "
                                    "(a stopped or overloaded node?)") from None
-        except RayActorError as exc:
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise RoundFailedError(f"{what}: a client actor died ({type(exc).__name__}: {first[:200]})") from None
+        except (RayActorError, RayTaskError) as exc:
+            first = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+            raise RoundFailedError(f"{what}: a client actor failed ({type(exc).__name__}: {first[:200]})") from None
 
     def _call_all(self, method: str, *args: Any) -> list[Any]:
         return self._get([getattr(a, method).remote(*args) for a in self.actors], method)
@@ -453,7 +456,7 @@ class RayExecutor(Executor):
         deadline = time.monotonic() + timeout
         pending = list(idxs)
         while pending:
-            refs = {a: self.actors[a].adopt.remote(self._scaler) for a in pending}
+            refs = {a: self.actors[a].adopt.remote(self._scaler, self._recipes[a]) for a in pending}
             pending = []
             for a, ref in refs.items():
                 try:
@@ -504,6 +507,7 @@ class RayExecutor(Executor):
                 pass
         self.actors = []
         self.specs = []
+        self._recipes = []
 
 
 def check_feasible(options: dict[str, Any], n_actors: int) -> None:
