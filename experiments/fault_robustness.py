@@ -20,7 +20,6 @@ import logging
 import time
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 import fedray

@@ -22,6 +22,9 @@ from fedray.sizes import nbytes_of
 
 log = logging.getLogger(__name__)
 
+#: Added to the error of a late client whose actor was still busy with an earlier late task.
+SPILLOVER = " (its actor was still busy with an earlier round's late task: spill-over)"
+
 
 class Server:
     """Runs an algorithm's rounds on an executor.
@@ -149,7 +152,7 @@ class Server:
                                   "error": err.splitlines()[-1] if err else ""})
         spill = set(res.spillover)
         for cid in res.late:
-            why = (" (its actor was still busy with an earlier round's late task: spill-over)" if cid in spill else "")
+            why = SPILLOVER if cid in spill else ""
             self.failures.append({"round": self.round, "attempt": attempt, "client_id": cid, "kind": "late",
                                   "error": f"no answer within runtime.round_timeout={self.round_timeout}{why}"})
         if res.failed:
@@ -192,8 +195,7 @@ class Server:
                 spill = set(res.spillover)
                 for cid in missing:
                     late = ("no answer within runtime.round_timeout" +
-                            (" (its actor was still busy with an earlier round's late task: spill-over)"
-                             if cid in spill else ""))
+                            (SPILLOVER if cid in spill else ""))
                     err = res.errors.get(cid, late).strip()
                     self.failures.append({"round": -1 - len(stages), "attempt": attempt, "client_id": cid,
                                           "kind": "late" if cid in res.late else "failed",

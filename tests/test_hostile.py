@@ -2,7 +2,6 @@
 reproduced defect; the test fails on the code that had it."""
 from __future__ import annotations
 
-import os
 import pickle
 import subprocess
 import sys

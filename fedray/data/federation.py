@@ -219,8 +219,6 @@ def _table_by_column(path: str, kind: str, data: Any) -> Federation:
 
 def table_schema(path: str, kind: str) -> tuple[list[str], Any]:
     """Column names and pandas dtypes of a table without reading its rows (CSV: from the first rows)."""
-    import pandas as pd
-
     p = Path(path).expanduser()
     if not p.exists():
         raise DataError(f"data.dataset: file {str(p)!r} does not exist")
