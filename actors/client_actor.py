@@ -17,11 +17,11 @@ class ClientActor:
     never holds the federation's rows.
     """
 
-    def __init__(self, seed: int, supervised: bool, sample_shape: tuple[int, ...]) -> None:
+    def __init__(self, seed: int, supervised: bool, sample_shape: tuple[int, ...], batched: bool = True) -> None:
         # The recipes arrive with :meth:`ready` (and again with :meth:`adopt` after a restart), not
         # as constructor arguments: Ray keeps a restartable actor's constructor arguments, and
         # warns when they live in the object store, as a large federation's recipes would.
-        self._args = (seed, supervised, sample_shape)
+        self._args = (seed, supervised, sample_shape, batched)
         self._host: ClientHost | None = None  # private: shards and client state
         # False until the executor has set this incarnation up (recipes + scaler). Ray re-runs the
         # constructor when it restarts a crashed actor; such an actor must not answer rounds

@@ -17,7 +17,7 @@ import numpy as np
 from pydantic import Field
 
 from fedray.centers import CenterAlgorithm, CenterParams
-from fedray.algorithm import Reply, RoundContext, Task, register
+from fedray.algorithm import Reply, RoundContext, Task, batched, register
 from fedray.ops import assign, cluster_sums, warn_empty
 from fedray.stats import Stats, total
 
@@ -26,13 +26,30 @@ class KMeansParams(CenterParams):
     tol: float = Field(default=1e-6, gt=0, description="stop when ||C_t - C_{t-1}||_F <= tol")
 
 
+def lloyd_stats_many(payloads: list[Any], centers: np.ndarray, batch: Any) -> list[Stats]:
+    """:func:`lloyd_stats` for all of a host's clients in one pass over their rows.
+
+    Assignment is row by row, and every per-client sum is a ``bincount`` over the client's
+    rows in order, as in :func:`lloyd_stats`: the bits are the same.
+    """
+    n, k = len(batch), centers.shape[0]
+    labels, d2 = assign(batch.X, centers)
+    cell = batch.owner * k + labels  # (client, cluster) of every row
+    sums = cluster_sums(batch.X, cell, n * k).reshape(n, k, -1)
+    counts = np.bincount(cell, minlength=n * k).astype(float).reshape(n, k)
+    sse = np.bincount(batch.owner, weights=d2, minlength=n)
+    return [Stats(sums=sums[i], counts=counts[i], sse=sse[i:i + 1].reshape(())) for i in range(n)]
+
+
+@batched(lloyd_stats_many)
 def lloyd_stats(payload: Any, centers: np.ndarray, client: Any) -> Stats:
     """Per-cluster sums (k, d), counts (k,) and the sum of squared distances for ``centers``."""
     X = client.data.X
     labels, d2 = assign(X, centers)
     k = centers.shape[0]
+    # The sum of squares is a bincount (a plain sum in row order) like the batched form's.
     return Stats(sums=cluster_sums(X, labels, k), counts=np.bincount(labels, minlength=k).astype(float),
-                 sse=np.array(d2.sum()))
+                 sse=np.bincount(np.zeros(len(d2), dtype=np.intp), weights=d2, minlength=1).reshape(()))
 
 
 @register

@@ -14,7 +14,7 @@ import logging
 from typing import Any
 
 from fedray.algorithm import (Algorithm, FederationInfo, Params, Reply, RoundContext, Task, available_algorithms,
-                              register)
+                              batched, register)
 from fedray.centers import CenterAlgorithm, CenterParams
 from fedray.config import ExperimentConfig, make_config
 from fedray.errors import ConfigError, DataError, EmptyClusterWarning, FedrayError, FedrayWarning, RoundFailedError
@@ -51,5 +51,5 @@ __all__ = [
     "Algorithm", "ArrayData", "CenterAlgorithm", "CenterParams", "ConfigError", "DataError", "EmptyClusterWarning",
     "ExperimentConfig", "FederationInfo", "FedrayError", "FedrayWarning", "Params", "Reply", "Result",
     "RoundContext", "RoundFailedError", "Session", "Stats", "SupervisedAlgorithm", "SupervisedParams", "Task",
-    "available_algorithms", "from_arrays", "make_config", "register", "run", "total",
+    "available_algorithms", "batched", "from_arrays", "make_config", "register", "run", "total",
 ]

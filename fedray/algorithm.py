@@ -56,6 +56,39 @@ class Task:
         return f"{self.fn.__module__}:{self.fn.__qualname__}"
 
 
+def batched(many: Callable[[list[Any], Any, Any], list[Any]]) -> Callable[[ClientFn], ClientFn]:
+    """Give a client function a batched form, run once for all of a host's clients in a round.
+
+    ``many(payloads, shared, batch) -> list of updates`` receives the payloads of the
+    clients of one host that run this function with the same ``shared`` object, in
+    client-id order, and a :class:`~fedray.client.ClientBatch` (their rows as one
+    contiguous array with offsets, and each client's view for ``state`` and ``rng``).
+    It returns one update per client, in that order, equal to what the plain function
+    returns for each client alone (bit for bit, or the runtime is not reproducible).
+    The plain function stays the reference: hosts fall back to it when the batched
+    form raises, when a task is wrapped (faults, privacy) and when
+    ``runtime.batched`` is false::
+
+        def _lloyd_many(payloads, centers, batch): ...
+
+        @batched(_lloyd_many)
+        def lloyd_stats(payload, centers, client): ...
+    """
+    if not callable(many):
+        raise TypeError(f"batched: expected a function, got {many!r}")
+
+    def attach(fn: ClientFn) -> ClientFn:
+        fn.__fedray_batched__ = many  # type: ignore[attr-defined]
+        return fn
+
+    return attach
+
+
+def batched_form(fn: ClientFn) -> Callable[[list[Any], Any, Any], list[Any]] | None:
+    """The batched form declared with :func:`batched`, or None."""
+    return getattr(fn, "__fedray_batched__", None)
+
+
 @dataclass(frozen=True)
 class Reply:
     """A client's answer to a task."""

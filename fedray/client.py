@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from fedray.algorithm import Task
+from fedray.algorithm import Task, batched_form
 from fedray.data.federation import ClientSpec, materialize_many
 from fedray.errors import DataError, FedrayError
 from fedray.seeding import client_rng
@@ -149,6 +149,41 @@ def unpack_outcomes(batch: list[Outcome] | PackedOutcomes) -> list[Outcome]:
     return batch.unpack() if isinstance(batch, PackedOutcomes) else batch
 
 
+class ClientBatch:
+    """The clients of one host that run a batched client function together (client-id order).
+
+    Attributes
+    ----------
+    ids : ndarray of int, shape (n_clients,)
+    clients : list
+        Each client as the plain function would see it (``state``, ``rng``, ``round``, ``data``).
+    X : ndarray, shape (n_rows, ...)
+        The clients' rows, one after another: client ``i`` has ``X[offsets[i]:offsets[i + 1]]``.
+        A view of the host's block when the clients are consecutive there; read-only by contract.
+    offsets : ndarray of int, shape (n_clients + 1,)
+    labels : ndarray or None
+        The rows' labels, where the task may read them (evaluation or supervised tasks).
+    """
+
+    __slots__ = ("ids", "clients", "X", "offsets", "labels")
+
+    def __init__(self, ids: np.ndarray, clients: list[Any], X: np.ndarray, offsets: np.ndarray,
+                 labels: np.ndarray | None) -> None:
+        self.ids, self.clients, self.X, self.offsets, self.labels = ids, clients, X, offsets, labels
+
+    def __len__(self) -> int:
+        return len(self.clients)
+
+    @property
+    def sizes(self) -> np.ndarray:
+        return np.diff(self.offsets)
+
+    @property
+    def owner(self) -> np.ndarray:
+        """For each row of ``X``, the position (0..n_clients-1) of its client."""
+        return np.repeat(np.arange(len(self.clients)), self.sizes)
+
+
 class ClientHost:
     """Holds clients; runs tasks on them in client-id order.
 
@@ -161,8 +196,10 @@ class ClientHost:
     sample_shape : tuple of int
     """
 
-    def __init__(self, specs: list[ClientSpec], seed: int, supervised: bool, sample_shape: tuple[int, ...]) -> None:
+    def __init__(self, specs: list[ClientSpec], seed: int, supervised: bool, sample_shape: tuple[int, ...],
+                 batched: bool = True) -> None:
         self.seed = int(seed)
+        self.batched = bool(batched)  # run batched client functions (fedray.algorithm.batched) in one call
         self.clients: dict[int, Client] = {}
         self.build_errors: dict[int, str] = {}  # client id -> why its shard could not be built
         for spec, built in zip(specs, materialize_many(specs)):
@@ -177,6 +214,29 @@ class ClientHost:
                 X = np.ascontiguousarray(X, dtype=np.float64)
             self.clients[spec.client_id] = Client(spec, X, y, seed, supervised, tuple(sample_shape))
             self.clients[spec.client_id].state["_feature_names"] = names
+        self._make_block()
+
+    def _make_block(self) -> None:
+        """Keep the shards as one contiguous array (client-id order); each client's ``X`` is a view of it."""
+        ok = [self.clients[cid] for cid in sorted(self.clients) if cid not in self.build_errors]
+        self._block: np.ndarray | None = None
+        self._block_y: np.ndarray | None = None
+        self._offset: dict[int, tuple[int, int]] = {}  # client id -> (position in ok, first row)
+        if not ok or len({c._X.shape[1:] for c in ok}) != 1:
+            return
+        sizes = np.array([c._X.shape[0] for c in ok], dtype=np.int64)
+        offsets = np.concatenate([[0], np.cumsum(sizes)])
+        # Always a copy: the scaler works in place, and a shard may be the user's array or read-only.
+        block = np.concatenate([c._X for c in ok]) if len(ok) > 1 else np.array(ok[0]._X, copy=True)
+        labelled = all(c._y is not None for c in ok)
+        block_y = (np.concatenate([np.asarray(c._y) for c in ok]) if len(ok) > 1 else np.asarray(ok[0]._y)) \
+            if labelled else None
+        for i, c in enumerate(ok):
+            c._X = block[offsets[i]:offsets[i + 1]]
+            if block_y is not None:
+                c._y = block_y[offsets[i]:offsets[i + 1]]
+            self._offset[c.id] = (i, int(offsets[i]))
+        self._block, self._block_y, self._offsets = block, block_y, offsets
 
     # --- set-up ---------------------------------------------------------
     def describe(self, private: bool = False) -> list[dict[str, Any]]:
@@ -199,13 +259,81 @@ class ClientHost:
 
     def apply_scaler(self, shift: np.ndarray, scale: np.ndarray) -> int:
         """Transform every shard to (X - shift) / scale."""
-        for c in self.clients.values():
-            c._X = (c._X - shift) / scale
+        if self._block is not None:
+            self._block -= shift
+            self._block /= scale
+        for cid, c in self.clients.items():
+            if cid not in self._offset:
+                c._X = (c._X - shift) / scale
         return len(self.clients)
 
     # --- rounds ---------------------------------------------------------
     def run(self, round_: int, tasks: list[tuple[int, Task, int]], *shared: Any) -> list[Outcome]:
-        """Run ``tasks`` = [(client_id, task, shared_index)] and return their outcomes."""
+        """Run ``tasks`` = [(client_id, task, shared_index)] and return their outcomes (client-id order).
+
+        Tasks whose function has a batched form (:func:`fedray.algorithm.batched`) and share one
+        ``shared`` object run in one call; the rest, and every batch whose batched form raises,
+        run client by client.
+        """
+        if not self.batched:
+            return self._run_each(round_, tasks, shared)
+        groups: dict[tuple[Any, int, bool], list[tuple[int, Task, int]]] = {}
+        single: list[tuple[int, Task, int]] = []
+        for item in tasks:
+            cid, task, sidx = item
+            many = batched_form(task.fn)
+            if many is None or cid not in self._offset:
+                single.append(item)
+            else:
+                groups.setdefault((task.fn, sidx, task.evaluation), []).append(item)
+        out = self._run_each(round_, single, shared)
+        for (fn, sidx, evaluation), items in groups.items():
+            if len(items) < 2:
+                out += self._run_each(round_, items, shared)
+            else:
+                out += self._run_batch(round_, batched_form(fn), items, sidx, evaluation, shared)
+        return sorted(out, key=lambda o: o.client_id) if groups else out
+
+    def _batch(self, round_: int, ids: list[int], evaluation: bool) -> ClientBatch:
+        clients = []
+        for cid in ids:
+            c = self.clients[cid]
+            c.round = round_
+            c._rng = None
+            clients.append(c if (evaluation or c._supervised) else _TrainingView(c))
+        pos = [self._offset[cid][0] for cid in ids]
+        offs = self._offsets
+        if pos[-1] - pos[0] == len(pos) - 1:  # consecutive in the block: a view
+            lo, hi = int(offs[pos[0]]), int(offs[pos[-1] + 1])
+            X = self._block[lo:hi]
+            y = self._block_y[lo:hi] if self._block_y is not None else None
+            offsets = offs[pos[0]:pos[-1] + 2] - lo
+        else:
+            p = np.asarray(pos)
+            sizes = offs[p + 1] - offs[p]
+            offsets = np.concatenate([[0], np.cumsum(sizes)])
+            X = np.concatenate([self._block[offs[i]:offs[i + 1]] for i in pos])
+            y = (np.concatenate([self._block_y[offs[i]:offs[i + 1]] for i in pos])
+                 if self._block_y is not None else None)
+        see_labels = evaluation or (bool(clients) and self.clients[ids[0]]._supervised)
+        return ClientBatch(np.asarray(ids), clients, X, offsets, y if see_labels else None)
+
+    def _run_batch(self, round_: int, many: Any, items: list[tuple[int, Task, int]], sidx: int, evaluation: bool,
+                   shared: tuple[Any, ...]) -> list[Outcome]:
+        ids = [cid for cid, _, _ in items]
+        batch = self._batch(round_, ids, evaluation)
+        t0 = time.perf_counter()
+        try:
+            updates = many([t.payload for _, t, _ in items], shared[sidx] if sidx >= 0 else None, batch)
+            if len(updates) != len(ids):
+                raise ValueError(f"batched client function returned {len(updates)} updates for {len(ids)} clients")
+        except Exception:  # noqa: BLE001 - the plain function, client by client, reports who failed and why
+            log.debug("batched client function failed; running its clients one by one:\n%s", traceback.format_exc())
+            return self._run_each(round_, items, shared)
+        each = (time.perf_counter() - t0) / len(ids)
+        return [Outcome(cid, u, each, nbytes_of(u)) for cid, u in zip(ids, updates)]
+
+    def _run_each(self, round_: int, tasks: list[tuple[int, Task, int]], shared: tuple[Any, ...]) -> list[Outcome]:
         out = []
         for cid, task, sidx in tasks:
             client = self.clients[cid]

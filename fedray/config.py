@@ -98,6 +98,8 @@ class RuntimeConfig(_Section):
     stall_warning: float = Field(default=10.0, gt=1, description="without round_timeout, warn when a round waits "
                                  "this many times the median round time (at least 60 s)")
     progress: bool | None = None
+    batched: bool = Field(default=True, description="run client functions that have a batched form once per host "
+                          "for all its clients (false: client by client, to check the batched form)")
     # Code shipping (fedray.shipping): what reaches Ray workers through runtime_env.
     ship_code: Literal["auto", "always", "never"] = "auto"
     runtime_env: dict[str, Any] = Field(default_factory=dict, description="Ray runtime_env, merged with fedray's")

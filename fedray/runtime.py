@@ -164,8 +164,9 @@ class LocalExecutor(Executor):
     backend = "local"
 
     def __init__(self, specs: list[ClientSpec], seed: int, supervised: bool, sample_shape: tuple[int, ...],
-                 **_: Any) -> None:
-        self.host = ClientHost(specs, seed, supervised, sample_shape)
+                 runtime: Any = None, **_: Any) -> None:
+        self.host = ClientHost(specs, seed, supervised, sample_shape,
+                               batched=True if runtime is None else runtime.batched)
         self.n_actors = 0
 
     def describe(self, private: bool = False) -> list[dict[str, Any]]:
@@ -314,7 +315,8 @@ class RayExecutor(Executor):
         batch = max(1, int(runtime.actor_batch))
         for start in range(0, len(chunks), batch):
             group = chunks[start : start + batch]
-            new = [ClientActor.options(**options).remote(seed, supervised, tuple(sample_shape)) for _ in group]
+            new = [ClientActor.options(**options).remote(seed, supervised, tuple(sample_shape),
+                                                                 runtime.batched) for _ in group]
             recipes = [ray.put(chunk) for chunk in group]  # kept: a restarted actor gets them again
             self._recipes.extend(recipes)
             # Wait for the batch to be created before asking for more (bounded start-up pressure).
@@ -527,7 +529,7 @@ def make_executor(backend: str, specs: list[ClientSpec], seed: int, supervised: 
                   sample_shape: tuple[int, ...], runtime: Any, runtime_env: dict[str, Any] | None = None) -> Executor:
     """Build the executor for ``backend`` (shards are built where the clients live)."""
     if backend == "local":
-        return LocalExecutor(specs, seed, supervised, sample_shape)
+        return LocalExecutor(specs, seed, supervised, sample_shape, runtime=runtime)
     if backend == "ray":
         return RayExecutor(specs, seed, supervised, sample_shape, runtime=runtime, runtime_env=runtime_env)
     raise ConfigError(f"runtime.backend: must be 'local' or 'ray'; got {backend!r}")
