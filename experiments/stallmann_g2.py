@@ -127,14 +127,27 @@ def markdown(df: pd.DataFrame, clients: list[int], algorithms: tuple[str, ...], 
         cells = [f"{correct_rate(cen):.1f}% ({PAPER_TABLE3['central']}%)" if alg == algorithms[0] else ""]
         for P in clients:
             d = df[(df["method"] == alg) & (df["P"] == P)]
-            cells.append(f"{correct_rate(d):.1f}% ({PAPER_TABLE3.get((alg, P), '—')}%)")
+            cells.append(f"{correct_rate(d):.1f}% ({PAPER_TABLE3.get((alg, P), '—')}%)" if len(d) else "—")
         lines.append(f"| {alg} | " + " | ".join(cells) + " |")
     lines.append("")
-    lines.append("Without the 1.3 filter: central " + f"{correct_rate(cen, False):.1f}%; " + "; ".join(
-        f"{alg} P={P} {correct_rate(df[(df['method'] == alg) & (df['P'] == P)], False):.1f}%"
-        for alg in algorithms for P in clients) + ". Share of runs kept by the filter: " + "; ".join(
-        f"{m} {100 * (df[df['method'] == m]['db_k2'] < THRESHOLD).mean():.0f}%" for m in ("central", *algorithms)) + ".")
+    fed = [a for a in algorithms if a != "central"]
+    lines.append("Without the 1.3 filter: central " + f"{correct_rate(cen, False):.1f}%" + "".join(
+        f"; {alg} P={P} {correct_rate(df[(df['method'] == alg) & (df['P'] == P)], False):.1f}%"
+        for alg in fed for P in clients) + ". Share of runs kept by the filter: " + "; ".join(
+        f"{m} {100 * (df[df['method'] == m]['db_k2'] < THRESHOLD).mean():.0f}%" for m in ("central", *fed)) + ".")
     lines.append("")
+    cols = [("central", 0)] + [(a, P) for a in algorithms if a != "central" for P in clients]
+    for by, label in (("spread", "S"), ("dim", "D")):
+        lines.append(f"Correct-K share per {'spread' if by == 'spread' else 'dimension'} {label} (all runs):\n")
+        lines.append(f"| {label} | " + " | ".join("central" if m == "central" else f"{m} P={P}" for m, P in cols) + " |")
+        lines.append("|---|" + "---|" * len(cols))
+        for v in sorted(df[by].unique()):
+            cells = []
+            for m, P in cols:
+                d = df[(df[by] == v) & (df["method"] == m) & ((df["P"] == P) | (m == "central"))]
+                cells.append(f"{(d['chosen_k'] == 2).mean():.2f}" if len(d) else "—")
+            lines.append(f"| {int(v)} | " + " | ".join(cells) + " |")
+        lines.append("")
     for key, title, paper in (("db_k2", "Table 4 — fuzzy DB at K = 2, k-means averaging", PAPER_DB_K2),
                               ("gap_k2", "Table 6 — knowledge gap at K = 2, k-means averaging", PAPER_GAP_K2)):
         lines.append(f"#### {title}; ours (paper)\n")
