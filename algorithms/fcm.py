@@ -10,6 +10,12 @@ keeps its centre). It stops when the Frobenius norm of the centre change is
 below ``tol`` (paper: 0.005) or after ``max_rounds`` (paper: 30). With every
 client taking part this is exactly central FCM on the union of the shards.
 
+Clients send only U_c and WS_c, as in Algorithm 2 of the paper; with
+``objective=True`` they add their share of the objective J_m = sum u^m ||x - v||^2
+(one number, for the ``objective`` column of the round history and the
+convergence plot). The final metrics compute the objective in the evaluation
+pass either way.
+
 The privacy guard of the paper (a client sends its sums only if
 N_m > C (F + 1) / F) is ``min_sample_guard``.
 """
@@ -30,12 +36,15 @@ from fedray.stats import Stats, total
 class FCMParams(CenterParams):
     m: float = Field(default=2.0, gt=1.0, description="fuzzifier lambda (> 1)")
     tol: float = Field(default=0.005, gt=0, description="epsilon on ||V_t - V_{t-1}||_F")
-    max_rounds: int = Field(default=30, ge=1)
-    min_sample_guard: bool = False
+    max_rounds: int = Field(default=30, ge=1, description="most training rounds (paper: 30)")
+    min_sample_guard: bool = Field(default=False, description="a client sends only if N_m > C (F + 1) / F "
+                                   "(Section 4.2 of the paper)")
+    objective: bool = Field(default=False, description="clients also send their share of the objective sum u^m d^2 "
+                            "each round (not in the paper, which sends only U_c and WS_c)")
 
 
 def fcm_stats(payload: dict, centers: np.ndarray, client: Any) -> Stats | None:
-    """U_c = sum u^m (k,), WS_c = sum u^m x (k, d) and the objective sum u^m d^2."""
+    """U_c = sum u^m (k,), WS_c = sum u^m x (k, d) and, if ``payload["objective"]``, sum u^m d^2."""
     X = client.data.X
     k = centers.shape[0]
     if payload.get("guard"):
@@ -44,6 +53,8 @@ def fcm_stats(payload: dict, centers: np.ndarray, client: Any) -> Stats | None:
             return None
     U = fcm_memberships(X, centers, payload["m"])
     W = U ** payload["m"]
+    if not payload.get("objective"):
+        return Stats(u=W.sum(axis=0), ws=weighted_sums(X, W))
     return Stats(u=W.sum(axis=0), ws=weighted_sums(X, W), obj=np.array(np.sum(W * sq_distances(X, centers))))
 
 
@@ -57,7 +68,8 @@ class FederatedFCM(CenterAlgorithm):
     description = "federated fuzzy c-means: sums of u^m x and u^m per cluster (Corcuera Barcena et al. 2021)"
 
     def round_task(self) -> Task:
-        return Task(fcm_stats, {"m": self.params.m, "guard": self.params.min_sample_guard}, self.centers)
+        p = self.params
+        return Task(fcm_stats, {"m": p.m, "guard": p.min_sample_guard, "objective": p.objective}, self.centers)
 
     def update(self, ctx: RoundContext, replies: list[Reply]) -> dict[str, float]:
         sent = [r.update for r in replies if r.update is not None]
@@ -72,7 +84,10 @@ class FederatedFCM(CenterAlgorithm):
         self.centers = new
         self.rounds_done += 1
         self.converged = shift < self.params.tol and bool(nz.any())  # no update is no convergence (DP noise)
-        return {"center_shift": shift, "objective": float(t["obj"]), "withheld": float(len(replies) - len(sent))}
+        row = {"center_shift": shift, "withheld": float(len(replies) - len(sent))}
+        if "obj" in t:
+            row["objective"] = float(t["obj"])
+        return row
 
     @staticmethod
     def central(X: np.ndarray, C0: np.ndarray, params: FCMParams, rounds: int) -> np.ndarray:

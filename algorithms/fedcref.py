@@ -20,8 +20,9 @@ A state machine on the shared round loop (Algorithm 1 of the paper):
               communities and isolated clusters change by <= ``stop_tol`` over
               ``stop_window`` iterations, or after ``max_iterations``.
 
-One iteration takes ``4 + fed_rounds`` server rounds: set ``federation.rounds``
-high enough (e.g. 400). The rules are in :mod:`fedray.algorithms.fedcref_rules`,
+One iteration takes at most ``4 + fed_rounds`` server rounds; the round budget
+(:meth:`FedCRef.round_budget`, ``1 + max_iterations * (4 + fed_rounds)``) sizes
+the round cap unless ``federation.rounds`` is set. The rules are in :mod:`fedray.algorithms.fedcref_rules`,
 the client functions in :mod:`fedray.algorithms.fedcref_client`.
 """
 from __future__ import annotations
@@ -125,6 +126,12 @@ class FedCRef(Algorithm):
             raise ConfigError(f"algorithm.params: init={p.init!r}, local_k={p.local_k!r}, association="
                               f"{p.association!r} need labels; the data set has none (use init='kmeans' or 'dec' "
                               "with local_k='silhouette' or a number)")
+
+    def round_budget(self) -> int | None:
+        """The init round plus ``max_iterations`` iterations of train, evaluate, exchange,
+        ``fed_rounds`` federation rounds and refine (phases without work are skipped)."""
+        p = self.params
+        return 1 + p.max_iterations * (4 + p.fed_rounds)
 
     # --- phases ---------------------------------------------------------------
     def _payload(self) -> dict[str, Any]:
@@ -306,7 +313,8 @@ class FedCRef(Algorithm):
             warnings.append("fedcref formed no community: no cluster was associated with another client's, so "
                             "nothing was federated")
         for w in warnings:
-            log.warning(w)
+            if out["stop_reason"] != "round cap" or "federation.rounds" not in w:
+                log.warning(w)  # the round loop has already warned about the cap, in one line
         out["warnings"] = warnings
         held = self.info.extras.get("client_classes")
         out["true_categories"] = len(set().union(*map(set, held))) if held else int(self.info.n_classes or 0)

@@ -16,9 +16,11 @@ summed statistics Λ^(i) and Λ^(i)·Γ^(i). The server forms the count-weighted
 
 With ``momentum`` μ > 0 (the authors' code uses 0.5) the step is
 v_t = μ v_{t-1} + (1 − μ) α (Γ*_t − Γ_{t-1}), Γ_t = Γ_{t-1} + v_t.
-A cluster that held less than ``reassign_min`` (1 %) of the round's points for
-``reassign_after`` (20) consecutive rounds is re-initialised uniformly in the
-federated bounding box (from the server's seeded stream). A cluster that no
+A cluster that held less than ``reassign_min`` (1 %) of all points, 0.01 · Σ_i |P_i|
+over every client (the paper's rule; ``reassign_of="round"``: of the points the
+round's sampled clients hold), for ``reassign_after`` (20) consecutive rounds is
+re-initialised uniformly in the federated bounding box (from the server's seeded
+stream). A cluster that no
 sampled client's points reach in a round keeps its centroid; with non-IID clients
 and partial participation that is the normal case, so it is counted in the
 ``empty_clusters`` metric rather than warned about.
@@ -28,7 +30,7 @@ Lloyd step on the union (the ``kmeans`` algorithm), up to rounding.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import Field
@@ -48,7 +50,10 @@ class FedKMeansParams(CenterParams):
     batch_size: int | None = Field(default=None, ge=1, description="mini-batch size (B); None = full batch")
     momentum: float = Field(default=0.0, ge=0.0, lt=1.0, description="server momentum mu (0 = none)")
     reassign_min: float = Field(default=0.01, ge=0.0, lt=1.0,
-                                description="share of the round's points under which a cluster counts as too small")
+                                description="share of the points under which a cluster counts as too small")
+    reassign_of: Literal["all", "round"] = Field(
+        default="all", description="the points reassign_min is a share of: 'all' of the federation (the paper: "
+        "0.01 * sum_i |P_i|) or those of the round's sampled clients")
     reassign_after: int = Field(default=20, ge=1, description="consecutive small rounds before re-initialisation")
     tol: float = Field(default=0.0, ge=0.0, description="stop when ||Gamma_t - Gamma_{t-1}||_F <= tol (0: run max_rounds)")
     max_rounds: int = Field(default=200, ge=1, description="global rounds (T)")
@@ -131,8 +136,8 @@ class FedKMeans(CenterAlgorithm):
             self._velocity = step
         new = self.centers + step
         # reassignment of clusters that stayed small for `reassign_after` rounds
-        n_round = counts.sum()
-        small = counts < p.reassign_min * n_round
+        n_base = float(self.info.total_samples) if p.reassign_of == "all" else counts.sum()
+        small = counts < p.reassign_min * n_base
         self._small_rounds = np.where(small, self._small_rounds + 1, 0)
         stale = np.flatnonzero(self._small_rounds >= p.reassign_after)
         if stale.size:

@@ -3,7 +3,9 @@
 Every ``g2mg_D_S`` set (2048 points, two Gaussians) is split uniformly at random
 over P ∈ {2, 5, 10} clients; K is chosen over [2, 6] by the minimum of FedFuzzDB
 with FedFCM (k-means averaging) and with the ``fedfcm-avg`` variant, and by the
-fuzzy DB index of central FCM on the union. The correct-K rate counts only runs
+fuzzy DB index of central FCM on the union (best of ``--n-init`` starts, each
+k-means++, Lloyd, then FCM; ``--central-only`` computes just this baseline, the
+same numbers as a full run gives for it). The correct-K rate counts only runs
 whose index at the true K = 2 is below 1.3 (as the paper does); the knowledge gap
 (eq. 19) compares the K = 2 centres with the class means of the reference labels.
 
@@ -11,7 +13,8 @@ Writes to ``--out``: ``g2.parquet`` (one row per set, repeat, method and P),
 ``g2.md`` (Tables 3–7 beside the paper's), ``plots/correct_by_spread.png`` and
 ``plots/correct_by_dim.png``.
 
-    python experiments/stallmann_g2.py --data-dir ../shared/datasets --repeats 3
+    python experiments/stallmann_g2.py --data-dir ../shared/datasets --repeats 10
+    python experiments/stallmann_g2.py --data-dir ../shared/datasets --repeats 10 --central-only
     python experiments/stallmann_g2.py --quick --data-dir ../shared/datasets
 """
 from __future__ import annotations
@@ -26,7 +29,8 @@ import pandas as pd
 
 from fedray.data import load_dataset
 from fedray.data.scenarios import g2_config
-from fedray.kselect import select_k
+from fedray.kselect import central_curve, choose_k, select_k
+from fedray.session import Session
 from fedray.validation import knowledge_gap
 
 log = logging.getLogger("stallmann_g2")
@@ -49,36 +53,46 @@ def _reference(dim: int, spread: int, data_dir: str) -> tuple[np.ndarray, np.nda
 
 
 def run_set(data_dir: str | None, dim: int, spread: int, clients: list[int], repeats: int,
-            algorithms: tuple[str, ...], max_rounds: int = 50) -> list[dict]:
+            algorithms: tuple[str, ...], max_rounds: int = 50, n_init: int = 10, central_only: bool = False,
+            first_repeat: int = 0) -> list[dict]:
     """Every repeat, client count and method on one ``g2mg_{dim}_{spread}`` set."""
     ref, var = _reference(dim, spread, data_dir)
     rows = []
     t0 = time.perf_counter()
-    for rep in range(repeats):
-        first = True
-        for P in clients:
-            for alg in algorithms:
-                sel = select_k(g2_config(dim, spread, P, seed=rep, data_dir=data_dir, algorithm=alg,
-                                         params={"max_rounds": max_rounds}),
-                               k_min=2, k_max=6, local=False, central=first)
-                curves = [("central", 0, "central", sel.central_centers)] if first else []
-                curves.append((alg, P, "federated", sel.federated_centers))
-                for method, p, col, centres in curves:
-                    idx = dict(zip(sel.table["k"], sel.table[col]))
-                    rows.append({"dim": dim, "spread": spread, "repeat": rep, "method": method, "P": p,
-                                 "chosen_k": sel.chosen[col], "db_k2": idx[2],
-                                 "gap_k2": knowledge_gap(centres[2], ref, var),
-                                 **{f"db_k{k}": v for k, v in idx.items()}})
-                first = False
+    ks = list(range(2, 7))
+    for rep in range(first_repeat, first_repeat + repeats):
+        curves = []
+        if central_only:  # the union in the order select_k builds it (shards of the first P)
+            with Session(g2_config(dim, spread, clients[0], seed=rep, data_dir=data_dir)) as s:
+                X = np.vstack([part[1] for part in s.executor.gather_data(labels=False)])
+            vals, centres = central_curve(X, ks, True, rep, n_init=n_init)
+            curves.append(("central", 0, dict(zip(ks, vals)), choose_k(ks, vals), centres))
+        else:
+            first = True
+            for P in clients:
+                for alg in algorithms:
+                    sel = select_k(g2_config(dim, spread, P, seed=rep, data_dir=data_dir, algorithm=alg,
+                                             params={"max_rounds": max_rounds}),
+                                   k_min=2, k_max=6, local=False, central=first, n_init=n_init)
+                    for method, p, col, centres in ([("central", 0, "central", sel.central_centers)] if first else []) \
+                            + [(alg, P, "federated", sel.federated_centers)]:
+                        curves.append((method, p, dict(zip(sel.table["k"], sel.table[col])), sel.chosen[col], centres))
+                    first = False
+        for method, p, idx, chosen, centres in curves:
+            rows.append({"dim": dim, "spread": spread, "repeat": rep, "method": method, "P": p, "n_init": n_init,
+                         "chosen_k": chosen, "db_k2": idx[2], "gap_k2": knowledge_gap(centres[2], ref, var),
+                         **{f"db_k{k}": v for k, v in idx.items()}})
     log.info("g2mg_%d_%d: %d repeats in %.1f s", dim, spread, repeats, time.perf_counter() - t0)
     return rows
 
 
 def run(data_dir: str | None, sets: list[tuple[int, int]], clients: list[int], repeats: int,
-        algorithms: tuple[str, ...], max_rounds: int = 50, jobs: int = 1, partial: Path | None = None) -> pd.DataFrame:
+        algorithms: tuple[str, ...], max_rounds: int = 50, jobs: int = 1, partial: Path | None = None,
+        n_init: int = 10, central_only: bool = False, first_repeat: int = 0) -> pd.DataFrame:
     """All sets, ``jobs`` worker processes; the rows so far are saved to ``partial`` after each set."""
     rows: list[dict] = []
-    args = [(data_dir, d, s, clients, repeats, algorithms, max_rounds) for d, s in sets]
+    args = [(data_dir, d, s, clients, repeats, algorithms, max_rounds, n_init, central_only, first_repeat)
+            for d, s in sets]
     if jobs <= 1:
         results = (run_set(*a) for a in args)
     else:
@@ -101,8 +115,11 @@ def correct_rate(df: pd.DataFrame, filtered: bool = True) -> float:
 
 
 def markdown(df: pd.DataFrame, clients: list[int], algorithms: tuple[str, ...], repeats: int) -> str:
+    algorithms = tuple(a for a in algorithms if (df["method"] == a).any()) or ("central",)
+    starts = sorted(df["n_init"].unique().tolist()) if "n_init" in df else ["3 (bare k-means++)"]
     lines = [f"#### Table 3 — correct K (index at K = 2 below {THRESHOLD}); ours (paper), "
-             f"{df[['dim', 'spread']].drop_duplicates().shape[0]} sets × {repeats} repeat(s)\n"]
+             f"{df[['dim', 'spread']].drop_duplicates().shape[0]} sets × {repeats} repeat(s); central FCM: best of "
+             f"{', '.join(str(n) for n in starts)} starts per K\n"]
     lines.append("| method | central | " + " | ".join(f"{P} clients" for P in clients) + " |")
     lines.append("|---|---|" + "---|" * len(clients))
     cen = df[df["method"] == "central"]
@@ -110,14 +127,27 @@ def markdown(df: pd.DataFrame, clients: list[int], algorithms: tuple[str, ...], 
         cells = [f"{correct_rate(cen):.1f}% ({PAPER_TABLE3['central']}%)" if alg == algorithms[0] else ""]
         for P in clients:
             d = df[(df["method"] == alg) & (df["P"] == P)]
-            cells.append(f"{correct_rate(d):.1f}% ({PAPER_TABLE3.get((alg, P), '—')}%)")
+            cells.append(f"{correct_rate(d):.1f}% ({PAPER_TABLE3.get((alg, P), '—')}%)" if len(d) else "—")
         lines.append(f"| {alg} | " + " | ".join(cells) + " |")
     lines.append("")
-    lines.append("Without the 1.3 filter: central " + f"{correct_rate(cen, False):.1f}%; " + "; ".join(
-        f"{alg} P={P} {correct_rate(df[(df['method'] == alg) & (df['P'] == P)], False):.1f}%"
-        for alg in algorithms for P in clients) + ". Share of runs kept by the filter: " + "; ".join(
-        f"{m} {100 * (df[df['method'] == m]['db_k2'] < THRESHOLD).mean():.0f}%" for m in ("central", *algorithms)) + ".")
+    fed = [a for a in algorithms if a != "central"]
+    lines.append("Without the 1.3 filter: central " + f"{correct_rate(cen, False):.1f}%" + "".join(
+        f"; {alg} P={P} {correct_rate(df[(df['method'] == alg) & (df['P'] == P)], False):.1f}%"
+        for alg in fed for P in clients) + ". Share of runs kept by the filter: " + "; ".join(
+        f"{m} {100 * (df[df['method'] == m]['db_k2'] < THRESHOLD).mean():.0f}%" for m in ("central", *fed)) + ".")
     lines.append("")
+    cols = [("central", 0)] + [(a, P) for a in algorithms if a != "central" for P in clients]
+    for by, label in (("spread", "S"), ("dim", "D")):
+        lines.append(f"Correct-K share per {'spread' if by == 'spread' else 'dimension'} {label} (all runs):\n")
+        lines.append(f"| {label} | " + " | ".join("central" if m == "central" else f"{m} P={P}" for m, P in cols) + " |")
+        lines.append("|---|" + "---|" * len(cols))
+        for v in sorted(df[by].unique()):
+            cells = []
+            for m, P in cols:
+                d = df[(df[by] == v) & (df["method"] == m) & ((df["P"] == P) | (m == "central"))]
+                cells.append(f"{(d['chosen_k'] == 2).mean():.2f}" if len(d) else "—")
+            lines.append(f"| {int(v)} | " + " | ".join(cells) + " |")
+        lines.append("")
     for key, title, paper in (("db_k2", "Table 4 — fuzzy DB at K = 2, k-means averaging", PAPER_DB_K2),
                               ("gap_k2", "Table 6 — knowledge gap at K = 2, k-means averaging", PAPER_GAP_K2)):
         lines.append(f"#### {title}; ours (paper)\n")
@@ -169,8 +199,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="2 sets, 1 repeat, P in {2, 5}, at most 10 rounds")
     ap.add_argument("--out", default="fedray-output/stallmann_g2")
     ap.add_argument("--data-dir", default=None, help="benchmark data folder (default: $FEDRAY_DATA_DIR)")
-    ap.add_argument("--repeats", type=int, default=3, help="repeats per set (the paper: 20)")
+    ap.add_argument("--repeats", type=int, default=10, help="repeats per set (the paper: 20)")
     ap.add_argument("--max-rounds", type=int, default=50, help="cap on FedFCM rounds per K")
+    ap.add_argument("--n-init", type=int, default=10, help="starts of central FCM per K (the best is kept)")
+    ap.add_argument("--central-only", action="store_true", help="only the central baseline (no federated runs)")
+    ap.add_argument("--first-repeat", type=int, default=0, help="seed of the first repeat")
+    ap.add_argument("--spreads", type=int, nargs="+", default=None, help="only these spreads S (full run)")
     ap.add_argument("--dims", type=int, nargs="+", default=None, help="only these dimensions D (full run)")
     ap.add_argument("--jobs", type=int, default=1, help="worker processes (sets run in parallel)")
     ap.add_argument("--tables-from", nargs="+", default=None, metavar="PARQUET",
@@ -184,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
         sets, clients, repeats, max_rounds = [(2, 10), (8, 30)], [2, 5], 1, 10
     else:
         dims = args.dims or (1, 2, 4, 8, 16, 32, 64, 128)
-        sets = [(d, s) for d in dims for s in range(10, 100, 10)]
+        sets = [(d, s) for d in dims for s in (args.spreads or range(10, 100, 10))]
         clients, repeats, max_rounds = [2, 5, 10], args.repeats, args.max_rounds
     algorithms = ("fedfcm", "fedfcm-avg")
     if args.tables_from:
@@ -192,7 +226,8 @@ def main(argv: list[str] | None = None) -> int:
         repeats = int(df["repeat"].nunique())
     else:
         df = run(args.data_dir, sets, clients, repeats, algorithms, max_rounds, jobs=args.jobs,
-                 partial=out / "g2.partial.parquet")
+                 partial=out / "g2.partial.parquet", n_init=args.n_init, central_only=args.central_only,
+                 first_repeat=args.first_repeat)
     df.to_parquet(out / "g2.parquet", index=False)
     md = markdown(df, clients, algorithms, repeats)
     (out / "g2.md").write_text(md)

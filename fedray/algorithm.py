@@ -199,7 +199,8 @@ class Algorithm(abc.ABC):
     ---------------------------------------------
     ``check_config(cfg)`` (before any data) -> ``__init__`` -> ``validate()`` ->
     rounds of ``configure_round(ctx)`` / ``aggregate(ctx, replies)`` until
-    ``configure_round`` returns None (or the round cap) -> evaluation stages
+    ``configure_round`` returns None (or the round cap: ``federation.rounds``, by default
+    :meth:`round_budget`) -> evaluation stages
     ``evaluation_task(stage, previous)`` until it returns None ->
     ``summarize_evaluation(stages)`` -> ``result()``. ``predict``,
     ``predict_proba`` and ``central`` serve :class:`fedray.Result` afterwards.
@@ -253,9 +254,17 @@ class Algorithm(abc.ABC):
     def validate(self) -> None:
         """Check the parameters against the federation (raise :class:`ConfigError`)."""
 
+    #: True for methods that train for ``federation.rounds`` rounds by definition (FedAvg and the
+    #: supervised methods: the paper's N_server): reaching the cap is their planned end
+    #: (``stop_reason`` "rounds done", no warning). Any other algorithm that the cap stops
+    #: warns and records ``stop_reason`` "round cap".
+    trains_for_rounds: ClassVar[bool] = False
+
     def round_budget(self) -> int | None:
         """Most rounds this algorithm asks for by its own parameters (e.g. ``max_rounds`` plus a
-        start-up round), for progress totals; None when only the round cap bounds it."""
+        start-up round), asked once before the first round. It sizes the round cap when
+        ``federation.rounds`` is unset and is the progress total; None when only the round cap
+        bounds it (then the cap is 100 unless set)."""
         return None
 
     def retries_for_missing(self, ctx: RoundContext) -> int:

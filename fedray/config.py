@@ -70,7 +70,9 @@ class DataConfig(_Section):
 class FederationConfig(_Section):
     n_clients: int | None = Field(default=10, ge=1)
     fraction: float = Field(default=1.0, gt=0.0, le=1.0)
-    rounds: int = Field(default=100, ge=1)
+    rounds: int | None = Field(default=None, ge=1, description="most server rounds of a run; unset: the "
+                               "algorithm's own budget (its max_rounds, FedCRef's iterations), else 100. A run "
+                               "that this cap, not the algorithm, ends warns and records stop_reason 'round cap'")
     min_clients: int = Field(default=1, ge=1)
     round_retries: int = Field(default=0, ge=0, description="re-run a round that got fewer than min_clients answers")
 

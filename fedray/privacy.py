@@ -80,7 +80,7 @@ Differential privacy (Gaussian mechanism; Abadi et al. 2016; Mironov 2017)
 Minimum-sample guard (Corcuera Bárcena et al. 2021, Section 4.2)
     A client withholds (replies ``None``) a statistic vector of length L unless
     its N_m F unknowns exceed the L equations: N_m > L / F. For federated FCM,
-    L = C (F + 1) (+1 for the objective), which is the paper's N_m > C (F + 1) / F.
+    L = C (F + 1) (+1 with ``objective=True``), which is the paper's N_m > C (F + 1) / F.
 
 Small-cluster guard (``privacy.min_cluster_count``)
     A per-cluster sum with count 1 is a row (``sums[k] = x`` next to ``counts[k] = 1``:

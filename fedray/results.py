@@ -103,6 +103,7 @@ class Result:
             "backend": cfg.runtime.backend,
             "seed": cfg.seed,
             "rounds": int(len(history)),
+            "round_cap": cfg.federation.rounds,
             "converged": bool(state.get("converged", False)),
             "stop_reason": str(state.get("stop_reason", "")),
             "wall_time_s": float(wall_s),

@@ -22,6 +22,9 @@ from fedray.sizes import nbytes_of
 
 log = logging.getLogger(__name__)
 
+#: The round cap when neither ``federation.rounds`` nor the algorithm's budget sets one.
+DEFAULT_ROUNDS = 100
+
 #: Added to the error of a late client whose actor was still busy with an earlier late task.
 SPILLOVER = " (its actor was still busy with an earlier round's late task: spill-over)"
 
@@ -36,8 +39,9 @@ class Server:
     seed : int
     fraction : float
         Share of clients sampled each round.
-    max_rounds : int
-        Upper bound on rounds, whatever the algorithm says.
+    max_rounds : int or None
+        Upper bound on rounds, whatever the algorithm says (the round cap); None:
+        :func:`round_cap` of the algorithm's :meth:`~fedray.Algorithm.round_budget`.
     min_clients : int
         A round with fewer answers fails.
     round_timeout : float or None
@@ -48,13 +52,14 @@ class Server:
     """
 
     def __init__(self, algorithm: Algorithm, executor: Executor, *, seed: int, fraction: float = 1.0,
-                 max_rounds: int = 100, min_clients: int = 1, round_timeout: float | None = None,
+                 max_rounds: int | None = None, min_clients: int = 1, round_timeout: float | None = None,
                  round_retries: int = 0) -> None:
         self.algorithm = algorithm
         self.executor = executor
         self.seed = int(seed)
         self.fraction = float(fraction)
-        self.max_rounds = int(max_rounds)
+        self.budget = algorithm.round_budget()  # asked once, before the first round
+        self.max_rounds = round_cap(max_rounds, self.budget)
         self.min_clients = int(min_clients)
         self.round_timeout = round_timeout
         self.round_retries = int(round_retries)
@@ -63,17 +68,15 @@ class Server:
         self.failures: list[dict[str, Any]] = []  # one row per client that failed or was late
         self.client_rows: dict[int, dict[str, float]] = {}
         self.finished = False
-        self.stop_reason = ""  # "converged", "algorithm" (its own budget or rule) or "round cap"
+        # "converged", "algorithm" (its own budget or rule), "rounds done" (an algorithm that
+        # trains for federation.rounds reached it) or "round cap" (the cap cut the run short)
+        self.stop_reason = ""
 
     def step(self) -> dict[str, Any] | None:
         """Run one round; returns its history row, or None when the run is over."""
         if self.finished or self.round >= self.max_rounds:
             if not self.finished:
-                self.stop_reason = "round cap"
-            # Algorithms that train for the cap (no budget of their own) end there by design.
-            if not self.finished and self.algorithm.round_budget() is not None:
-                log.warning("%s stopped at the round cap federation.rounds=%d before it finished by its own rule; "
-                            "raise federation.rounds to let it finish", self.algorithm.name, self.max_rounds)
+                self.stop_reason = self._capped_reason()
             self.finished = True
             return None
         t0 = time.perf_counter()
@@ -217,6 +220,21 @@ class Server:
     def result(self) -> dict[str, Any]:
         return self.algorithm.result()
 
+    def _capped_reason(self) -> str:
+        """Why a run that reached the round cap ended; warns (one line) when the cap cut it short."""
+        alg = self.algorithm
+        if alg.converged:
+            return "converged"
+        if self.budget is not None and self.round >= self.budget:
+            return "algorithm"  # its own budget ends exactly at the cap
+        if alg.trains_for_rounds:
+            return "rounds done"
+        own = f" (it asks for up to {self.budget} rounds)" if self.budget is not None else ""
+        log.warning("%s stopped at the round cap federation.rounds=%d before it finished by its own rule%s; "
+                    "raise federation.rounds, or leave it unset to use the algorithm's budget",
+                    alg.name, self.max_rounds, own)
+        return "round cap"
+
     def state(self) -> dict[str, Any]:
         return {"round": self.round, "history": self.history, "client_rows": self.client_rows,
                 "finished": self.finished, "converged": self.algorithm.converged, "stop_reason": self.stop_reason, "phase": self.algorithm.phase,
@@ -230,7 +248,7 @@ class Server:
         need no saving."""
         return {"round": self.round, "history": self.history, "client_rows": self.client_rows,
                 "finished": self.finished, "failures": self.failures, "algorithm": self.algorithm,
-                "report": self.executor.report()}
+                "report": self.executor.report(), "max_rounds": self.max_rounds, "budget": self.budget}
 
     def restore(self, snap: dict[str, Any]) -> None:
         """Continue from :meth:`snapshot` (the executor's clients are restored separately)."""
@@ -240,7 +258,17 @@ class Server:
         self.finished = bool(snap["finished"])
         self.failures = list(snap["failures"])
         self.algorithm = snap["algorithm"]
+        self.budget = snap.get("budget", self.budget)
+        self.max_rounds = int(snap.get("max_rounds", self.max_rounds))
         self.executor.restore(snap["report"])
+
+
+def round_cap(rounds: int | None, budget: int | None) -> int:
+    """The round cap of a run: ``federation.rounds`` when set, else the algorithm's budget, else
+    :data:`DEFAULT_ROUNDS`."""
+    if rounds is not None:
+        return int(rounds)
+    return int(budget) if budget is not None else DEFAULT_ROUNDS
 
 
 def _bytes_down(tasks: dict[int, Task]) -> int:

@@ -22,7 +22,7 @@ from fedray.errors import ConfigError, DataError
 from fedray.results import Result, peak_memory_mb
 from fedray.runtime import Executor, ensure_ray, make_executor
 from fedray.progress import Progress
-from fedray.server import Server
+from fedray.server import Server, round_cap
 from fedray.sizes import check_memory
 from fedray.stats import Stats
 
@@ -164,7 +164,17 @@ class Session:
         else:
             alg = algorithm if isinstance(algorithm, Algorithm) else self.make_algorithm(algorithm, params)
         fed = cfg.federation
-        kwargs = dict(seed=cfg.seed, fraction=fed.fraction, max_rounds=fed.rounds, min_clients=fed.min_clients,
+        budget = alg.round_budget()
+        if resume_from is not None:  # the cap the interrupted run had
+            cap = int(resume_from["server"].get("max_rounds") or round_cap(fed.rounds, budget))
+        else:
+            cap = round_cap(fed.rounds, budget)
+        if fed.rounds is None:
+            log.debug("%s: round cap %d (federation.rounds unset; the algorithm's budget is %s)", alg.name, cap, budget)
+        # the run's config says which cap it had (config.yaml, summary.json, checkpoints)
+        cfg = cfg.model_copy(update={"federation": fed.model_copy(update={"rounds": cap})})
+        fed = cfg.federation
+        kwargs = dict(seed=cfg.seed, fraction=fed.fraction, max_rounds=cap, min_clients=fed.min_clients,
                       round_timeout=cfg.runtime.round_timeout, round_retries=fed.round_retries)
         out = cfg.output.directory if output is None else (None if output is False else output)
         executor = self.executor
@@ -181,8 +191,7 @@ class Session:
             checkpoint = Checkpointer(cfg, out, self)
         if resume_from is not None and resume_from.get("clients"):
             self.executor.set_state(resume_from["clients"])
-        budget = alg.round_budget()
-        bar = Progress(alg.name, min(fed.rounds, budget) if budget else fed.rounds,
+        bar = Progress(alg.name, min(cap, budget) if budget else cap,
                        progress if progress is not None else cfg.runtime.progress)
         if cfg.runtime.backend == "ray":
             import ray
@@ -213,7 +222,7 @@ class Session:
             final, model, state = finish()
         except BaseException as exc:
             if out:
-                self._save_partial(out, exc, state_of)
+                self._save_partial(out, exc, state_of, cfg)
             raise
         finally:
             bar.close()
@@ -231,7 +240,7 @@ class Session:
             result.save(out, plots=cfg.output.plots, session=self)
         return result
 
-    def _save_partial(self, out: str | Path, exc: BaseException, state_of: Any) -> None:
+    def _save_partial(self, out: str | Path, exc: BaseException, state_of: Any, cfg: Any = None) -> None:
         """Write what a failed run has (see :func:`fedray.outputs.write_partial`)."""
         from fedray.outputs import write_partial
 
@@ -240,7 +249,7 @@ class Session:
         except Exception:  # noqa: BLE001 - the server itself may be gone
             state = None
         try:
-            write_partial(out, self.config, state, exc)
+            write_partial(out, cfg if cfg is not None else self.config, state, exc)
             log.warning("the run failed after %d round(s); wrote what it had (config, history, failures) to %s",
                         len((state or {}).get("history") or []), out)
         except OSError as err:

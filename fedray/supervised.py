@@ -305,6 +305,8 @@ class SupervisedAlgorithm(Algorithm):
     supervised: ClassVar[bool] = True
     #: fewest clients a round must sample (clustered methods compare >= 2 updates)
     min_sampled: ClassVar[int] = 1
+    #: N_server = federation.rounds: reaching the cap is the planned end, not a cut
+    trains_for_rounds: ClassVar[bool] = True
 
     def __init__(self, params: SupervisedParams, info: FederationInfo, seed: int) -> None:
         super().__init__(params, info, seed)

@@ -139,7 +139,7 @@ def test_ray_sends_each_shard_once_through_its_own_object_ref(ray_session):
 def test_ray_equals_local_on_arrays(ray_session):
     """Arrays give identical results on the local and the Ray runtime."""
     arrays = fedray.from_arrays(X_IRIS, Y_IRIS, n_clients=6, partition={"name": "dirichlet", "alpha": 0.5})
-    alg = {"name": "federated-fcm", "params": {"n_clusters": 3}}
+    alg = {"name": "federated-fcm", "params": {"n_clusters": 3, "objective": True}}
     a = fedray.run(algorithm=alg, data=arrays, runtime=LOCAL, seed=2)
     b = fedray.run(algorithm=alg, data=arrays, runtime={"backend": "ray", "clients_per_actor": 4}, seed=2)
     np.testing.assert_array_equal(a.centers, b.centers)

@@ -36,6 +36,8 @@ def test_final_evaluation_equals_the_next_rounds_evaluation():
     b = _run("fedavg", rounds=3)
     assert a.final["accuracy"] == b.history["accuracy"].iloc[2]
     assert a.history["accuracy"].tolist() == b.history["accuracy"].iloc[:2].tolist()
+    # FedAvg trains for federation.rounds by definition: reaching it is no cut (no round-cap warning)
+    assert a.summary["stop_reason"] == "rounds done" and a.summary["round_cap"] == 2
 
 
 def test_ifca_with_one_model_is_fedavg_bit_for_bit():

@@ -134,13 +134,22 @@ def test_a_run_that_forms_no_community_says_so(caplog):
     assert any("formed no community" in r.getMessage() for r in caplog.records)
 
 
-def test_a_round_cap_mid_iteration_is_the_stop_reason():
+@pytest.mark.parametrize("rounds", [5, None])
+def test_a_round_cap_mid_iteration_is_the_stop_reason_and_unset_rounds_is_the_budget(rounds, caplog):
+    """federation.rounds = 5 stops the first iteration: one warning line, stop_reason 'round cap' in
+    summary and final. Unset, the cap is 1 + max_iterations * (4 + fed_rounds): both iterations run."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", SharedSamplesWarning)
         with Session(algorithm={"name": "fedcref", "params": TINY},
                      data={"dataset": "sklearn:digits",
                            "partition": {"name": "class-subsets", "classes": [2, 3], "samples_per_class": 25}},
-                     federation={"n_clients": 4, "rounds": 5}, runtime={"backend": "local"}, seed=3) as s:
-            res = s.run(output=False)
-    assert res.final["stop_reason"] == "round cap"
-    assert any("stopped by federation.rounds" in w for w in res.final["warnings"])
+                     federation={"n_clients": 4, "rounds": rounds}, runtime={"backend": "local"}, seed=3) as s:
+            with caplog.at_level("WARNING", logger="fedray"):
+                res = s.run(output=False)
+    capped = [r for r in caplog.records if r.levelname == "WARNING" and "federation.rounds" in r.getMessage()]
+    if rounds:
+        assert res.final["stop_reason"] == res.summary["stop_reason"] == "round cap" and len(capped) == 1
+        assert any("stopped by federation.rounds" in w for w in res.final["warnings"])
+    else:
+        assert res.summary["round_cap"] == 1 + 2 * (4 + TINY["fed_rounds"]) and not capped
+        assert res.final["iterations"] == 2 and res.summary["stop_reason"] != "round cap"

@@ -94,6 +94,26 @@ def test_cluster_that_stays_small_is_reassigned():
     assert np.all(res.centers[3] >= lo) and np.all(res.centers[3] <= hi)
 
 
+@pytest.mark.parametrize("base,reassigned", [("all", 1.0), ("round", 0.0)])
+def test_small_means_under_one_percent_of_all_points_not_of_the_round(base, reassigned):
+    """The paper's rule: size < 0.01 * sum_i |P_i| over every client. A cluster with 1 of the
+    50 points of the one sampled client (2 % of the round, 0.67 % of all 150) is small."""
+    from fedray.algorithm import Reply, RoundContext
+    from fedray.stats import Stats
+
+    cfg = fedray.make_config(algorithm={"name": "fedkmeans", "params": {
+        "n_clusters": 2, "init": [[5.0, 3.0, 1.5, 0.2], [6.5, 3.0, 5.5, 2.0]], "reassign_after": 1,
+        "reassign_of": base}}, data={"dataset": "sklearn:iris"}, federation={"n_clients": 3},
+        runtime={"backend": "local", "progress": False})
+    with fedray.Session(cfg) as s:
+        alg = s.make_algorithm()
+        assert alg.info.total_samples == 150
+        counts = np.array([49.0, 1.0])
+        reply = Reply(0, Stats(counts=counts, weighted=counts[:, None] * alg.centers, sse=np.array(1.0)))
+        metrics = alg.update(RoundContext(0, 0, (0,), alg.info, 1 / 3), [reply])
+    assert metrics["reassigned"] == reassigned
+
+
 @pytest.mark.parametrize("key,value", [("alpha", 0), ("beta", 1.5), ("epochs", 0), ("batch_size", 0),
                                        ("momentum", 1.0)])
 def test_bad_hyperparameters_name_the_key(key, value):
