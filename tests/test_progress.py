@@ -11,6 +11,8 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 import fedray
 
 CLI = [sys.executable, "-c", "import sys; from fedray.cli import main; sys.exit(main())"]
@@ -47,13 +49,19 @@ def test_a_run_ended_by_the_round_cap_says_so(caplog):
     assert done.summary["stop_reason"] == "converged"
 
 
+PLUGINS = ("examples.plugins.fedprox:FedProx", "examples.plugins.kmedians:FederatedKMedians",
+           "examples.plugins.perfedavg:PerFedAvg", "examples.plugins.pfedme:PFedMe")
+
+
 def test_describe_works_for_every_listed_name():
     from fedray.algorithm import available_algorithms
     from fedray.data import available_datasets, available_partitions
-    from fedray.describe import SECTIONS, describe
+    from fedray.describe import SECTIONS, describable_names, describe
 
-    names = [*available_algorithms(), *available_partitions(), *SECTIONS,
-             *(d for d in available_datasets() if "NAME" not in d and "PATH" not in d)]
+    names = describable_names()
+    assert set(names) >= {*available_algorithms(), *available_partitions(), *SECTIONS, "config", "blobs",
+                          "scenario:triebe-1d", "sklearn:iris"}
+    assert set(available_datasets()) - set(names) == {"benchmark:BATTERY/NAME", "csv:PATH", "parquet:PATH"}
     for name in names:
         text = describe(name)
         assert name in text.splitlines()[0]
@@ -61,6 +69,53 @@ def test_describe_works_for_every_listed_name():
     assert "data.partition.rotations" in describe("rotated")
     assert "runtime.call_timeout" in describe("runtime")
     assert "algorithm.params.mu" in describe("examples.plugins.fedprox:FedProx")
+
+
+@pytest.mark.parametrize("name", [None, *PLUGINS])
+def test_every_parameter_of_every_name_has_a_meaning(name):
+    """Each field of each algorithm's Params, each partition, federation and data-set option and each
+    configuration key has a one-line meaning, and `describe` shows it."""
+    from fedray.describe import describable_names, description, describe
+
+    for n in describable_names() if name is None else [name]:
+        d = description(n)
+        lacking = [r.key for r in d.rows if not r.meaning.strip()]
+        assert not lacking, f"{n}: no meaning for {lacking}"
+        text = describe(n)
+        for r in d.rows:
+            assert r.meaning.replace("``", "`") in text
+
+
+def test_meanings_come_from_field_descriptions_and_numpydoc_parameters():
+    from fedray.describe import description, doc_parameters
+
+    rows = {r.key: r for r in description("flacc").rows}
+    assert rows["algorithm.params.alpha_0"].meaning.startswith("α₀")  # the paper's symbol
+    assert rows["algorithm.params.alpha_0"].bounds == "> -1.0, <= 1.0"
+    rows = {r.key: r for r in description("dirichlet").rows}
+    assert "Dirichlet" in rows["data.partition.alpha"].meaning and rows["data.partition.alpha"].default == "0.5"
+    assert [r.key for r in description("by_column").rows] == []  # `groups` is filled in by fedray, not an option
+
+    def f(a, b, c=1):
+        """Summary.
+
+        Parameters
+        ----------
+        a, b : int
+            Shared meaning,
+            over two lines.
+        c : float
+
+        Returns
+        -------
+        x : float
+            Not a parameter.
+        """
+
+    assert doc_parameters(f) == {"a": "Shared meaning, over two lines.", "b": "Shared meaning, over two lines."}
+    assert "privacy.dp.clip" in {r.key for r in description("privacy").rows}  # an optional nested section too
+    top = {r.key: r for r in description("config").rows}
+    assert top["federation"].meaning.endswith("(`fedray describe federation`)")
 
 
 def test_describe_and_partitions_suggest_near_names(tmp_path):

@@ -91,7 +91,17 @@ def class_subsets_indices(y: np.ndarray, n_clients: int, rng: np.random.Generato
 @register_federation_builder("class-subsets")
 def class_subsets(ds: Dataset, data: Any, n_clients: int | None, seed: int, classes: Any = (2, 5),
                   samples_per_class: int = 500, overlap: float = 0.0) -> Federation:
-    """Federation builder ``class-subsets`` (see the module docstring)."""
+    """Each client holds a random subset of the classes, S samples of each (FedCRef, Section 5.2).
+
+    Parameters
+    ----------
+    classes : int or [lo, hi]
+        Classes per client, or the range a client's number of classes is drawn from (paper: 2 to 5).
+    samples_per_class : int
+        S, the samples a client holds of each of its classes (paper: 500).
+    overlap : float
+        Share of a client's S samples of a class common to every client holding that class (paper: 0).
+    """
     if ds.y is None:
         raise DataError("data.partition.name: 'class-subsets' needs labels; the data set has none")
     n_clients = 25 if n_clients is None else int(n_clients)
