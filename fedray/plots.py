@@ -183,7 +183,8 @@ def convergence_figure(history: pd.DataFrame, title: str = "", fraction: float =
             ax.plot(history["round"].to_numpy()[keep], y.to_numpy(float)[keep] * factor, marker="o",
                     label=_LEGEND.get(c, c) if len(cols) > 1 else None)
         if cols[0] == "objective" and (fraction < 1 or drawn == ["objective_sampled"]):
-            ylabel, name = "objective (sampled clients)", f"objective over the sampled clients (fraction {fraction:g})"
+            ylabel = "objective (sampled clients)"
+            name = "objective over the sampled clients" + (f" (fraction {fraction:g})" if fraction < 1 else "")
         if cols[0] in ("center_shift", "objective"):
             y = pd.to_numeric(history[drawn[0]], errors="coerce").dropna()
             if len(y) and (y > 0).all() and y.max() > 20 * y.min():

@@ -139,3 +139,26 @@ def test_a_warning_appears_once_in_one_line_without_library_paths(tmp_path):
     lines = [ln for ln in proc.stderr.splitlines() if "SharedSamplesWarning" in ln]
     assert len(lines) == 1 and lines[0].startswith("fedray: SharedSamplesWarning: rotated federation")
     assert ".py:" not in proc.stderr
+
+
+def test_rays_worker_pool_note_is_quiet_unless_verbose(capsys, caplog):
+    """Ray's raylet tells drivers when a node runs 4x more worker processes than CPUs, which fedray's
+    one-actor-per-client layouts do on purpose: shown with -v (INFO) only; other raylet lines pass."""
+    pytest.importorskip("ray")
+    from ray._private import worker as ray_worker
+
+    from fedray.connect import WORKER_POOL_NOTE, quiet_worker_pool_note
+
+    quiet_worker_pool_note()
+    quiet_worker_pool_note()  # wraps once
+    assert ray_worker.print_to_stdstream._fedray_quiet
+    note = f"WARNING: 8 PYTHON {WORKER_POOL_NOTE}: abc with address: 192.0.2.2, which is 4x the maximum"
+    with caplog.at_level("WARNING", logger="fedray"):
+        ray_worker.print_to_stdstream({"lines": [note + " (1)", "node is low on memory (1)"], "pid": "raylet",
+                                       "is_err": False}, ignore_prefix=False)
+    out = capsys.readouterr().out
+    assert WORKER_POOL_NOTE not in out and "node is low on memory (1)" in out
+    with caplog.at_level("INFO", logger="fedray"):
+        ray_worker.print_to_stdstream({"lines": [note + " (2)"], "pid": "raylet", "is_err": False},
+                                      ignore_prefix=False)
+    assert WORKER_POOL_NOTE in capsys.readouterr().out
