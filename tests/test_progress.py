@@ -162,3 +162,22 @@ def test_rays_worker_pool_note_is_quiet_unless_verbose(capsys, caplog):
         ray_worker.print_to_stdstream({"lines": [note + " (2)"], "pid": "raylet", "is_err": False},
                                       ignore_prefix=False)
     assert WORKER_POOL_NOTE in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("partition", [{"name": "rotated", "samples": [400, 500]},
+                                       {"name": "class-subsets", "samples_per_class": 200}])
+def test_a_shared_samples_note_is_one_warning_and_no_log_line(caplog, partition):
+    """With -v (INFO logs) the note that clients share samples still appears once: as the warning."""
+    import warnings
+
+    from fedray.data.federation import build_federation
+    from fedray.errors import SharedSamplesWarning
+
+    cfg = fedray.make_config(data={"dataset": "sklearn:digits", "partition": partition},
+                             federation={"n_clients": 20}, runtime={"backend": "local"})
+    with caplog.at_level("DEBUG", logger="fedray"), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fed = build_federation(cfg.data, 20, 0)
+    notes = [w for w in caught if issubclass(w.category, SharedSamplesWarning)]
+    assert len(notes) == 1 and fed.notes
+    assert not [r for r in caplog.records if "share" in r.getMessage()]

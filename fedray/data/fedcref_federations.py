@@ -113,8 +113,7 @@ def class_subsets(ds: Dataset, data: Any, n_clients: int | None, seed: int, clas
         msg = (f"class-subsets: {ds.name} has too few samples for {n_clients} clients x "
                f"{samples_per_class} samples per class; clients share samples ({repeats} of {total} draws repeat "
                "a sample another client holds)")
-        warnings.warn(msg, SharedSamplesWarning, stacklevel=2)
-        log.info(msg)
+        warnings.warn(msg, SharedSamplesWarning, stacklevel=2)  # once: no log line repeating it
         notes = (msg,)
     source = {"kind": "pooled", "dataset": data.dataset, "data_dir": str(resolve_data_dir(data.data_dir) or "") or None, "seed": seed,
               "options": dict(data.options or {})}

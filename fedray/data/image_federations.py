@@ -221,8 +221,7 @@ def _federation(ds: Dataset, data: Any, seed: int, groups: np.ndarray, group_lab
     specs = [ClientSpec(i, source, r, f"client-{i}",
                         {"group": int(groups[i]), "n_test": n_tests[i], "transforms": transforms[int(groups[i])]})
              for i, r in enumerate(rows)]
-    for note in notes:
-        log.info("%s federation: %s", kind, note)
+    for note in notes:  # once, as a warning (no log line repeating it): it is in Federation.notes too
         warnings.warn(f"{kind} federation of {data.dataset}: {note}", SharedSamplesWarning, stacklevel=3)
     extras = {**ds.meta, "true_groups": [int(g) for g in groups], "group_names": group_names, "partition": kind,
               "shared_samples": any(n.startswith("clients share") for n in notes)}
