@@ -224,6 +224,11 @@ def description(name: str) -> Description:
         title = f"algorithm {name!r}" + (f" ({cls.__module__}:{cls.__qualname__})" if ":" not in name else "")
         doc = cls.description or _first_line(cls.__doc__)
         return Description(title, doc, describe_model(cls.Params, "algorithm.params."))
+    from fedray.nn import MODEL_DESCRIPTIONS
+
+    if name in MODEL_DESCRIPTIONS:
+        return Description(f"model {name!r} (algorithm.params.model of supervised methods)", MODEL_DESCRIPTIONS[name],
+                           [])
     if name in available_federations():
         fn = _BUILDERS[name]
         return Description(f"federation {name!r} (data.partition.name)", _first_line(fn.__doc__),
@@ -238,7 +243,7 @@ def description(name: str) -> Description:
         return Description("data set 'blobs' (generated inside each client)",
                            "Gaussian blobs drawn by each client from its own seeded stream", rows)
     known = sorted(set(algos) | set(entry_points()) | set(available_partitions()) | set(SECTIONS) | set(datasets)
-                   | {TOP})
+                   | {TOP} | set(MODEL_DESCRIPTIONS))
     near = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
     hint = f" (did you mean {' or '.join(repr(n) for n in near)}?)" if near else ""
     raise ConfigError(f"describe: unknown name {name!r}{hint}; `fedray list` shows algorithms, partitions and data "
@@ -252,12 +257,13 @@ def describe(name: str) -> str:
 
 def describable_names() -> list[str]:
     """Every name ``describe`` knows without a file or a reference: algorithms, partitions and
-    federations, configuration sections and data sets (those without a placeholder)."""
+    federations, configuration sections, data sets (those without a placeholder) and models."""
     from fedray.algorithm import available_algorithms
     from fedray.data import available_datasets, available_partitions
+    from fedray.nn import available_models
 
     return [*available_algorithms(), *available_partitions(), TOP, *SECTIONS,
-            *(d for d in available_datasets() if "NAME" not in d and "PATH" not in d)]
+            *(d for d in available_datasets() if "NAME" not in d and "PATH" not in d), *available_models()]
 
 
 def cmd_describe(args: argparse.Namespace) -> int:

@@ -57,11 +57,13 @@ def test_describe_works_for_every_listed_name():
     from fedray.algorithm import available_algorithms
     from fedray.data import available_datasets, available_partitions
     from fedray.describe import SECTIONS, describable_names, describe
+    from fedray.nn import available_models
 
     names = describable_names()
     assert set(names) >= {*available_algorithms(), *available_partitions(), *SECTIONS, "config", "blobs",
                           "scenario:triebe-1d", "sklearn:iris"}
     assert set(available_datasets()) - set(names) == {"benchmark:BATTERY/NAME", "csv:PATH", "parquet:PATH"}
+    assert set(available_models()) <= set(names)  # every name `fedray list` shows
     for name in names:
         text = describe(name)
         assert name in text.splitlines()[0]
@@ -79,6 +81,7 @@ def test_every_parameter_of_every_name_has_a_meaning(name):
 
     for n in describable_names() if name is None else [name]:
         d = description(n)
+        assert d.doc.strip(), f"{n}: no one-line summary"
         lacking = [r.key for r in d.rows if not r.meaning.strip()]
         assert not lacking, f"{n}: no meaning for {lacking}"
         text = describe(n)
