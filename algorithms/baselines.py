@@ -261,7 +261,8 @@ def bipartition(S: np.ndarray) -> tuple[list[int], list[int]]:
 
 class FLHCParams(SupervisedParams):
     n_pre: int = Field(default=10, ge=0, description="n, FedAvg rounds before the clients are clustered once")
-    distance_threshold: float = Field(default=0.75, gt=0, description="d, the distance at which the dendrogram is cut (Table I)")
+    distance_threshold: float = Field(default=0.75, gt=0,
+                                      description="d, the distance at which the dendrogram is cut (Table I)")
     linkage: Literal["ward", "complete", "average", "single"] = Field(
         default="ward", description="linkage of the hierarchical clustering of client updates")
     normalize: bool = Field(default=True, description="cluster unit-length updates (distances in [0, 2])")

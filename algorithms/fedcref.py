@@ -44,8 +44,8 @@ log = logging.getLogger(__name__)
 
 
 class FedCRefParams(Params):
-    init: Literal["dirty", "kmeans", "dec"] = Field("dirty", description="initial local clustering: dirty (true labels with a share "
-                                                     "flipped), kmeans, or dec")
+    init: Literal["dirty", "kmeans", "dec"] = Field("dirty", description="initial local clustering: dirty (true "
+                                                    "labels with a share flipped), kmeans, or dec")
     dirtiness: float = Field(0.3, ge=0.0, lt=1.0, description="share of samples moved to another cluster (dirty)")
     local_k: int | Literal["true", "silhouette"] = Field("true", description="local clusters: given, the number of "
                                                          "classes the client holds, or chosen by silhouette")

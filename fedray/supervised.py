@@ -106,7 +106,8 @@ class SupervisedParams(Params):
     device: str = Field(default="auto", pattern=r"^(auto|cpu|cuda(:\d+)?)$",
                         description="torch device of client training: cpu, cuda[:i], or auto (a GPU when the actor "
                         "has one)")
-    model_seed: int | None = Field(default=None, ge=0, description="seed of the initial weights θ₀ (default: the run's seed)")
+    model_seed: int | None = Field(default=None, ge=0,
+                                   description="seed of the initial weights θ₀ (default: the run's seed)")
 
     @field_validator("model")
     @classmethod

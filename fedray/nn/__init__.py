@@ -173,5 +173,5 @@ def model_spec(name: str, sample_shape: tuple[int, ...], n_classes: int | None, 
             "seed": int(seed)}
 
 
-__all__ = ["MODEL_DESCRIPTIONS", "MODEL_KINDS", "available_models", "check_model", "check_reference_syntax", "is_model_reference",
-           "model_spec", "resolve_model_factory", "resolve_model_name", "sample_kind"]
+__all__ = ["MODEL_DESCRIPTIONS", "MODEL_KINDS", "available_models", "check_model", "check_reference_syntax",
+           "is_model_reference", "model_spec", "resolve_model_factory", "resolve_model_name", "sample_kind"]
