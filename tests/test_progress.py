@@ -184,3 +184,14 @@ def test_a_shared_samples_note_is_one_warning_and_no_log_line(caplog, partition)
     notes = [w for w in caught if issubclass(w.category, SharedSamplesWarning)]
     assert len(notes) == 1 and fed.notes
     assert not [r for r in caplog.records if "share" in r.getMessage()]
+
+
+def test_verbosity_is_accepted_before_and_after_the_command():
+    from fedray.cli import build_parser
+
+    p = build_parser()
+    assert p.parse_args(["list"]).verbose == 0
+    assert p.parse_args(["-v", "list"]).verbose == 1
+    assert p.parse_args(["describe", "-vv", "kmeans"]).verbose == 2
+    assert p.parse_args(["run", "-v", "-q"]).verbose == 1 and p.parse_args(["run", "-q"]).verbose == 0
+    assert p.parse_args(["quickstart", "--verbose"]).verbose == 1
