@@ -216,6 +216,17 @@ def description(name: str) -> Description:
         fn = scenarios[name[len("scenario:"):]]
         return Description(f"data set {name!r} (generated from the run's seed)", _first_line(fn.__doc__),
                            _signature_rows(fn, 0, "data.options.", hidden=("seed",)))
+    kind, _, rest = name.partition(":")
+    if kind in ("sklearn", "scenario", "benchmark", "csv", "parquet") and name not in datasets:
+        if kind == "benchmark" and rest:
+            return Description(f"data set {name!r} (a benchmark file under data.data_dir)", "no options of its "
+                               "own; `fedray describe PARTITION` for how it is split", [])
+        if kind in ("csv", "parquet") and rest:
+            return Description(f"data set {name!r} (a table read by the clients)", "no options of its own; "
+                               "data.feature_columns, data.label_column and data.client_column pick its columns "
+                               "(`fedray describe data`)", [])
+        choices = [d for d in datasets if d.startswith(f"{kind}:")]
+        raise ConfigError(f"describe: unknown data set {name[:80]!r}; choose one of {', '.join(choices)}")
     if name in datasets and name != "blobs":
         return Description(f"data set {name!r}", "no options of its own; see `fedray describe data` and "
                            "`fedray describe PARTITION` for how it is split", [])
@@ -244,9 +255,10 @@ def description(name: str) -> Description:
                            "Gaussian blobs drawn by each client from its own seeded stream", rows)
     known = sorted(set(algos) | set(entry_points()) | set(available_partitions()) | set(SECTIONS) | set(datasets)
                    | {TOP} | set(MODEL_DESCRIPTIONS))
-    near = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
+    near = difflib.get_close_matches(name[:100], known, n=3, cutoff=0.5)
     hint = f" (did you mean {' or '.join(repr(n) for n in near)}?)" if near else ""
-    raise ConfigError(f"describe: unknown name {name!r}{hint}; `fedray list` shows algorithms, partitions and data "
+    shown = name if len(name) <= 60 else f"{name[:60]}... ({len(name)} characters)"
+    raise ConfigError(f"describe: unknown name {shown!r}{hint}; `fedray list` shows algorithms, partitions and data "
                       f"sets; sections: {TOP}, {', '.join(SECTIONS)}")
 
 

@@ -195,3 +195,22 @@ def test_verbosity_is_accepted_before_and_after_the_command():
     assert p.parse_args(["describe", "-vv", "kmeans"]).verbose == 2
     assert p.parse_args(["run", "-v", "-q"]).verbose == 1 and p.parse_args(["run", "-q"]).verbose == 0
     assert p.parse_args(["quickstart", "--verbose"]).verbose == 1
+
+
+@pytest.mark.parametrize("name, says", [("", "unknown name ''"), ("k" * 100_000, "(100000 characters)"),
+                                        ("scenario:nope", "choose one of scenario:stallmann-motivational"),
+                                        ("sklearn:foo", "choose one of sklearn:iris")])
+def test_describe_refuses_hostile_names_in_one_short_line(name, says):
+    from fedray.describe import describe
+    from fedray.errors import ConfigError
+
+    with pytest.raises(ConfigError) as err:
+        describe(name)
+    text = str(err.value)
+    assert says in text and "\n" not in text and len(text) < 400
+
+
+def test_describe_tells_what_file_data_sets_take():
+    from fedray.describe import describe
+
+    assert "data.label_column" in describe("csv:sales.csv") and "data.data_dir" in describe("benchmark:sipu/s1")

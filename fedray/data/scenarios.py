@@ -80,7 +80,7 @@ def triebe_1d(seed: int = 0, n_clients: int = 50, samples_per_client: int = 10, 
     seed : int
         Seed of the draw.
     n_clients : int
-        Number of clients (paper: 50); use partition by_column to keep them.
+        Number of clients (paper: 50), kept as the clients by the default partition by_column.
     samples_per_client : int
         One-dimensional samples per client (paper: 10).
     n_centers : int
