@@ -214,3 +214,22 @@ def test_describe_tells_what_file_data_sets_take():
     from fedray.describe import describe
 
     assert "data.label_column" in describe("csv:sales.csv") and "data.data_dir" in describe("benchmark:sipu/s1")
+
+
+def test_a_notebook_gets_the_widget_bar_and_lines_without_ipywidgets(monkeypatch, caplog):
+    """In Jupyter the bar is tqdm's notebook widget (ipywidgets, in the notebooks and test extras);
+    without ipywidgets the same run logs lines instead of a text bar or tqdm's warning."""
+    pytest.importorskip("ipywidgets")
+    from fedray import progress
+
+    monkeypatch.setattr(progress, "in_notebook", lambda: True)
+    bar = progress.Progress("kmeans", 4)
+    assert bar.mode == "bar" and type(bar.bar).__module__ == "tqdm.notebook"
+    bar.update({"phase": "train", "objective": 1.5})
+    bar.close()
+    monkeypatch.setattr(progress, "_has_widgets", lambda: False)
+    with caplog.at_level("INFO", logger="fedray.progress"):
+        lines = progress.Progress("kmeans", 4)
+        lines.update({"phase": "train", "objective": 1.5})
+    assert lines.mode == "lines" and lines.bar is None
+    assert any("kmeans: round 1/4" in r.getMessage() for r in caplog.records)
