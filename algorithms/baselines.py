@@ -106,7 +106,7 @@ class Local(SupervisedAlgorithm):
 
 
 class IFCAParams(SupervisedParams):
-    n_clusters: int = Field(default=4, ge=1, description="number of models k")
+    n_clusters: int = Field(default=4, ge=1, description="k, the number of models (one per assumed cluster)")
 
 
 @register
@@ -174,10 +174,11 @@ class IFCA(SupervisedAlgorithm):
 
 
 class CFLParams(SupervisedParams):
-    eps1: float = Field(default=0.4, gt=0, description="split when ||mean update|| of a cluster < eps1 ...")
-    eps2: float = Field(default=1.6, ge=0, description="... and the largest client update norm > eps2")
-    warmup: int = Field(default=20, ge=0, description="no split before this round")
-    min_cluster_size: int = Field(default=3, ge=2, description="only clusters with more clients are split")
+    eps1: float = Field(default=0.4, gt=0, description="ε₁: a cluster splits when the norm of its mean update is "
+                      "below ε₁ ...")
+    eps2: float = Field(default=1.6, ge=0, description="ε₂: ... and its largest client update norm is above ε₂")
+    warmup: int = Field(default=20, ge=0, description="rounds of plain FedAvg before the first split")
+    min_cluster_size: int = Field(default=3, ge=2, description="clusters with fewer clients are never split")
 
 
 @register
@@ -259,9 +260,11 @@ def bipartition(S: np.ndarray) -> tuple[list[int], list[int]]:
 
 
 class FLHCParams(SupervisedParams):
-    n_pre: int = Field(default=10, ge=0, description="FedAvg rounds before clustering")
-    distance_threshold: float = Field(default=0.75, gt=0, description="cut of the dendrogram (d in Table I)")
-    linkage: Literal["ward", "complete", "average", "single"] = "ward"
+    n_pre: int = Field(default=10, ge=0, description="n, FedAvg rounds before the clients are clustered once")
+    distance_threshold: float = Field(default=0.75, gt=0,
+                                      description="d, the distance at which the dendrogram is cut (Table I)")
+    linkage: Literal["ward", "complete", "average", "single"] = Field(
+        default="ward", description="linkage of the hierarchical clustering of client updates")
     normalize: bool = Field(default=True, description="cluster unit-length updates (distances in [0, 2])")
 
 

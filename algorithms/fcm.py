@@ -34,11 +34,11 @@ from fedray.stats import Stats, total
 
 
 class FCMParams(CenterParams):
-    m: float = Field(default=2.0, gt=1.0, description="fuzzifier lambda (> 1)")
-    tol: float = Field(default=0.005, gt=0, description="epsilon on ||V_t - V_{t-1}||_F")
-    max_rounds: int = Field(default=30, ge=1, description="most training rounds (paper: 30)")
-    min_sample_guard: bool = Field(default=False, description="a client sends only if N_m > C (F + 1) / F "
-                                   "(Section 4.2 of the paper)")
+    m: float = Field(default=2.0, gt=1.0, description="λ, the fuzzifier (> 1; paper: 2)")
+    tol: float = Field(default=0.005, gt=0, description="ε: stop when ‖V_t − V_{t−1}‖_F < ε (paper: 0.005)")
+    max_rounds: int = Field(default=30, ge=1, description="cap on rounds (paper: 30)")
+    min_sample_guard: bool = Field(default=False, description="the paper's guard: a client sends its sums only if "
+                                   "N_m > C (F + 1) / F (N_m samples, C clusters, F features)")
     objective: bool = Field(default=False, description="clients also send their share of the objective sum u^m d^2 "
                             "each round (not in the paper, which sends only U_c and WS_c)")
 

@@ -45,32 +45,43 @@ log = logging.getLogger(__name__)
 
 
 class FedCRefParams(Params):
-    init: Literal["dirty", "kmeans", "dec"] = Field("dirty", description="initial local clustering")
+    init: Literal["dirty", "kmeans", "dec"] = Field("dirty", description="initial local clustering: dirty (true "
+                                                    "labels with a share flipped), kmeans, or dec")
     dirtiness: float = Field(0.3, ge=0.0, lt=1.0, description="share of samples moved to another cluster (dirty)")
     local_k: int | Literal["true", "silhouette"] = Field("true", description="local clusters: given, the number of "
                                                          "classes the client holds, or chosen by silhouette")
-    local_k_range: tuple[int, int] = (2, 5)
-    percentile: float = Field(75.0, gt=0.0, le=100.0, description="P of the association test")
-    tau: float = Field(0.2, gt=0.0, le=1.0, description="association threshold")
-    stability: float = Field(0.8, gt=0.0, le=1.0, description="agreement above which a client stops refining")
+    local_k_range: tuple[int, int] = Field((2, 5), description="[lo, hi] range searched when local_k is "
+                                           "silhouette")
+    percentile: float = Field(75.0, gt=0.0, le=100.0, description="P: the P-th percentile of the normalised error "
+                                                         "differences is tested against τ")
+    tau: float = Field(0.2, gt=0.0, le=1.0, description="τ, the association threshold (paper: 0.2)")
+    stability: float = Field(0.8, gt=0.0, le=1.0, description="Hungarian-matched agreement of consecutive "
+                                                          "labellings above which a client stops refining")
     min_active_iterations: int = Field(1, ge=1, description="refinements a client makes before it may stop "
                                        "(1: the paper's rule, it may stop after its first)")
-    link: Literal["best", "first", "mutual-best"] = "best"
-    association: Literal["reconstruction", "none", "oracle"] = "reconstruction"
-    hidden: tuple[int, ...] = (100, 64, 32)
-    output: Literal["auto", "sigmoid", "linear"] = "auto"
-    local_epochs: int = Field(20, ge=1)
-    fed_rounds: int = Field(15, ge=1)
+    link: Literal["best", "first", "mutual-best"] = Field("best", description="which qualifying cluster of another "
+                                                          "client a cluster links to (first: the authors' code)")
+    association: Literal["reconstruction", "none", "oracle"] = Field(
+        "reconstruction", description="reconstruction-error test (paper); none: refinement alone (ablation); oracle: "
+        "true classes (an upper bound, uses labels)")
+    hidden: tuple[int, ...] = Field((100, 64, 32), description="encoder layer widths of each cluster's autoencoder "
+                                    "(mirrored in the decoder)")
+    output: Literal["auto", "sigmoid", "linear"] = Field("auto", description="autoencoder output layer (auto: "
+                                                         "sigmoid for features in [0, 1], else linear)")
+    local_epochs: int = Field(20, ge=1, description="epochs of Phase 1 local autoencoder training")
+    fed_rounds: int = Field(15, ge=1, description="FedAvg rounds of each community in Phase 3")
     fed_epochs: int = Field(1, ge=1, description="local epochs in each federated round")
-    batch_size: int = Field(32, ge=1)
-    lr: float = Field(1e-3, gt=0.0)
+    batch_size: int = Field(32, ge=1, description="mini-batch size of autoencoder training")
+    lr: float = Field(1e-3, gt=0.0, description="Adam learning rate of autoencoder training")
     warm_start: bool = Field(False, description="start local training from the model that formed the cluster")
-    max_iterations: int = Field(10, ge=1)
-    stop_window: int = Field(3, ge=2)
-    stop_tol: float = Field(0.1, ge=0.0)
-    dec_hidden: tuple[int, ...] = (128, 64, 10)
-    dec_pretrain_epochs: int = Field(30, ge=1)
-    dec_epochs: int = Field(20, ge=0)
+    max_iterations: int = Field(10, ge=1, description="cap on refinement iterations")
+    stop_window: int = Field(3, ge=2, description="iterations over which the global stop rule compares "
+                             "communities and isolated clusters")
+    stop_tol: float = Field(0.1, ge=0.0, description="global stop when both counts change by at most this share "
+                            "over stop_window iterations")
+    dec_hidden: tuple[int, ...] = Field((128, 64, 10), description="encoder widths of DEC (init dec)")
+    dec_pretrain_epochs: int = Field(30, ge=1, description="autoencoder pre-training epochs of DEC (init dec)")
+    dec_epochs: int = Field(20, ge=0, description="clustering epochs of DEC after pre-training (init dec)")
 
     @field_validator("local_k")
     @classmethod

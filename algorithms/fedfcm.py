@@ -41,15 +41,18 @@ from fedray.stats import total
 class FedFCMParams(CenterParams):
     """Hyperparameters of FedFCM (paper defaults: m = 2, ε = 0.001 globally and locally)."""
 
-    init: Literal["local", "kfed", "random-box"] | list[list[float]] = "local"
-    m: float = Field(default=2.0, gt=1.0, description="fuzzifier m (> 1)")
-    tol: float = Field(default=0.001, gt=0.0, description="global epsilon on sum_k ||c_k,t - c_k,t+1||")
-    local_tol: float = Field(default=0.001, gt=0.0, description="local FCM stops when ||V_t - V_t-1||_F < local_tol")
+    init: Literal["local", "kfed", "random-box"] | list[list[float]] = Field(
+        default="local", description="first centres: local (each client's own FCM start, as in the paper), kfed, "
+        "random-box, or the K x d centres themselves")
+    m: float = Field(default=2.0, gt=1.0, description="m, the fuzzifier (> 1; paper: 2)")
+    tol: float = Field(default=0.001, gt=0.0, description="ε: stop when Σ_k ‖c_k,t − c_k,t+1‖ ≤ ε (paper: 0.001)")
+    local_tol: float = Field(default=0.001, gt=0.0, description="local FCM stops when ‖V_t − V_{t−1}‖_F < local_tol")
     local_max_iter: int = Field(default=1000, ge=1, description="cap on local FCM iterations per round")
     weighted: bool = Field(default=False, description="k-means averaging weighted by the clients' supports")
     n_init: int = Field(default=10, ge=1, description="k-means++ restarts of the first server clustering")
-    q: float = Field(default=1.0, gt=0.0, description="spread exponent q of FedFuzzDB")
-    p: float = Field(default=2.0, gt=0.0, description="Minkowski exponent p of FedFuzzDB's centre distances")
+    q: float = Field(default=1.0, gt=0.0, description="q, the spread exponent of FedFuzzDB (paper: 1)")
+    p: float = Field(default=2.0, gt=0.0, description="p, the Minkowski exponent of FedFuzzDB's centre distances "
+                                                             "(paper: 2)")
 
     @field_validator("init", mode="before")
     @classmethod
@@ -58,7 +61,9 @@ class FedFCMParams(CenterParams):
 
 
 class FedFCMAvgParams(FedFCMParams):
-    init: Literal["local", "kfed", "random-box"] | list[list[float]] = "random-box"
+    init: Literal["local", "kfed", "random-box"] | list[list[float]] = Field(
+        default="random-box", description="first centres, shared by all clients so that centre i means the same "
+        "cluster everywhere: random-box, kfed, local, or the K x d centres themselves")
 
 
 def local_fcm(payload: dict[str, Any], centers: np.ndarray | None, client: Any) -> dict[str, np.ndarray]:

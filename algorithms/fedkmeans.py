@@ -44,19 +44,19 @@ from fedray.stats import Stats, total
 class FedKMeansParams(CenterParams):
     """Hyperparameters of Federated K-means (names of Algorithm 1 in brackets)."""
 
-    alpha: float = Field(default=1.0, gt=0.0, le=2.0, description="server learning rate (alpha)")
-    beta: float = Field(default=1.0, gt=0.0, le=1.0, description="client learning rate (beta)")
-    epochs: int = Field(default=1, ge=1, description="local epochs per round (E)")
-    batch_size: int | None = Field(default=None, ge=1, description="mini-batch size (B); None = full batch")
-    momentum: float = Field(default=0.0, ge=0.0, lt=1.0, description="server momentum mu (0 = none)")
+    alpha: float = Field(default=1.0, gt=0.0, le=2.0, description="α, the server learning rate")
+    beta: float = Field(default=1.0, gt=0.0, le=1.0, description="β, the client learning rate")
+    epochs: int = Field(default=1, ge=1, description="E, local epochs per round")
+    batch_size: int | None = Field(default=None, ge=1, description="B, the mini-batch size; None = full batch (B = ∞)")
+    momentum: float = Field(default=0.0, ge=0.0, lt=1.0, description="μ, server momentum (0 = none, as in the paper)")
     reassign_min: float = Field(default=0.01, ge=0.0, lt=1.0,
                                 description="share of the points under which a cluster counts as too small")
     reassign_of: Literal["all", "round"] = Field(
         default="all", description="the points reassign_min is a share of: 'all' of the federation (the paper: "
         "0.01 * sum_i |P_i|) or those of the round's sampled clients")
     reassign_after: int = Field(default=20, ge=1, description="consecutive small rounds before re-initialisation")
-    tol: float = Field(default=0.0, ge=0.0, description="stop when ||Gamma_t - Gamma_{t-1}||_F <= tol (0: run max_rounds)")
-    max_rounds: int = Field(default=200, ge=1, description="global rounds (T)")
+    tol: float = Field(default=0.0, ge=0.0, description="stop when ‖Γ_t − Γ_{t−1}‖_F ≤ tol (0: run max_rounds)")
+    max_rounds: int = Field(default=200, ge=1, description="T, the number of global rounds")
 
 
 def client_minibatch_kmeans(payload: dict[str, Any], centers: np.ndarray, client: Any) -> Stats:

@@ -42,11 +42,14 @@ class FLACCParams(SupervisedParams):
     """Hyperparameters of FLACC (Algorithm 1); local training as in :class:`SupervisedParams`."""
 
     alpha_0: float = Field(default=0.0, gt=-1.0, le=1.0,
-                           description="minimum cross-entity cosine similarity to merge (eq. 16)")
-    memory: int | None = Field(default=10, ge=1, description="system memory T in rounds (eq. 18); None = infinite")
-    n_merge: int = Field(default=2, ge=1, description="entity pairs merged per round at most")
-    n_sep: int = Field(default=10, ge=1, description="rounds without a merge before separation (N_sep)")
-    scan: bool = Field(default=True, description="when the best pair fails Phi > 0, try the next best pair "
+                           description="α₀, the server's merge threshold: two entities merge only "
+                           "if their smallest cross cosine similarity exceeds it (eq. 16)")
+    memory: int | None = Field(default=10, ge=1, description="T, the system memory in rounds: older similarities are "
+                                    "forgotten (eq. 18); None = infinite")
+    n_merge: int = Field(default=2, ge=1, description="n_merge, entity pairs merged per round at most")
+    n_sep: int = Field(default=10, ge=1, description="N_sep, rounds without a merge before the entities "
+                       "separate into their own federations")
+    scan: bool = Field(default=True, description="when the best pair fails Φ > 0, try the next best pair "
                                                  "(False: stop, Algorithm 1 read literally)")
 
 

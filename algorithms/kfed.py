@@ -27,9 +27,9 @@ from fedray.ops import kmeans
 class KFedParams(Params):
     """Hyperparameters of k-FED."""
 
-    n_clusters: int = Field(default=3, ge=1, description="number of global clusters k")
+    n_clusters: int = Field(default=3, ge=1, description="k, the number of global clusters")
     local_clusters: int | None = Field(default=None, ge=1,
-                                       description="clusters per client k' (None: the same as n_clusters)")
+                                       description="k', the clusters of each client's local k-means (None: k)")
     weighted: bool = Field(default=False, description="weight local centres by their sizes on the server")
     n_init: int = Field(default=10, ge=1, description="k-means++ restarts of the server clustering")
 

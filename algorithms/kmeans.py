@@ -23,7 +23,7 @@ from fedray.stats import Stats, total
 
 
 class KMeansParams(CenterParams):
-    tol: float = Field(default=1e-6, gt=0, description="stop when ||C_t - C_{t-1}||_F <= tol")
+    tol: float = Field(default=1e-6, gt=0, description="stop when ‖C_t − C_{t−1}‖_F ≤ tol")
 
 
 def lloyd_stats_many(payloads: list[Any], centers: np.ndarray, batch: Any) -> list[Stats]:

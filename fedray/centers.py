@@ -32,9 +32,11 @@ log = logging.getLogger(__name__)
 
 
 class CenterParams(Params):
-    n_clusters: int = Field(default=3, ge=1, description="number of clusters K")
-    init: Literal["kfed", "random-box"] | list[list[float]] = "kfed"
-    max_rounds: int = Field(default=100, ge=1)
+    n_clusters: int = Field(default=3, ge=1, description="K, the number of clusters")
+    init: Literal["kfed", "random-box"] | list[list[float]] = Field(
+        default="kfed", description="initial centres: kfed (one-shot k-FED round), random-box (uniform in the "
+        "federated bounding box) or the K x d centres themselves")
+    max_rounds: int = Field(default=100, ge=1, description="the algorithm's own cap on training rounds T")
     init_retries: int = Field(default=5, ge=0, description="times the k-FED start asks clients that failed or were "
                               "late again (same round, same streams), so that a fault does not change the start")
 

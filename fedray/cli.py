@@ -130,6 +130,12 @@ def build_parser() -> argparse.ArgumentParser:
             m = importlib.import_module(mod)
             if hasattr(m, "add_cli"):
                 m.add_cli(sub)
+    for command in sub.choices.values():  # `fedray run -v ...` as well as `fedray -v run ...`
+        try:
+            command.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS,
+                                 help="more logging (-vv for debug)")
+        except argparse.ArgumentError:  # the command has a -v of its own
+            pass
     return p
 
 

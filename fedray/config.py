@@ -45,22 +45,37 @@ def _allows_number(ann: Any) -> bool:
 
 
 class AlgorithmConfig(_Section):
-    name: str = "kmeans"
-    params: dict[str, Any] = Field(default_factory=dict)
+    """The method and its hyperparameters (`fedray describe NAME` lists an algorithm's params)."""
+
+    name: str = Field(default="kmeans", description="algorithm key (`fedray list`), an installed plug-in's name, or "
+                      "package.module:ClassName")
+    params: dict[str, Any] = Field(default_factory=dict, description="the algorithm's hyperparameters, checked "
+                                   "against its Params (`fedray describe NAME`)")
 
 
 class DataConfig(_Section):
+    """Which data, how they are read and scaled, and how they are split over clients."""
+
     model_config = ConfigDict(extra="forbid", validate_assignment=True, arbitrary_types_allowed=True)
 
     # A data set name, or arrays from Python (fedray.from_arrays), written out as their description.
-    dataset: str | ArrayData = "sklearn:iris"
-    data_dir: str | None = None
-    options: dict[str, Any] = Field(default_factory=dict)
-    partition: dict[str, Any] = Field(default_factory=dict)
-    scale: Literal["none", "standard", "minmax"] = "none"
-    feature_columns: list[str] | None = None
-    label_column: str | None = None
-    client_column: str | None = None
+    dataset: str | ArrayData = Field(default="sklearn:iris", description="data set name (`fedray list`): blobs, "
+                                     "sklearn:NAME, benchmark:BATTERY/NAME, csv:PATH, parquet:PATH, mnist, "
+                                     "scenario:NAME; or arrays from fedray.from_arrays")
+    data_dir: str | None = Field(default=None, description="folder of benchmark and MNIST files (default: "
+                                 "$FEDRAY_DATA_DIR)")
+    options: dict[str, Any] = Field(default_factory=dict, description="options of the data set, e.g. "
+                                    "points_per_client for blobs (`fedray describe DATASET`)")
+    partition: dict[str, Any] = Field(default_factory=dict, description="name: the split over clients (`fedray "
+                                      "describe PARTITION`), with that partition's options beside it")
+    scale: Literal["none", "standard", "minmax"] = Field(default="none", description="feature scaling from "
+                                                         "federated statistics (no rows leave a client)")
+    feature_columns: list[str] | None = Field(default=None, description="tables: the columns used as features "
+                                              "(default: every numeric column except label and client)")
+    label_column: str | None = Field(default=None, description="tables: the column of true labels, for "
+                                     "evaluation (and training of supervised methods)")
+    client_column: str | None = Field(default=None, description="tables: the column naming each row's client "
+                                      "(one client per value; partition by_column)")
 
     @field_serializer("dataset")
     def _dataset_text(self, v: str | ArrayData) -> str:
@@ -68,42 +83,65 @@ class DataConfig(_Section):
 
 
 class FederationConfig(_Section):
-    n_clients: int | None = Field(default=10, ge=1)
-    fraction: float = Field(default=1.0, gt=0.0, le=1.0)
+    """How many clients, how many of them each round, and how many rounds at most."""
+
+    n_clients: int | None = Field(default=10, ge=1, description="number of clients M (None: as many as the data "
+                                  "set's own split gives)")
+    fraction: float = Field(default=1.0, gt=0.0, le=1.0, description="share C of the clients sampled each round "
+                                "(max(floor(C M), 1) clients)")
     rounds: int | None = Field(default=None, ge=1, description="most server rounds of a run; unset: the "
                                "algorithm's own budget (its max_rounds, FedCRef's iterations), else 100. A run "
                                "that this cap, not the algorithm, ends warns and records stop_reason 'round cap'")
-    min_clients: int = Field(default=1, ge=1)
+    min_clients: int = Field(default=1, ge=1, description="answers a round needs to go on; fewer fail the round "
+                             "(or retry it)")
     round_retries: int = Field(default=0, ge=0, description="re-run a round that got fewer than min_clients answers")
 
 
 class ClientResources(_Section):
-    num_cpus: float | None = Field(default=None, gt=0)
-    num_gpus: float = Field(default=0.0, ge=0)
-    custom: dict[str, float] = Field(default_factory=dict)
+    """What Ray reserves for each client actor."""
+
+    num_cpus: float | None = Field(default=None, gt=0, description="CPUs per client actor (default: one per "
+                                   "actor; fractions pack several actors on a CPU)")
+    num_gpus: float = Field(default=0.0, ge=0, description="GPUs per client actor (fractions share a GPU)")
+    custom: dict[str, float] = Field(default_factory=dict, description="custom Ray resources per client actor, "
+                                     "e.g. {edge: 1}")
 
 
 class RuntimeConfig(_Section):
-    backend: Literal["local", "ray"] = "ray"
-    address: str | None = None
-    num_cpus: int | None = Field(default=None, ge=1)
-    clients_per_actor: int | Literal["auto"] = "auto"
-    client_resources: ClientResources = Field(default_factory=ClientResources)
-    round_timeout: float | None = Field(default=None, gt=0)
-    placement: Literal["pack", "spread"] = "pack"
-    actor_batch: int = Field(default=64, ge=1)
+    """Where clients run: in-process (local) or as Ray actors, with their resources and deadlines."""
+
+    backend: Literal["local", "ray"] = Field(default="ray", description="ray: client actors on Ray; local: the "
+                                             "same objects in this process, without Ray (same results)")
+    address: str | None = Field(default=None, description="Ray cluster to join (host:port, ray://host:port or "
+                                "auto); None: start an embedded Ray instance")
+    num_cpus: int | None = Field(default=None, ge=1, description="CPUs of the embedded Ray instance (default: all "
+                                 "of this machine)")
+    clients_per_actor: int | Literal["auto"] = Field(default="auto", description="clients hosted by one actor; "
+                                                     "auto: about one actor per CPU slot")
+    client_resources: ClientResources = Field(default_factory=ClientResources,
+                                              description="what Ray reserves for each client actor")
+    round_timeout: float | None = Field(default=None, gt=0, description="seconds a round waits for answers; "
+                                        "clients later than that are dropped from the round (None: wait)")
+    placement: Literal["pack", "spread"] = Field(default="pack", description="actors packed on few nodes or "
+                                                 "spread over all nodes of the cluster")
+    actor_batch: int = Field(default=64, ge=1, description="actors created at once while starting (bounds the "
+                             "start-up pressure on the cluster)")
     max_restarts: int = Field(default=3, ge=-1, description="times Ray restarts a crashed client actor (its "
                               "shards are rebuilt from their recipes; -1: always)")
-    startup_timeout: float = Field(default=300.0, gt=0)
+    startup_timeout: float = Field(default=300.0, gt=0, description="seconds to wait for the client actors to be "
+                                   "placed and ready; past it the run fails in one line")
     call_timeout: float = Field(default=300.0, gt=0, description="seconds to wait for any other call to the client "
                                 "actors (set-up, checkpoint state, gathering data); past it the call fails in one line")
     stall_warning: float = Field(default=10.0, gt=1, description="without round_timeout, warn when a round waits "
                                  "this many times the median round time (at least 60 s)")
-    progress: bool | None = None
+    progress: bool | None = Field(default=None, description="progress bar (true), none (false), or None: a bar on "
+                                  "a terminal or in a notebook, about 20 log lines otherwise")
     batched: bool = Field(default=True, description="run client functions that have a batched form once per host "
                           "for all its clients (false: client by client, to check the batched form)")
     # Code shipping (fedray.shipping): what reaches Ray workers through runtime_env.
-    ship_code: Literal["auto", "always", "never"] = "auto"
+    ship_code: Literal["auto", "always", "never"] = Field(default="auto", description="send fedray and plug-in "
+                                                          "modules to the workers with runtime_env (auto: fedray when "
+                                                          "joining a cluster, plug-ins not installed here)")
     runtime_env: dict[str, Any] = Field(default_factory=dict, description="Ray runtime_env, merged with fedray's")
 
     @field_validator("clients_per_actor")
@@ -115,26 +153,41 @@ class RuntimeConfig(_Section):
 
 
 class EvaluationConfig(_Section):
-    central_baseline: bool = False
+    """What is measured besides the federated run."""
+
+    central_baseline: bool = Field(default=False, description="also run the central algorithm on the union of "
+                                   "the clients' data and compare (central_ari, centre distance)")
 
 
 class OutputConfig(_Section):
-    directory: str | None = None
-    overwrite: bool = False  # replace the contents of a non-empty output folder (else it is refused)
-    plots: bool = True
-    messages: bool = False  # write messages.parquet (every message: round, client, direction, names, shapes, bytes)
-    message_payloads: bool = False  # also keep what the server received on the Result (audits, tests)
+    """The output folder and what goes into it."""
+
+    directory: str | None = Field(default=None, description="output folder (default: fedray-output/NAME-TIMESTAMP "
+                                  "from the CLI; none from Python unless output= is given)")
+    overwrite: bool = Field(default=False, description="replace the contents of a non-empty output folder (else "
+                            "it is refused)")
+    plots: bool = Field(default=True, description="write plots/*.png (convergence, centres, client clusters)")
+    messages: bool = Field(default=False, description="write messages.parquet: every message with round, client, "
+                           "direction, names, shapes and bytes")
+    message_payloads: bool = Field(default=False, description="also keep what the server received on the Result "
+                                   "(audits, tests)")
 
 
 class FaultsConfig(_Section):
     """Injected client faults (see docs/reliability.md). All off by default."""
 
-    crash_probability: float = Field(default=0.0, ge=0.0, lt=1.0)
-    delay_probability: float = Field(default=0.0, ge=0.0, le=1.0)
-    delay_seconds: float = Field(default=0.0, ge=0.0)
-    delay_mode: Literal["virtual", "sleep"] = "virtual"
-    crashes: list[tuple[int, int]] = Field(default_factory=list, description="(round, client id) pairs")
-    crash_scope: Literal["client", "actor"] = "client"
+    crash_probability: float = Field(default=0.0, ge=0.0, lt=1.0, description="chance that a sampled client "
+                                     "crashes in a round (drawn from the seed)")
+    delay_probability: float = Field(default=0.0, ge=0.0, le=1.0, description="chance that a sampled client "
+                                     "answers delay_seconds late")
+    delay_seconds: float = Field(default=0.0, ge=0.0, description="how late a delayed client answers (matters "
+                                 "against runtime.round_timeout)")
+    delay_mode: Literal["virtual", "sleep"] = Field(default="virtual", description="virtual: the delay is "
+                                                    "simulated (exact, free); sleep: the client really sleeps (Ray)")
+    crashes: list[tuple[int, int]] = Field(default_factory=list, description="(round, client id) pairs that crash "
+                                           "for sure")
+    crash_scope: Literal["client", "actor"] = Field(default="client", description="client: the client loses its "
+                                                    "state; actor: its actor process exits and Ray restarts it")
 
     @property
     def active(self) -> bool:
@@ -144,22 +197,25 @@ class FaultsConfig(_Section):
 class DPConfig(_Section):
     """Gaussian mechanism on clients' statistics: clip to L2 norm ``clip``, noise std ``noise_multiplier * clip``."""
 
-    clip: float = Field(gt=0)
-    noise_multiplier: float = Field(gt=0)
-    delta: float = Field(default=1e-5, gt=0, lt=1)
+    clip: float = Field(gt=0, description="L2 norm C each client's statistics are clipped to")
+    noise_multiplier: float = Field(gt=0, description="z: Gaussian noise of standard deviation z C is added")
+    delta: float = Field(default=1e-5, gt=0, lt=1, description="delta of the (epsilon, delta) guarantee reported")
     seeded_noise: bool = Field(default=False, description="debugging only: noise from the seed, not private")
 
 
 class PrivacyConfig(_Section):
     """Secure aggregation, DP and guards (see fedray.privacy and docs/reliability.md)."""
 
-    secure_aggregation: bool = False
+    secure_aggregation: bool = Field(default=False, description="pairwise masking: the server sees only the sum "
+                                     "of a round's statistics, never one client's")
     mask_neighbors: int | None = Field(default=None, ge=2, description="pairwise masks with this many peers (None: all)")
     min_cohort: int = Field(default=3, ge=2, description="secure aggregation refuses smaller cohorts or survivor sets")
     secagg_threshold: float = Field(default=0.5, gt=0, lt=1,
                                     description="Shamir threshold t = floor(value * peers) + 1")
-    dp: DPConfig | None = None
-    min_samples_guard: bool = False
+    dp: DPConfig | None = Field(default=None, description="differential privacy: set clip and noise_multiplier "
+                                "to turn on (None: off)")
+    min_samples_guard: bool = Field(default=False, description="a client withholds its statistics when N_m F <= L "
+                                    "(too few samples for L statistics)")
     min_cluster_count: int = Field(default=0, ge=0, description="clients zero clusters with fewer points (0: off)")
     feature_bounds: list[tuple[float, float]] | None = Field(
         default=None, description="(low, high) per feature, known a priori: min-max scaling and bounds under privacy")
@@ -170,24 +226,31 @@ class PrivacyConfig(_Section):
 
 
 class CheckpointConfig(_Section):
+    """Checkpoints to continue an interrupted run (`fedray run --resume DIR`)."""
+
     every: int = Field(default=0, ge=0, description="save a checkpoint every N rounds (0: never)")
-    directory: str | None = None  # default: <output folder>/checkpoint
+    directory: str | None = Field(default=None, description="checkpoint folder (default: <output folder>/checkpoint)")
 
 
 class ExperimentConfig(_Section):
     """A whole experiment. Build with :func:`make_config`."""
 
-    seed: int = Field(default=0, ge=0)
-    algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
-    data: DataConfig = Field(default_factory=DataConfig)
-    federation: FederationConfig = Field(default_factory=FederationConfig)
-    runtime: RuntimeConfig = Field(default_factory=RuntimeConfig)
-    evaluation: EvaluationConfig = Field(default_factory=EvaluationConfig)
-    output: OutputConfig = Field(default_factory=OutputConfig)
-    faults: FaultsConfig = Field(default_factory=FaultsConfig)
-    privacy: PrivacyConfig = Field(default_factory=PrivacyConfig)
-    checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
-    extra: dict[str, Any] = Field(default_factory=dict)
+    seed: int = Field(default=0, ge=0, description="seed of every random stream: sampling, starts, data, and "
+                      "each client's stream keyed by (seed, client id, round)")
+    algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig, description="the method and its params")
+    data: DataConfig = Field(default_factory=DataConfig, description="data set, scaling and split over clients")
+    federation: FederationConfig = Field(default_factory=FederationConfig,
+                                         description="clients, fraction sampled per round, round cap")
+    runtime: RuntimeConfig = Field(default_factory=RuntimeConfig, description="local or Ray, resources, deadlines")
+    evaluation: EvaluationConfig = Field(default_factory=EvaluationConfig, description="central baseline")
+    output: OutputConfig = Field(default_factory=OutputConfig, description="output folder, plots, message log")
+    faults: FaultsConfig = Field(default_factory=FaultsConfig, description="injected crashes and delays")
+    privacy: PrivacyConfig = Field(default_factory=PrivacyConfig,
+                                   description="secure aggregation, differential privacy, guards")
+    checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig,
+                                         description="periodic checkpoints for --resume")
+    extra: dict[str, Any] = Field(default_factory=dict, description="free-form notes kept in config.yaml and "
+                                  "summary.json; fedray does not read them")
 
     @field_validator("data", mode="before")
     @classmethod

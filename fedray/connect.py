@@ -177,6 +177,43 @@ def _translate(address: str, exc: BaseException) -> ConfigError | None:
     return None
 
 
+#: Start of the note Ray's raylet sends every driver when a node runs many more worker processes
+#: than CPUs ("... worker processes have been started on node ..., which is 4x the maximum expected
+#: startup concurrency"). fedray's layouts do that on purpose (``runtime.clients_per_actor``,
+#: fractional ``client_resources.num_cpus``), so without ``-v`` it becomes one line of fedray's log.
+WORKER_POOL_NOTE = "worker processes have been started on node"
+
+
+def quiet_worker_pool_note() -> None:
+    """Show Ray's worker-pool-size note only when fedray logs at INFO (``-v``); else log it at DEBUG.
+
+    Ray prints messages its raylet pushes to drivers from a background thread through
+    ``ray._private.worker.print_to_stdstream``, with no switch of its own; this wraps that one
+    function (once) and leaves every other message alone. Without that function (another Ray
+    version) nothing changes.
+    """
+    try:
+        from ray._private import worker as ray_worker
+    except ImportError:  # pragma: no cover
+        return
+    shown = getattr(ray_worker, "print_to_stdstream", None)
+    if shown is None or getattr(shown, "_fedray_quiet", False):
+        return
+
+    def print_to_stdstream(data: Any, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(data, dict) and data.get("pid") == "raylet" and not log.isEnabledFor(logging.INFO):
+            lines = [ln for ln in data.get("lines", []) if WORKER_POOL_NOTE not in str(ln)]
+            if len(lines) < len(data.get("lines", [])):
+                log.debug("Ray: many worker processes on one node (one per client actor); -v shows Ray's note")
+                if not lines:
+                    return None
+                data = {**data, "lines": lines}
+        return shown(data, *args, **kwargs)
+
+    print_to_stdstream._fedray_quiet = True  # type: ignore[attr-defined]
+    ray_worker.print_to_stdstream = print_to_stdstream
+
+
 def connect(address: str | None, num_cpus: int | None = None, **init_kwargs: Any) -> bool:
     """Start an embedded Ray instance or connect to ``address`` after probing it; True if started here.
 
@@ -186,6 +223,7 @@ def connect(address: str | None, num_cpus: int | None = None, **init_kwargs: Any
 
     if ray.is_initialized():
         return False
+    quiet_worker_pool_note()
     if not sys.stderr.isatty():  # notebooks, pipes, CI logs: Ray's actor-log prefixes without colour codes
         os.environ.setdefault("RAY_COLOR_PREFIX", "0")
     kwargs: dict[str, Any] = {"include_dashboard": False, "logging_level": logging.WARNING,

@@ -128,7 +128,7 @@ def integer_rounds(ax: Axes) -> None:
 #: A panel is drawn when one of its columns is recorded in some round.
 CONVERGENCE_PANELS: tuple[tuple[tuple[str, ...], str, str, float], ...] = (
     (("center_shift",), "centre shift", "centre shift (feature units)", 1.0),
-    (("objective",), "objective", "objective", 1.0),
+    (("objective", "objective_sampled"), "objective", "objective", 1.0),
     (("train_loss", "test_loss", "loss"), "loss", "loss", 1.0),
     (("accuracy",), "accuracy", "mean client accuracy (%)", 100.0),
     (("ari", "nmi"), "agreement with the true groups", "ARI / NMI", 1.0),
@@ -136,7 +136,8 @@ CONVERGENCE_PANELS: tuple[tuple[tuple[str, ...], str, str, float], ...] = (
 )
 
 
-_LEGEND = {"ari": "ARI", "nmi": "NMI", "train_loss": "training", "test_loss": "test", "loss": "loss"}
+_LEGEND = {"ari": "ARI", "nmi": "NMI", "train_loss": "training", "test_loss": "test", "loss": "loss",
+           "objective": "all clients", "objective_sampled": "sampled clients"}
 
 
 def _recorded(history: pd.DataFrame, col: str) -> bool:
@@ -150,14 +151,18 @@ def convergence_figure(history: pd.DataFrame, title: str = "", fraction: float =
     Parameters
     ----------
     history : DataFrame, one row a round
-        ``Result.history``: ``round`` and any of ``center_shift``, ``objective``,
-        ``train_loss``, ``test_loss`` and ``loss`` (one panel), ``accuracy`` (a fraction; drawn in %), ``ari`` and ``nmi`` (one
-        panel), ``n_clusters``. Columns never recorded are left out.
+        ``Result.history``: ``round`` and any of ``center_shift``, ``objective``
+        (or ``objective_sampled``, the name the round loop gives it when a round samples
+        fewer than all clients), ``train_loss``, ``test_loss`` and ``loss`` (one panel),
+        ``accuracy`` (a fraction; drawn in %), ``ari`` and ``nmi`` (one panel),
+        ``n_clusters``. Columns never recorded are left out.
     title : str
         Figure title (the algorithm's name).
     fraction : float
-        ``federation.fraction``. Below 1 each round's objective sums over the
-        clients sampled that round only, so its panel says "sampled clients".
+        ``federation.fraction``, for histories that name the objective ``objective``
+        whatever the cohort: below 1 it is read as a sum over the sampled clients.
+        An ``objective_sampled`` column says so by itself; either way the panel
+        says "sampled clients".
 
     Returns
     -------
@@ -177,10 +182,11 @@ def convergence_figure(history: pd.DataFrame, title: str = "", fraction: float =
             keep = y.notna().to_numpy()
             ax.plot(history["round"].to_numpy()[keep], y.to_numpy(float)[keep] * factor, marker="o",
                     label=_LEGEND.get(c, c) if len(cols) > 1 else None)
-        if cols[0] == "objective" and fraction < 1:
-            ylabel, name = "objective (sampled clients)", f"objective over the sampled clients (fraction {fraction:g})"
+        if cols[0] == "objective" and (fraction < 1 or drawn == ["objective_sampled"]):
+            ylabel = "objective (sampled clients)"
+            name = "objective over the sampled clients" + (f" (fraction {fraction:g})" if fraction < 1 else "")
         if cols[0] in ("center_shift", "objective"):
-            y = pd.to_numeric(history[cols[0]], errors="coerce").dropna()
+            y = pd.to_numeric(history[drawn[0]], errors="coerce").dropna()
             if len(y) and (y > 0).all() and y.max() > 20 * y.min():
                 ax.set_yscale("log")
         if cols[0] == "n_clusters":

@@ -20,7 +20,7 @@ from typing import Any
 log = logging.getLogger("fedray.progress")
 
 #: Metrics shown per round, where the algorithm records them.
-HEADLINE = ("phase", "clients_answered", "center_shift", "objective", "accuracy", "n_clusters")
+HEADLINE = ("phase", "clients_answered", "center_shift", "objective", "objective_sampled", "accuracy", "n_clusters")
 
 
 def in_notebook() -> bool:

@@ -6,7 +6,9 @@ Output folder layout::
     failures.parquet  one row per client that failed or was late in a round (see fedray.faults)
     messages.parquet  every message, when ``output.messages`` is on (see fedray.messages)
     rounds.parquet    one row a round (``wall_s`` = seconds of that round)
-    clients.parquet   one row a client (samples, rounds taken part in, bytes sent)
+    clients.parquet   one row a client: samples, rounds_participated (rounds it answered a task of the
+                      algorithm), rounds_evaluated (rounds it only evaluated the current model), bytes
+                      sent, compute seconds; accuracy, acc, cluster and true_group where the method has them
     model.npz         the model's arrays (``centers``; ``m`` where fuzzy)
     config.yaml       the validated configuration
     plots/*.png       convergence; centres over the data density (federated PCA beyond 2-D);
@@ -84,7 +86,8 @@ class Result:
         for d in session.descriptions:
             cr = state["client_rows"].get(d["client_id"], {})
             rows.append({"client_id": d["client_id"], "name": d.get("name", ""), "n_samples": d["n"],
-                         "rounds": int(cr.get("rounds", 0)), "bytes_up": int(cr.get("bytes_up", 0)),
+                         "rounds_participated": int(cr.get("rounds", 0)),
+                         "rounds_evaluated": int(cr.get("evaluated", 0)), "bytes_up": int(cr.get("bytes_up", 0)),
                          "compute_s": float(cr.get("compute_s", 0.0))})
         clients = _with_client_results(pd.DataFrame(rows), model, final, session.info.extras or {})
         # Counted from the same rows as failures.parquet: every attempt of every round, and
@@ -256,8 +259,9 @@ class Result:
 def _with_client_results(clients: pd.DataFrame, model: dict[str, Any], final: dict[str, Any],
                          extras: dict[str, Any]) -> pd.DataFrame:
     """Per-client results next to the per-client counters: ``accuracy`` (each client's model on
-    its own test split), ``cluster`` (the cluster or community found for it), ``true_group``
-    (the federation's hidden group, where known; for evaluation only)."""
+    its own test split), ``acc`` (Hungarian-matched accuracy of the client's own clusters, where the
+    method clusters each client's data: FedCRef), ``cluster`` (the cluster or community found for
+    it), ``true_group`` (the federation's hidden group, where known; for evaluation only)."""
     n = len(clients)
 
     def column(values: Any) -> np.ndarray | None:
@@ -267,6 +271,7 @@ def _with_client_results(clients: pd.DataFrame, model: dict[str, Any], final: di
         return arr if arr.ndim == 1 and arr.shape[0] == n else None
 
     for name, values in (("accuracy", final.get("client_accuracy", model.get("client_accuracy"))),
+                         ("acc", final.get("client_acc")),
                          ("cluster", model.get("assignment", final.get("assignment"))),
                          ("true_group", extras.get("true_groups", model.get("true_groups")))):
         col = column(values)

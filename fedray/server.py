@@ -135,9 +135,14 @@ class Server:
         bytes_up = sum(r.nbytes for r in res.replies)
         for r in res.replies:
             row = self.client_rows.setdefault(r.client_id, {"rounds": 0, "bytes_up": 0, "compute_s": 0.0})
-            row["rounds"] += 1
+            # A round the client took part in, or one where it only evaluated the current model
+            # (supervised methods evaluate every client, sampled or not; clients.parquet keeps both).
+            kind = "evaluated" if tasks[r.client_id].evaluation else "rounds"
+            row[kind] = row.get(kind, 0) + 1
             row["bytes_up"] += r.nbytes
             row["compute_s"] += r.seconds
+        if len(sampled) < info.n_clients and "objective" in metrics:  # a sum over this round's cohort only
+            metrics = {("objective_sampled" if k == "objective" else k): v for k, v in metrics.items()}
         out = {"round": self.round, "phase": phase, "clients_sampled": len(tasks),
                "clients_answered": len(res.replies), "clients_failed": len(res.failed),
                "clients_late": len(res.late), **{k: v for k, v in metrics.items()},

@@ -94,16 +94,20 @@ from fedray.sizes import nbytes_of
 class SupervisedParams(Params):
     """Local training and evaluation of supervised clustered FL (paper defaults for MNIST)."""
 
-    model: str = Field(default="auto", description="cnn28 | cnn8 | mlp | cnn1d | auto | package.module:function")
-    optimizer: Literal["sgd", "adam"] = "sgd"
-    lr: float = Field(default=0.1, gt=0, description="local learning rate eta")
-    epochs: int = Field(default=5, ge=1, description="local epochs E")
-    batch_size: int = Field(default=32, ge=1, description="mini-batch size B")
-    eval_every: int = Field(default=1, ge=1, description="evaluate every r rounds (all clients)")
+    model: str = Field(default="auto", description="network trained by each client: cnn28, cnn8, mlp, cnn1d, "
+                       "auto (by the data's shape) or package.module:function")
+    optimizer: Literal["sgd", "adam"] = Field(default="sgd", description="local optimiser (paper: plain SGD)")
+    lr: float = Field(default=0.1, gt=0, description="η, the clients' local learning rate")
+    epochs: int = Field(default=5, ge=1, description="E, local epochs per round")
+    batch_size: int = Field(default=32, ge=1, description="B, the local mini-batch size")
+    eval_every: int = Field(default=1, ge=1, description="evaluate every r rounds, on every client's test rows")
     test_fraction: float = Field(default=0.15, ge=0.0, lt=1.0,
                                  description="test share of a client's shard where the federation fixes none")
-    device: str = Field(default="auto", pattern=r"^(auto|cpu|cuda(:\d+)?)$")
-    model_seed: int | None = Field(default=None, ge=0, description="seed of theta_0 (default: the run's seed)")
+    device: str = Field(default="auto", pattern=r"^(auto|cpu|cuda(:\d+)?)$",
+                        description="torch device of client training: cpu, cuda[:i], or auto (a GPU when the actor "
+                        "has one)")
+    model_seed: int | None = Field(default=None, ge=0,
+                                   description="seed of the initial weights θ₀ (default: the run's seed)")
 
     @field_validator("model")
     @classmethod

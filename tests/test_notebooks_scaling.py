@@ -14,6 +14,8 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
+from tests.test_notebook_outputs import executed_output_problems
+
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 
 OVERRIDES = {
@@ -55,6 +57,7 @@ def test_notebook_runs_with_small_parameters(name, tmp_path):
     nb.cells.insert(i + 1, cell)
     NotebookClient(nb, timeout=240, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
     images = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if "image/png" in o.get("data", {})]
+    assert executed_output_problems(nb) == [], "a re-executed notebook would commit these outputs"
     assert images, "the executed notebook must draw its plots"
     if name == "scaling_study":
         assert (tmp_path / "out" / "runtimes" / "sweep.parquet").exists()

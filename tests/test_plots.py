@@ -178,6 +178,16 @@ def test_objective_says_sampled_clients_when_fraction_below_one(fraction, sample
     assert ("objective" in labels) is not sampled
 
 
+def test_an_objective_sampled_column_is_labelled_sampled_clients_by_itself():
+    """Histories of runs with a partial cohort name the column objective_sampled; its panel says so at
+    any fraction passed (the column name alone decides), and draws the same values."""
+    h = _history().rename(columns={"objective": "objective_sampled"})
+    by_label = {ax.get_ylabel(): ax for ax in _data_axes(plots.convergence_figure(h, fraction=1.0))}
+    assert "objective (sampled clients)" in by_label and "objective" not in by_label
+    np.testing.assert_array_equal(by_label["objective (sampled clients)"].get_lines()[0].get_ydata(),
+                                  h["objective_sampled"].dropna().to_numpy())
+
+
 def test_result_save_passes_the_fraction(tmp_path, monkeypatch):
     """Result.save draws convergence.png with the run's own federation.fraction."""
     import fedray

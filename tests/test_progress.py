@@ -9,11 +9,10 @@
 """
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
-
-import json
 
 import numpy as np
 import pytest
@@ -128,15 +127,21 @@ def test_a_cap_equal_to_the_budget_is_no_cut(caplog):
                          federation={"n_clients": 4, "rounds": 7}, runtime={"backend": "local", "progress": False},
                          output=False)
     assert res.summary["rounds"] == 7 and res.summary["stop_reason"] == "algorithm" and not _cap_warnings(caplog)
+PLUGINS = ("examples.plugins.fedprox:FedProx", "examples.plugins.kmedians:FederatedKMedians",
+           "examples.plugins.perfedavg:PerFedAvg", "examples.plugins.pfedme:PFedMe")
 
 
 def test_describe_works_for_every_listed_name():
     from fedray.algorithm import available_algorithms
     from fedray.data import available_datasets, available_partitions
-    from fedray.describe import SECTIONS, describe
+    from fedray.describe import SECTIONS, describable_names, describe
+    from fedray.nn import available_models
 
-    names = [*available_algorithms(), *available_partitions(), *SECTIONS,
-             *(d for d in available_datasets() if "NAME" not in d and "PATH" not in d)]
+    names = describable_names()
+    assert set(names) >= {*available_algorithms(), *available_partitions(), *SECTIONS, "config", "blobs",
+                          "scenario:triebe-1d", "sklearn:iris"}
+    assert set(available_datasets()) - set(names) == {"benchmark:BATTERY/NAME", "csv:PATH", "parquet:PATH"}
+    assert set(available_models()) <= set(names)  # every name `fedray list` shows
     for name in names:
         text = describe(name)
         assert name in text.splitlines()[0]
@@ -144,6 +149,54 @@ def test_describe_works_for_every_listed_name():
     assert "data.partition.rotations" in describe("rotated")
     assert "runtime.call_timeout" in describe("runtime")
     assert "algorithm.params.mu" in describe("examples.plugins.fedprox:FedProx")
+
+
+@pytest.mark.parametrize("name", [None, *PLUGINS])
+def test_every_parameter_of_every_name_has_a_meaning(name):
+    """Each field of each algorithm's Params, each partition, federation and data-set option and each
+    configuration key has a one-line meaning, and `describe` shows it."""
+    from fedray.describe import describable_names, description, describe
+
+    for n in describable_names() if name is None else [name]:
+        d = description(n)
+        assert d.doc.strip(), f"{n}: no one-line summary"
+        lacking = [r.key for r in d.rows if not r.meaning.strip()]
+        assert not lacking, f"{n}: no meaning for {lacking}"
+        text = describe(n)
+        for r in d.rows:
+            assert r.meaning.replace("``", "`") in text
+
+
+def test_meanings_come_from_field_descriptions_and_numpydoc_parameters():
+    from fedray.describe import description, doc_parameters
+
+    rows = {r.key: r for r in description("flacc").rows}
+    assert rows["algorithm.params.alpha_0"].meaning.startswith("α₀")  # the paper's symbol
+    assert rows["algorithm.params.alpha_0"].bounds == "> -1.0, <= 1.0"
+    rows = {r.key: r for r in description("dirichlet").rows}
+    assert "Dirichlet" in rows["data.partition.alpha"].meaning and rows["data.partition.alpha"].default == "0.5"
+    assert [r.key for r in description("by_column").rows] == []  # `groups` is filled in by fedray, not an option
+
+    def f(a, b, c=1):
+        """Summary.
+
+        Parameters
+        ----------
+        a, b : int
+            Shared meaning,
+            over two lines.
+        c : float
+
+        Returns
+        -------
+        x : float
+            Not a parameter.
+        """
+
+    assert doc_parameters(f) == {"a": "Shared meaning, over two lines.", "b": "Shared meaning, over two lines."}
+    assert "privacy.dp.clip" in {r.key for r in description("privacy").rows}  # an optional nested section too
+    top = {r.key: r for r in description("config").rows}
+    assert top["federation"].meaning.endswith("(`fedray describe federation`)")
 
 
 def test_describe_and_partitions_suggest_near_names(tmp_path):
@@ -167,3 +220,94 @@ def test_a_warning_appears_once_in_one_line_without_library_paths(tmp_path):
     lines = [ln for ln in proc.stderr.splitlines() if "SharedSamplesWarning" in ln]
     assert len(lines) == 1 and lines[0].startswith("fedray: SharedSamplesWarning: rotated federation")
     assert ".py:" not in proc.stderr
+
+
+def test_rays_worker_pool_note_is_quiet_unless_verbose(capsys, caplog):
+    """Ray's raylet tells drivers when a node runs 4x more worker processes than CPUs, which fedray's
+    one-actor-per-client layouts do on purpose: shown with -v (INFO) only; other raylet lines pass."""
+    pytest.importorskip("ray")
+    from ray._private import worker as ray_worker
+
+    from fedray.connect import WORKER_POOL_NOTE, quiet_worker_pool_note
+
+    quiet_worker_pool_note()
+    quiet_worker_pool_note()  # wraps once
+    assert ray_worker.print_to_stdstream._fedray_quiet
+    note = f"WARNING: 8 PYTHON {WORKER_POOL_NOTE}: abc with address: 192.0.2.2, which is 4x the maximum"
+    with caplog.at_level("WARNING", logger="fedray"):
+        ray_worker.print_to_stdstream({"lines": [note + " (1)", "node is low on memory (1)"], "pid": "raylet",
+                                       "is_err": False}, ignore_prefix=False)
+    out = capsys.readouterr().out
+    assert WORKER_POOL_NOTE not in out and "node is low on memory (1)" in out
+    with caplog.at_level("INFO", logger="fedray"):
+        ray_worker.print_to_stdstream({"lines": [note + " (2)"], "pid": "raylet", "is_err": False},
+                                      ignore_prefix=False)
+    assert WORKER_POOL_NOTE in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("partition", [{"name": "rotated", "samples": [400, 500]},
+                                       {"name": "class-subsets", "samples_per_class": 200}])
+def test_a_shared_samples_note_is_one_warning_and_no_log_line(caplog, partition):
+    """With -v (INFO logs) the note that clients share samples still appears once: as the warning."""
+    import warnings
+
+    from fedray.data.federation import build_federation
+    from fedray.errors import SharedSamplesWarning
+
+    cfg = fedray.make_config(data={"dataset": "sklearn:digits", "partition": partition},
+                             federation={"n_clients": 20}, runtime={"backend": "local"})
+    with caplog.at_level("DEBUG", logger="fedray"), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fed = build_federation(cfg.data, 20, 0)
+    notes = [w for w in caught if issubclass(w.category, SharedSamplesWarning)]
+    assert len(notes) == 1 and fed.notes
+    assert not [r for r in caplog.records if "share" in r.getMessage()]
+
+
+def test_verbosity_is_accepted_before_and_after_the_command():
+    from fedray.cli import build_parser
+
+    p = build_parser()
+    assert p.parse_args(["list"]).verbose == 0
+    assert p.parse_args(["-v", "list"]).verbose == 1
+    assert p.parse_args(["describe", "-vv", "kmeans"]).verbose == 2
+    assert p.parse_args(["run", "-v", "-q"]).verbose == 1 and p.parse_args(["run", "-q"]).verbose == 0
+    assert p.parse_args(["quickstart", "--verbose"]).verbose == 1
+
+
+@pytest.mark.parametrize("name, says", [("", "unknown name ''"), ("k" * 100_000, "(100000 characters)"),
+                                        ("scenario:nope", "choose one of scenario:stallmann-motivational"),
+                                        ("sklearn:foo", "choose one of sklearn:iris")])
+def test_describe_refuses_hostile_names_in_one_short_line(name, says):
+    from fedray.describe import describe
+    from fedray.errors import ConfigError
+
+    with pytest.raises(ConfigError) as err:
+        describe(name)
+    text = str(err.value)
+    assert says in text and "\n" not in text and len(text) < 400
+
+
+def test_describe_tells_what_file_data_sets_take():
+    from fedray.describe import describe
+
+    assert "data.label_column" in describe("csv:sales.csv") and "data.data_dir" in describe("benchmark:sipu/s1")
+
+
+def test_a_notebook_gets_the_widget_bar_and_lines_without_ipywidgets(monkeypatch, caplog):
+    """In Jupyter the bar is tqdm's notebook widget (ipywidgets, in the notebooks and test extras);
+    without ipywidgets the same run logs lines instead of a text bar or tqdm's warning."""
+    pytest.importorskip("ipywidgets")
+    from fedray import progress
+
+    monkeypatch.setattr(progress, "in_notebook", lambda: True)
+    bar = progress.Progress("kmeans", 4)
+    assert bar.mode == "bar" and type(bar.bar).__module__ == "tqdm.notebook"
+    bar.update({"phase": "train", "objective": 1.5})
+    bar.close()
+    monkeypatch.setattr(progress, "_has_widgets", lambda: False)
+    with caplog.at_level("INFO", logger="fedray.progress"):
+        lines = progress.Progress("kmeans", 4)
+        lines.update({"phase": "train", "objective": 1.5})
+    assert lines.mode == "lines" and lines.bar is None
+    assert any("kmeans: round 1/4" in r.getMessage() for r in caplog.records)

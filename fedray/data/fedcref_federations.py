@@ -91,7 +91,17 @@ def class_subsets_indices(y: np.ndarray, n_clients: int, rng: np.random.Generato
 @register_federation_builder("class-subsets")
 def class_subsets(ds: Dataset, data: Any, n_clients: int | None, seed: int, classes: Any = (2, 5),
                   samples_per_class: int = 500, overlap: float = 0.0) -> Federation:
-    """Federation builder ``class-subsets`` (see the module docstring)."""
+    """Each client holds a random subset of the classes, S samples of each (FedCRef, Section 5.2).
+
+    Parameters
+    ----------
+    classes : int or [lo, hi]
+        Classes per client, or the range a client's number of classes is drawn from (paper: 2 to 5).
+    samples_per_class : int
+        S, the samples a client holds of each of its classes (paper: 500).
+    overlap : float
+        Share of a client's S samples of a class common to every client holding that class (paper: 0).
+    """
     if ds.y is None:
         raise DataError("data.partition.name: 'class-subsets' needs labels; the data set has none")
     n_clients = 25 if n_clients is None else int(n_clients)
@@ -103,8 +113,7 @@ def class_subsets(ds: Dataset, data: Any, n_clients: int | None, seed: int, clas
         msg = (f"class-subsets: {ds.name} has too few samples for {n_clients} clients x "
                f"{samples_per_class} samples per class; clients share samples ({repeats} of {total} draws repeat "
                "a sample another client holds)")
-        warnings.warn(msg, SharedSamplesWarning, stacklevel=2)
-        log.info(msg)
+        warnings.warn(msg, SharedSamplesWarning, stacklevel=2)  # once: no log line repeating it
         notes = (msg,)
     source = {"kind": "pooled", "dataset": data.dataset, "data_dir": str(resolve_data_dir(data.data_dir) or "") or None, "seed": seed,
               "options": dict(data.options or {})}

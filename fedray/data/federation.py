@@ -58,6 +58,16 @@ class Federation:
 
 BLOBS_DEFAULTS = {"points_per_client": 200, "n_features": 2, "n_centers": 5, "cluster_std": 1.0,
                   "center_box": (-10.0, 10.0), "weights": None}
+#: One-line meaning of each ``blobs`` option (``fedray describe blobs``).
+BLOBS_OPTIONS = {
+    "points_per_client": "points each client draws",
+    "n_features": "dimension d of the points",
+    "n_centers": "number of Gaussian blobs (the true K); every client draws from the same centres",
+    "cluster_std": "standard deviation of each blob (the same in every direction)",
+    "center_box": "(low, high): the blob centres are drawn uniformly in this box, per feature",
+    "weights": "relative size of each blob in every client's points (None: equal); with data.partition "
+               "dirichlet each client draws its own from Dir(alpha) instead",
+}
 
 
 # Federation builders: partitions that need more than index lists (per-client

@@ -221,8 +221,7 @@ def _federation(ds: Dataset, data: Any, seed: int, groups: np.ndarray, group_lab
     specs = [ClientSpec(i, source, r, f"client-{i}",
                         {"group": int(groups[i]), "n_test": n_tests[i], "transforms": transforms[int(groups[i])]})
              for i, r in enumerate(rows)]
-    for note in notes:
-        log.info("%s federation: %s", kind, note)
+    for note in notes:  # once, as a warning (no log line repeating it): it is in Federation.notes too
         warnings.warn(f"{kind} federation of {data.dataset}: {note}", SharedSamplesWarning, stacklevel=3)
     extras = {**ds.meta, "true_groups": [int(g) for g in groups], "group_names": group_names, "partition": kind,
               "shared_samples": any(n.startswith("clients share") for n in notes)}
@@ -261,7 +260,19 @@ def _builder(name: str) -> Callable:
 def rotated(ds: Dataset, data: Any, n_clients: int | None, seed: int, rotations: list[int] = (0, 90, 180, 270),
             proportions: list[float] = (0.1, 0.2, 0.3, 0.4), samples: Any = COMMON["samples"],
             test_fraction: float = COMMON["test_fraction"]) -> Federation:
-    """Rotated images: group g sees every image rotated by ``rotations[g]`` degrees."""
+    """Rotated images: group g sees every image rotated by ``rotations[g]`` degrees.
+
+    Parameters
+    ----------
+    rotations : list of int
+        Rotation of each group in degrees (multiples of 90); one true group per entry.
+    proportions : list of float
+        Share of the clients in each group (one per rotation; normalised).
+    samples : [lo, hi]
+        Each client draws its number of samples uniformly from this range (paper: 200-800).
+    test_fraction : float
+        Share of each client's shard kept as its test rows (never used for training).
+    """
     samples, tf = _check_common(samples, test_fraction)
     shape = _square_image(ds, "rotated")
     rot = [int(r) for r in rotations]
@@ -282,7 +293,19 @@ def rotated(ds: Dataset, data: Any, n_clients: int | None, seed: int, rotations:
 @_builder("grouped")
 def grouped(ds: Dataset, data: Any, n_clients: int | None, seed: int, n_groups: int = 5, labels_per_group: int = 2,
             samples: Any = COMMON["samples"], test_fraction: float = COMMON["test_fraction"]) -> Federation:
-    """Label skew: the clients of group g hold only the labels of group g."""
+    """Label skew: the clients of group g hold only the labels of group g.
+
+    Parameters
+    ----------
+    n_groups : int
+        Number of true groups (clients are split evenly over them).
+    labels_per_group : int
+        Labels each group holds (disjoint sets where they fit).
+    samples : [lo, hi]
+        Each client draws its number of samples uniformly from this range (paper: 200-800).
+    test_fraction : float
+        Share of each client's shard kept as its test rows (never used for training).
+    """
     samples, tf = _check_common(samples, test_fraction)
     n = _n(n_clients)
     classes = np.unique(ds.y) if ds.y is not None else np.zeros(0, np.int64)
@@ -300,7 +323,17 @@ def grouped(ds: Dataset, data: Any, n_clients: int | None, seed: int, n_groups: 
 @_builder("label-swapped")
 def label_swapped(ds: Dataset, data: Any, n_clients: int | None, seed: int, n_groups: int = 5,
                   samples: Any = COMMON["samples"], test_fraction: float = COMMON["test_fraction"]) -> Federation:
-    """Concept shift: the clients of group g have two labels swapped."""
+    """Concept shift: the clients of group g have two labels swapped.
+
+    Parameters
+    ----------
+    n_groups : int
+        Number of true groups, each swapping its own pair of labels (disjoint pairs where they fit).
+    samples : [lo, hi]
+        Each client draws its number of samples uniformly from this range (paper: 200-800).
+    test_fraction : float
+        Share of each client's shard kept as its test rows (never used for training).
+    """
     samples, tf = _check_common(samples, test_fraction)
     n = _n(n_clients)
     classes = np.unique(ds.y) if ds.y is not None else np.zeros(0, np.int64)
@@ -321,7 +354,21 @@ def label_swapped(ds: Dataset, data: Any, n_clients: int | None, seed: int, n_gr
 def grouped_rotated(ds: Dataset, data: Any, n_clients: int | None, seed: int, n_groups: int = 2,
                     rotated_fraction: float = 0.3, rotation: int = 90, samples: Any = COMMON["samples"],
                     test_fraction: float = COMMON["test_fraction"]) -> Federation:
-    """Disjoint label sets, and within each a share of clients with rotated images."""
+    """Disjoint label sets, and within each a share of clients with rotated images.
+
+    Parameters
+    ----------
+    n_groups : int
+        Number of disjoint label sets (2 * n_groups true groups: each set with and without rotation).
+    rotated_fraction : float
+        Share of each label set's clients whose images are rotated.
+    rotation : int
+        Rotation in degrees of those clients (a multiple of 90 other than 0).
+    samples : [lo, hi]
+        Each client draws its number of samples uniformly from this range (paper: 200-800).
+    test_fraction : float
+        Share of each client's shard kept as its test rows (never used for training).
+    """
     samples, tf = _check_common(samples, test_fraction)
     shape = _square_image(ds, "grouped+rotated")
     n = _n(n_clients)

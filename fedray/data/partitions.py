@@ -71,6 +71,13 @@ def _need_labels(labels: np.ndarray | None, name: str) -> np.ndarray:
 @register_partition("iid")
 def iid(n_samples: int, labels: np.ndarray | None, n_clients: int, rng: np.random.Generator,
         stratified: bool = False) -> list[np.ndarray]:
+    """IID: a uniform random split into near-equal shards.
+
+    Parameters
+    ----------
+    stratified : bool
+        Deal each class round-robin so that every client keeps the class proportions (Corcuera Bárcena et al.).
+    """
     if stratified and labels is not None:
         out: list[list[int]] = [[] for _ in range(n_clients)]
         offset = 0
@@ -87,6 +94,13 @@ def iid(n_samples: int, labels: np.ndarray | None, n_clients: int, rng: np.rando
 @register_partition("dirichlet")
 def dirichlet(n_samples: int, labels: np.ndarray | None, n_clients: int, rng: np.random.Generator,
               alpha: float = 0.5) -> list[np.ndarray]:
+    """Label skew: the rows of each class are spread over the clients by Dir(alpha).
+
+    Parameters
+    ----------
+    alpha : float
+        Concentration alpha of the Dirichlet draw (> 0): small values give few classes per client, large ones IID.
+    """
     if not alpha > 0:
         raise ConfigError(f"data.partition.alpha: must be > 0; got {alpha!r}")
     labels = _need_labels(labels, "dirichlet")
@@ -103,6 +117,14 @@ def dirichlet(n_samples: int, labels: np.ndarray | None, n_clients: int, rng: np
 @register_partition("classes_per_client")
 def classes_per_client(n_samples: int, labels: np.ndarray | None, n_clients: int, rng: np.random.Generator,
                        classes: int | list[int] = 2) -> list[np.ndarray]:
+    """Each client holds a few classes; a class's rows are split among the clients that drew it.
+
+    Parameters
+    ----------
+    classes : int or [lo, hi]
+        Classes per client, or the range a client's number of classes is drawn from; rows of a class no
+        client drew are left out.
+    """
     labels = _need_labels(labels, "classes_per_client")
     uniq = np.unique(labels)
     lo, hi = (classes, classes) if isinstance(classes, int) else (int(classes[0]), int(classes[1]))
@@ -123,6 +145,15 @@ def classes_per_client(n_samples: int, labels: np.ndarray | None, n_clients: int
 @register_partition("quantity_skew")
 def quantity_skew(n_samples: int, labels: np.ndarray | None, n_clients: int, rng: np.random.Generator,
                   alpha: float = 1.0, min_size: int = 1) -> list[np.ndarray]:
+    """Quantity skew: shard sizes drawn from Dir(alpha), labels uniform.
+
+    Parameters
+    ----------
+    alpha : float
+        Concentration alpha of the Dirichlet draw of the shard sizes (> 0): small values give very unequal shards.
+    min_size : int
+        Rows every client gets at least.
+    """
     if not alpha > 0:
         raise ConfigError(f"data.partition.alpha: must be > 0; got {alpha!r}")
     if min_size * n_clients > n_samples:
@@ -137,6 +168,10 @@ def quantity_skew(n_samples: int, labels: np.ndarray | None, n_clients: int, rng
 @register_partition("by_column")
 def by_column(n_samples: int, labels: np.ndarray | None, n_clients: int, rng: np.random.Generator,
               groups: np.ndarray | None = None) -> list[np.ndarray]:
+    """One client per distinct value of ``data.client_column`` (or of a scenario's own clients).
+
+    ``groups`` is that column, filled in by fedray; the partition has no options of its own.
+    """
     if groups is None:
         raise DataError("data.partition.name: 'by_column' needs data.client_column")
     values = np.unique(groups)

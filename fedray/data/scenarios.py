@@ -44,8 +44,10 @@ def stallmann_motivational(seed: int = 0, sigma: float = 0.2, small_sigma: float
     ----------
     seed : int
         Seed of the draw.
-    sigma, small_sigma : float
-        Standard deviations of the four large clusters and of the small one.
+    sigma : float
+        Standard deviation of the four large clusters (paper: 0.2).
+    small_sigma : float
+        Standard deviation of the small cluster at (0.5, 0.5) (paper: 0.01).
 
     Returns
     -------
@@ -72,6 +74,19 @@ def stallmann_motivational(seed: int = 0, sigma: float = 0.2, small_sigma: float
 def triebe_1d(seed: int = 0, n_clients: int = 50, samples_per_client: int = 10, n_centers: int = 5,
               scale: float = 0.2) -> Dataset:
     """The synthetic non-IID data of Triebe & Rajagopal (2019): one Gaussian per client.
+
+    Parameters
+    ----------
+    seed : int
+        Seed of the draw.
+    n_clients : int
+        Number of clients (paper: 50), kept as the clients by the default partition by_column.
+    samples_per_client : int
+        One-dimensional samples per client (paper: 10).
+    n_centers : int
+        Gaussians with means 1, ..., n_centers; each client draws from one (paper: 5).
+    scale : float
+        Standard deviation of every Gaussian (paper: 0.2).
 
     Returns
     -------

@@ -50,6 +50,17 @@ _REFERENCE = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*(\.[A
 
 #: name -> kind of input it accepts: "image" (C, H, W), "signal" (C, L) or (L,), "any".
 MODEL_KINDS: dict[str, str] = {"cnn28": "image", "cnn8": "image", "mlp": "any", "cnn1d": "signal"}
+#: One line on each model (``fedray describe NAME``; no torch needed to read it).
+MODEL_DESCRIPTIONS: dict[str, str] = {
+    "cnn28": "images of 16 px and more (the papers' MNIST network): two 5x5 convolutions (32, 64 channels), 2x2 "
+             "max pooling after each, dense 512",
+    "cnn8": "small images such as the 8x8 digits: one 3x3 convolution (16 channels), 2x2 max pooling, dense 64",
+    "mlp": "any input, flattened: two dense layers of 64 units with ReLU",
+    "cnn1d": "signals (C, L) or (L,): three 1-D convolutions (64, 128, 256 filters of size 5) with max pooling, "
+             "dense 128 and 64 (the FLACC paper's network for vibration signals)",
+    "auto": "picked by the data's sample shape: cnn28 for images of 16 px and more, cnn8 for smaller images, "
+            "mlp otherwise",
+}
 
 
 def available_models() -> list[str]:
@@ -162,5 +173,5 @@ def model_spec(name: str, sample_shape: tuple[int, ...], n_classes: int | None, 
             "seed": int(seed)}
 
 
-__all__ = ["MODEL_KINDS", "available_models", "check_model", "check_reference_syntax", "is_model_reference",
-           "model_spec", "resolve_model_factory", "resolve_model_name", "sample_kind"]
+__all__ = ["MODEL_DESCRIPTIONS", "MODEL_KINDS", "available_models", "check_model", "check_reference_syntax",
+           "is_model_reference", "model_spec", "resolve_model_factory", "resolve_model_name", "sample_kind"]
