@@ -54,13 +54,38 @@ def cluster_sums(X: np.ndarray, labels: np.ndarray, k: int, weights: np.ndarray 
     return out
 
 
+def segment_colsums(A: np.ndarray, owner: np.ndarray, n: int) -> np.ndarray:
+    """Per-segment column sums of ``A`` (rows, k): row j belongs to segment ``owner[j]``; shape (n, k).
+
+    Every sum runs over its rows in order (``bincount``), so a segment's sums are the same
+    bits whether it is summed alone (``owner`` all zero) or with other segments.
+    """
+    k = A.shape[1]
+    cell = (owner[:, None] * k + np.arange(k)).ravel()
+    return np.bincount(cell, weights=A.ravel(), minlength=n * k).reshape(n, k)
+
+
+def column_sums(A: np.ndarray) -> np.ndarray:
+    """Column sums of ``A`` (rows, k) row by row in order: :func:`segment_colsums` of one segment."""
+    return segment_colsums(A, np.zeros(A.shape[0], dtype=np.intp), 1)[0]
+
+
+def row_sums(v: np.ndarray, owner: np.ndarray, n: int) -> np.ndarray:
+    """Per-segment sums of a vector (rows,) in row order, shape (n,)."""
+    return np.bincount(owner, weights=v, minlength=n)
+
+
 def fcm_memberships(X: np.ndarray, C: np.ndarray, m: float) -> np.ndarray:
     """Fuzzy c-means memberships u[j, c] = 1 / sum_l (d_jc / d_jl)^(2/(m-1)), shape (n, k).
 
     A point lying on a centre gets its zero distance replaced by machine epsilon
     (as in Corcuera Bárcena et al.'s reference code).
     """
-    d2 = sq_distances(X, C)
+    return memberships_from_d2(sq_distances(X, C), m)
+
+
+def memberships_from_d2(d2: np.ndarray, m: float) -> np.ndarray:
+    """:func:`fcm_memberships` from squared distances (n, k); ``d2`` is overwritten. Row by row."""
     np.maximum(d2, np.finfo(np.float64).eps, out=d2)
     p = 1.0 / (m - 1.0)
     inv = d2 ** (-p)  # (d^2)^(-1/(m-1)) = d^(-2/(m-1))

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from fedray.algorithm import Reply, Task
-from fedray.client import ClientHost, unpack_outcomes
+from fedray.client import ClientHost, Outcome, PackedOutcomes
 from fedray.data.federation import ClientSpec
 from fedray.errors import ConfigError, RoundFailedError
 
@@ -64,8 +64,25 @@ def _plan(tasks: dict[int, Task]) -> tuple[list[Any], dict[int, int]]:
     return shared, which
 
 
+def _client_id(r: Reply) -> int:
+    return r.client_id
+
+
 def _collect(outcomes: Any, result: ExecResult) -> None:
-    for o in unpack_outcomes(outcomes):
+    parts = outcomes if isinstance(outcomes, list) else [outcomes]
+    if any(isinstance(p, PackedOutcomes) for p in parts):
+        rest: list[Outcome] = []
+        for p in parts:
+            if isinstance(p, PackedOutcomes):
+                # Replies straight from the columns: one row view per client, no Outcome in between.
+                rows = p.block().rows()
+                result.replies.extend(map(Reply, p.client_ids.tolist(), rows, p.seconds.tolist(),
+                                          p.nbytes.tolist()))
+                rest.extend(p.others)
+            else:
+                rest.append(p)
+        outcomes = rest
+    for o in outcomes:
         if o.error is None:
             result.replies.append(Reply(o.client_id, o.update, o.seconds, o.nbytes))
         elif o.user_error:
@@ -179,7 +196,8 @@ class LocalExecutor(Executor):
         shared, which = _plan(tasks)
         items = [(cid, tasks[cid], which[cid]) for cid in sorted(tasks)]
         result = ExecResult([])
-        _collect(self.host.run(round_, items, *shared), result)
+        _collect(self.host.run_parts(round_, items, *shared), result)
+        result.replies.sort(key=_client_id)
         return result
 
     def gather_data(self, labels: bool = True):
@@ -424,7 +442,7 @@ class RayExecutor(Executor):
         if not not_ready and round_ >= 0:
             self._round_s.append(time.monotonic() - t0)
         result.spillover.sort()
-        result.replies.sort(key=lambda r: r.client_id)
+        result.replies.sort(key=_client_id)
         result.failed.sort()
         result.late.sort()
         return result

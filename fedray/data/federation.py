@@ -7,6 +7,7 @@ that owns it, and a Parquet source with ``by_column`` reads only that client's r
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -173,12 +174,22 @@ def _blobs_federation(options: dict, n_clients: int, seed: int, pname: str | Non
 
 def blob_centers(source: dict) -> np.ndarray:
     lo, hi = source["center_box"]
-    rng = data_rng(source["seed"], 2)
-    return rng.uniform(lo, hi, size=(int(source["n_centers"]), int(source["n_features"])))
+    out = _blob_centers(int(source["seed"]), int(source["n_centers"]), int(source["n_features"]), float(lo), float(hi))
+    return out.copy()
+
+
+@functools.lru_cache(maxsize=16)
+def _blob_centers(seed: int, k: int, d: int, lo: float, hi: float) -> np.ndarray:
+    """The blob centres (k, d), drawn once per process for all of its clients (read-only)."""
+    out = data_rng(seed, 2).uniform(lo, hi, size=(k, d))
+    out.flags.writeable = False
+    return out
 
 
 def _generate_blobs(source: dict, client_id: int) -> tuple[np.ndarray, np.ndarray]:
-    centers = blob_centers(source)
+    lo, hi = source["center_box"]
+    centers = _blob_centers(int(source["seed"]), int(source["n_centers"]), int(source["n_features"]), float(lo),
+                            float(hi))
     rng = data_rng(source["seed"], 3, client_id)
     k, n = centers.shape[0], int(source["points_per_client"])
     if source.get("alpha"):
