@@ -251,7 +251,9 @@ def test_total_still_rejects_mismatched_statistics_and_empty_input():
 
 
 def test_batched_forms_equal_plain_on_ray_for_any_clients_per_actor(ray_session):
-    kw = dict(BASE, federation={"n_clients": 20, "rounds": 4, "fraction": 0.8})
+    kw = dict(seed=3, data={"dataset": "blobs", "options": {"n_centers": 3, "points_per_client": 30},
+                            "partition": {"name": "dirichlet", "alpha": 0.5}},
+              federation={"n_clients": 7, "rounds": 3, "fraction": 1.0})
     for algorithm in ("kmeans", "federated-fcm"):
         args = dict(kw, algorithm={"name": algorithm, "params": {"n_clusters": 3}})
         ref = fedray.run(runtime={"backend": "local", "batched": False}, **args)
