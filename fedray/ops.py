@@ -42,14 +42,16 @@ def assign(X: np.ndarray, C: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Nearest centre of every row and the squared distance to it."""
     d2 = sq_distances(X, C)
     lab = np.argmin(d2, axis=1)
-    return lab, d2[np.arange(X.shape[0]), lab]
+    # The smallest value is the value at the first smallest index: the same bits as indexing d2 by lab.
+    return lab, np.min(d2, axis=1)
 
 
 def cluster_sums(X: np.ndarray, labels: np.ndarray, k: int, weights: np.ndarray | None = None) -> np.ndarray:
     """Per-cluster (weighted) sums of rows, shape (k, n_features)."""
     out = np.zeros((k, X.shape[1]))
+    cols = np.ascontiguousarray(X.T)  # bincount reads its weights contiguously (the same sums, faster)
     for j in range(X.shape[1]):
-        w = X[:, j] if weights is None else X[:, j] * weights
+        w = cols[j] if weights is None else cols[j] * weights
         out[:, j] = np.bincount(labels, weights=w, minlength=k)
     return out
 

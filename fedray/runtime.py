@@ -52,6 +52,11 @@ def _plan(tasks: dict[int, Task]) -> tuple[list[Any], dict[int, int]]:
     shared: list[Any] = []
     index_of: dict[int, int] = {}
     which: dict[int, int] = {}
+    first = next(iter(tasks.values()), None)
+    if first is not None and all(t is first for t in tasks.values()):  # one task for every client
+        if first.shared is None:
+            return shared, dict.fromkeys(tasks, -1)
+        return [first.shared], dict.fromkeys(tasks, 0)
     for cid, task in tasks.items():
         if task.shared is None:
             which[cid] = -1

@@ -244,15 +244,21 @@ class Server:
 
 
 def _bytes_down(tasks: dict[int, Task]) -> int:
-    sizes: dict[int, int] = {}
+    """Bytes sent to the clients: each client's payload and shared part (counted per client)."""
+    sizes: dict[int, int] = {}  # id of a shared part -> bytes
+    per_task: dict[int, int] = {}  # id of a task -> bytes (one task object is often every client's)
     total = 0
     for t in tasks.values():
-        if t.shared is not None:
-            key = id(t.shared)
-            if key not in sizes:
-                sizes[key] = nbytes_of(t.shared)
-            total += sizes[key]
-        total += nbytes_of(t.payload)
+        b = per_task.get(id(t))
+        if b is None:
+            b = nbytes_of(t.payload)
+            if t.shared is not None:
+                key = id(t.shared)
+                if key not in sizes:
+                    sizes[key] = nbytes_of(t.shared)
+                b += sizes[key]
+            per_task[id(t)] = b
+        total += b
     return total
 
 

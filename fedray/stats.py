@@ -23,11 +23,23 @@ class Stats(Mapping[str, np.ndarray]):
         by passing them as ``np.int64``).
     """
 
-    __slots__ = ("_arrays", "_row")
+    __slots__ = ("_a", "_row")
 
     def __init__(self, **arrays: Any) -> None:
-        self._arrays = {k: np.asarray(v, dtype=np.float64) for k, v in arrays.items()}
+        self._a: dict[str, np.ndarray] | None = {k: np.asarray(v, dtype=np.float64) for k, v in arrays.items()}
         self._row: tuple[StatsBlock, int] | None = None  # (block, row) when this is a row of a StatsBlock
+
+    @property
+    def _arrays(self) -> dict[str, np.ndarray]:
+        a = self._a
+        if a is None:  # a row of a block: its views are made when first read
+            block, i = self._row
+            a = self._a = {k: v[i] for k, v in block.arrays.items()}
+        return a
+
+    def names(self) -> Any:
+        """The statistics' names (without making a block row's views)."""
+        return self._row[0].arrays.keys() if self._a is None else self._a.keys()
 
     # Mapping interface
     def __getitem__(self, key: str) -> np.ndarray:
@@ -115,12 +127,19 @@ class StatsBlock:
     def row(self, i: int) -> Stats:
         """Client ``i`` of the block as a :class:`Stats` (views of the block's arrays)."""
         s = Stats.__new__(Stats)
-        s._arrays = {k: v[i] for k, v in self.arrays.items()}
+        s._a = None
         s._row = (self, i)
         return s
 
     def rows(self) -> list[Stats]:
-        return [self.row(i) for i in range(self.n)]
+        new, out = Stats.__new__, []
+        append = out.append
+        for i in range(self.n):
+            s = new(Stats)
+            s._a = None
+            s._row = (self, i)
+            append(s)
+        return out
 
     def nbytes_each(self) -> int:
         """Bytes of one client's statistics."""
@@ -161,16 +180,16 @@ def total(items: Iterable[Stats]) -> Stats:
         for s in items[1:]:
             acc = acc + s
         return acc
-    names = items[0]._arrays.keys()
+    names = items[0].names()
     parts: dict[str, list[np.ndarray]] = {k: [] for k in names}
     i, n = 0, len(items)
     while i < n:
         s = items[i]
-        if s._arrays.keys() != names:
+        if s.names() != names:
             raise ValueError(f"cannot add statistics with names {sorted(names)} and {sorted(s)}")
         src = s._row
         j = i + 1
-        if src is not None and src[0].arrays.keys() == names:
+        if src is not None:
             block, start = src
             while j < n and items[j]._row is not None and items[j]._row[0] is block \
                     and items[j]._row[1] == start + (j - i):
