@@ -186,6 +186,13 @@ def _blob_centers(seed: int, k: int, d: int, lo: float, hi: float) -> np.ndarray
     return out
 
 
+@functools.lru_cache(maxsize=64)
+def _column_names(d: int) -> tuple[str, ...]:
+    """``("x0", ..., "x{d-1}")``, one tuple shared by all clients of a process (a million clients need no
+    million copies)."""
+    return tuple(f"x{i}" for i in range(d))
+
+
 def _generate_blobs(source: dict, client_id: int) -> tuple[np.ndarray, np.ndarray]:
     lo, hi = source["center_box"]
     centers = _blob_centers(int(source["seed"]), int(source["n_centers"]), int(source["n_features"]), float(lo),
@@ -325,7 +332,7 @@ def _materialize_raw(spec: ClientSpec, table: Any = None) -> tuple[np.ndarray, n
     kind = src["kind"]
     if kind == "blobs":
         X, y = _generate_blobs(src, spec.client_id)
-        return X, y, tuple(f"x{i}" for i in range(X.shape[1]))
+        return X, y, _column_names(X.shape[1])
     if kind == "pooled":
         ds = load_dataset(src["dataset"], src["data_dir"], seed=src["seed"], **src["options"])
         idx = spec.indices if spec.indices is not None else np.arange(ds.n_samples)
