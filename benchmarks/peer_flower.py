@@ -30,7 +30,6 @@ import os
 import subprocess
 import sys
 import time
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -62,9 +61,12 @@ def run_flower(spec: dict[str, Any]) -> dict[str, Any]:
     source = _source(int(spec["points"]), int(spec["features"]), k, int(spec["seed"]))
     centers0 = np.asarray(spec["centers"], dtype=np.float64)
 
-    @lru_cache(maxsize=None)
+    shards: dict[int, Any] = {}  # travels (empty) with the client app to each worker
+
     def shard(cid: int) -> Any:  # built inside the client's worker, once, like fedray's shards
-        return materialize(ClientSpec(cid, source))[0]
+        if cid not in shards:
+            shards[cid] = materialize(ClientSpec(cid, source))[0]
+        return shards[cid]
 
     client_app = ClientApp()
 
@@ -83,7 +85,8 @@ def run_flower(spec: dict[str, Any]) -> dict[str, Any]:
 
     @server_app.main()
     def main(grid: Grid, context: Context) -> None:
-        nodes = list(grid.get_node_ids())
+        while len(nodes := list(grid.get_node_ids())) < n_clients:  # as Flower's strategies: wait for every node
+            time.sleep(0.5)
         C = centers0.copy()
         for rnd in range(rounds):
             t0 = time.perf_counter()
@@ -91,6 +94,10 @@ def run_flower(spec: dict[str, Any]) -> dict[str, Any]:
             msgs = [Message(content, dst_node_id=nid, message_type="train") for nid in nodes]
             replies = list(grid.send_and_receive(msgs))
             ok = [r for r in replies if r.has_content()]
+            if not ok:
+                errors = [r.error.reason for r in replies if r.has_error()]
+                raise RuntimeError(f"round {rnd}: no client answered ({len(replies)} replies; first error: "
+                                   f"{errors[0] if errors else 'none'})")
             sums = sum(r.content["stats"]["sums"].numpy() for r in ok)
             counts = sum(r.content["stats"]["counts"].numpy() for r in ok)
             nz = counts >= 0.5
