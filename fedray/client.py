@@ -177,6 +177,35 @@ def unpack_outcomes(batch: list[Outcome | PackedOutcomes] | PackedOutcomes) -> l
     return sorted(out, key=lambda o: o.client_id)
 
 
+class UniformTasks:
+    """One task (and one shared object) for many clients of a host: the compact form of
+    ``[(client_id, task, shared_index), ...]`` when every item has the same task, so that
+    neither the server nor the host handles one tuple per client.
+
+    Iterating gives the ``(client_id, task, shared_index)`` items (client-id order).
+    """
+
+    __slots__ = ("ids", "task", "shared_index")
+
+    def __init__(self, ids: np.ndarray, task: Task, shared_index: int) -> None:
+        self.ids, self.task, self.shared_index = np.asarray(ids, dtype=np.int64), task, int(shared_index)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __iter__(self):
+        task, sidx = self.task, self.shared_index
+        return ((cid, task, sidx) for cid in self.ids.tolist())
+
+    def client_ids(self) -> list[int]:
+        return self.ids.tolist()
+
+
+def task_items(tasks: Any) -> list[tuple[int, Task, int]]:
+    """``[(client_id, task, shared_index)]`` from a list of them or :class:`UniformTasks`."""
+    return list(tasks) if isinstance(tasks, UniformTasks) else tasks
+
+
 class ClientBatch:
     """The clients of one host that run a batched client function together (client-id order).
 
@@ -319,6 +348,13 @@ class ClientHost:
                   ) -> list[Outcome | PackedOutcomes]:
         """:meth:`run`, with the outcomes of a batched form that returned a
         :class:`~fedray.stats.StatsBlock` left column-wise (one :class:`PackedOutcomes` each)."""
+        if isinstance(tasks, UniformTasks) and self.batched:
+            many = batched_form(tasks.task.fn)
+            ids = tasks.client_ids()
+            if many is not None and len(ids) >= 2 and all(cid in self._offset for cid in ids):
+                return self._run_batch(round_, many, ids, [tasks.task.payload] * len(ids), tasks.shared_index,
+                                       tasks.task.evaluation, shared, tasks)
+        tasks = task_items(tasks)
         if not self.batched:
             return self._run_each(round_, tasks, shared)
         groups: dict[tuple[Any, int, bool], list[tuple[int, Task, int]]] = {}
@@ -343,7 +379,8 @@ class ClientHost:
             if len(items) < 2:
                 out += self._run_each(round_, items, shared)
             else:
-                out += self._run_batch(round_, forms[fn], items, sidx, evaluation, shared)
+                out += self._run_batch(round_, forms[fn], [item[0] for item in items],
+                                       [item[1].payload for item in items], sidx, evaluation, shared, items)
         return out
 
     def _batch(self, round_: int, ids: list[int], evaluation: bool) -> ClientBatch:
@@ -375,18 +412,17 @@ class ClientHost:
         see_labels = evaluation or (bool(ids) and self.clients[ids[0]]._supervised)
         return ClientBatch(np.asarray(ids), views, X, offsets, y if see_labels else None)
 
-    def _run_batch(self, round_: int, many: Any, items: list[tuple[int, Task, int]], sidx: int, evaluation: bool,
-                   shared: tuple[Any, ...]) -> list[Outcome | PackedOutcomes]:
-        ids = [item[0] for item in items]
+    def _run_batch(self, round_: int, many: Any, ids: list[int], payloads: list[Any], sidx: int, evaluation: bool,
+                   shared: tuple[Any, ...], items: Any) -> list[Outcome | PackedOutcomes]:
         batch = self._batch(round_, ids, evaluation)
         t0 = time.perf_counter()
         try:
-            updates = many([item[1].payload for item in items], shared[sidx] if sidx >= 0 else None, batch)
+            updates = many(payloads, shared[sidx] if sidx >= 0 else None, batch)
             if len(updates) != len(ids):
                 raise ValueError(f"batched client function returned {len(updates)} updates for {len(ids)} clients")
         except Exception:  # noqa: BLE001 - the plain function, client by client, reports who failed and why
             log.debug("batched client function failed; running its clients one by one:\n%s", traceback.format_exc())
-            return self._run_each(round_, items, shared)
+            return self._run_each(round_, task_items(items), shared)
         each = (time.perf_counter() - t0) / len(ids)
         if isinstance(updates, StatsBlock):
             n = len(ids)

@@ -262,3 +262,20 @@ def test_batched_forms_equal_plain_on_ray_for_any_clients_per_actor(ray_session)
             np.testing.assert_array_equal(got.centers, ref.centers, err_msg=f"{algorithm}, {cpa}")
             pd.testing.assert_frame_equal(got.history.drop(columns="wall_s"), ref.history.drop(columns="wall_s"))
             assert got.final == ref.final
+
+
+def test_one_task_for_many_clients_travels_as_ids_and_gives_the_same_outcomes():
+    from fedray.algorithms.kmeans import lloyd_stats
+    from fedray.client import UniformTasks
+
+    C = np.array([[-3.0, 1.0], [2.0, 2.0]])
+    task = Task(lloyd_stats, None, C)
+    for batched_ in (True, False):
+        host = ClientHost(_specs(5), 0, False, (2,), batched=batched_)
+        compact = host.run(0, UniformTasks(np.array([0, 2, 3]), task, 0), C)
+        listed = host.run(0, [(i, task, 0) for i in (0, 2, 3)], C)
+        assert [o.client_id for o in compact] == [0, 2, 3]
+        for a, b in zip(compact, listed):
+            for k in b.update:
+                np.testing.assert_array_equal(a.update[k], b.update[k])
+    assert list(UniformTasks(np.array([4, 7]), task, 1)) == [(4, task, 1), (7, task, 1)]
