@@ -61,7 +61,12 @@ class Server:
         self.round = 0
         self.history: list[dict[str, Any]] = []
         self.failures: list[dict[str, Any]] = []  # one row per client that failed or was late
-        self.client_rows: dict[int, dict[str, float]] = {}
+        info = getattr(algorithm, "info", None)
+        n = int(getattr(info, "n_clients", 0) or 0)
+        # Per client: rounds answered, bytes sent up, compute seconds (arrays: one vectorised update a round).
+        self._rounds = np.zeros(n, dtype=np.int64)
+        self._bytes_up = np.zeros(n, dtype=np.int64)
+        self._compute_s = np.zeros(n, dtype=np.float64)
         self.finished = False
         self.stop_reason = ""  # "converged", "algorithm" (its own budget or rule) or "round cap"
 
@@ -129,12 +134,14 @@ class Server:
                         self.round, len(res.replies), len(tasks), self.min_clients, attempt + 1, self.round_retries + 1)
         metrics = self.algorithm.aggregate(ctx, res.replies)
         bytes_down = _bytes_down(tasks)
-        bytes_up = sum(r.nbytes for r in res.replies)
-        for r in res.replies:
-            row = self.client_rows.setdefault(r.client_id, {"rounds": 0, "bytes_up": 0, "compute_s": 0.0})
-            row["rounds"] += 1
-            row["bytes_up"] += r.nbytes
-            row["compute_s"] += r.seconds
+        n_rep = len(res.replies)
+        ids = np.fromiter((r.client_id for r in res.replies), dtype=np.int64, count=n_rep)
+        up = np.fromiter((r.nbytes for r in res.replies), dtype=np.int64, count=n_rep)
+        bytes_up = int(up.sum())
+        self._grow(int(ids.max()) + 1 if n_rep else 0)
+        self._rounds[ids] += 1  # a client answers once a round: no repeated index
+        self._bytes_up[ids] += up
+        self._compute_s[ids] += np.fromiter((r.seconds for r in res.replies), dtype=np.float64, count=n_rep)
         out = {"round": self.round, "phase": phase, "clients_sampled": len(tasks),
                "clients_answered": len(res.replies), "clients_failed": len(res.failed),
                "clients_late": len(res.late), **{k: v for k, v in metrics.items()},
@@ -144,6 +151,29 @@ class Server:
         self.history.append(out)
         self.round += 1
         return out
+
+    def _grow(self, n: int) -> None:
+        if n > len(self._rounds):
+            extra = n - len(self._rounds)
+            self._rounds = np.concatenate([self._rounds, np.zeros(extra, dtype=np.int64)])
+            self._bytes_up = np.concatenate([self._bytes_up, np.zeros(extra, dtype=np.int64)])
+            self._compute_s = np.concatenate([self._compute_s, np.zeros(extra)])
+
+    @property
+    def client_rows(self) -> dict[int, dict[str, float]]:
+        """Per client that answered at least once: ``rounds``, ``bytes_up`` and ``compute_s``."""
+        return {int(c): {"rounds": int(self._rounds[c]), "bytes_up": int(self._bytes_up[c]),
+                         "compute_s": float(self._compute_s[c])} for c in np.flatnonzero(self._rounds)}
+
+    @client_rows.setter
+    def client_rows(self, rows: dict[Any, dict[str, float]]) -> None:
+        n = max([len(self._rounds)] + [int(k) + 1 for k in rows])
+        self._rounds = np.zeros(n, dtype=np.int64)
+        self._bytes_up = np.zeros(n, dtype=np.int64)
+        self._compute_s = np.zeros(n, dtype=np.float64)
+        for k, v in rows.items():
+            c = int(k)
+            self._rounds[c], self._bytes_up[c], self._compute_s[c] = v["rounds"], v["bytes_up"], v["compute_s"]
 
     def _record_failures(self, res: Any, attempt: int) -> None:
         for cid in res.failed:
