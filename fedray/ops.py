@@ -24,14 +24,15 @@ def sq_distances(X: np.ndarray, C: np.ndarray) -> np.ndarray:
     mu = C.mean(axis=0)
     Cc = C - mu
     cc = np.einsum("kd,kd->k", Cc, Cc, optimize=False)
+    # -2 x.c as x.(-2c): scaling by a power of two is exact, so the same bits in one pass less.
+    m2 = -2.0 * Cc
     n, d = X.shape
     out = np.empty((n, C.shape[0]), dtype=np.float64)
     step = max(1, _CHUNK // max(1, d))
     for s in range(0, n, step):
         Xc = X[s : s + step] - mu
         block = out[s : s + step]
-        np.einsum("nd,kd->nk", Xc, Cc, out=block, optimize=False)
-        block *= -2.0
+        np.einsum("nd,kd->nk", Xc, m2, out=block, optimize=False)
         block += np.einsum("nd,nd->n", Xc, Xc, optimize=False)[:, None]
         block += cc[None, :]
         np.maximum(block, 0.0, out=block)
