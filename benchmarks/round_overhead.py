@@ -42,7 +42,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-COLUMNS = ["algorithm", "backend", "clients_per_actor", "n_clients", "points", "actors", "round_s", "first_round_s", "startup_s", "ray_init_s",
+COLUMNS = ["algorithm", "backend", "clients_per_actor", "n_clients", "points", "actors", "round_s", "first_round_s",
+           "startup_s", "ray_init_s",
            "init_s", "peak_mem_mb", "peak_rss_mb", "processes", "rounds", "bytes_per_round", "error"]
 
 

@@ -50,6 +50,6 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "Algorithm", "ArrayData", "CenterAlgorithm", "CenterParams", "ConfigError", "DataError", "EmptyClusterWarning",
     "ExperimentConfig", "FederationInfo", "FedrayError", "FedrayWarning", "Params", "Reply", "Result",
-    "RoundContext", "RoundFailedError", "Session", "Stats", "StatsBlock", "SupervisedAlgorithm", "SupervisedParams", "Task",
-    "available_algorithms", "batched", "from_arrays", "make_config", "register", "run", "total",
+    "RoundContext", "RoundFailedError", "Session", "Stats", "StatsBlock", "SupervisedAlgorithm", "SupervisedParams",
+    "Task", "available_algorithms", "batched", "from_arrays", "make_config", "register", "run", "total",
 ]
