@@ -6,7 +6,7 @@ from typing import Any
 
 import ray
 
-from fedray.client import ClientHost, pack_outcomes
+from fedray.client import ClientHost, pack_parts
 
 
 @ray.remote
@@ -68,7 +68,7 @@ class ClientActor:
     def run(self, round_: int, tasks: list, *shared: Any) -> list | str:
         if not self._adopted:
             return "restarted"
-        return pack_outcomes(self.host.run(round_, tasks, *shared))
+        return pack_parts(self.host.run_parts(round_, tasks, *shared))
 
     def get_state(self, client_ids: list[int]) -> dict:
         return self.host.get_state(client_ids)

@@ -35,10 +35,10 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field
 
-from fedray.algorithm import FederationInfo, Reply, RoundContext, Task, register
+from fedray.algorithm import FederationInfo, Reply, RoundContext, Task, batched, register
 from fedray.centers import CenterAlgorithm, CenterParams
 from fedray.ops import assign, cluster_sums
-from fedray.stats import Stats, total
+from fedray.stats import Stats, StatsBlock, total
 
 
 class FedKMeansParams(CenterParams):
@@ -59,6 +59,34 @@ class FedKMeansParams(CenterParams):
     max_rounds: int = Field(default=200, ge=1, description="T, the number of global rounds")
 
 
+def client_minibatch_kmeans_many(payloads: list[dict[str, Any]], centers: np.ndarray, batch: Any) -> StatsBlock:
+    """:func:`client_minibatch_kmeans` for all of a host's clients at once, where a client's
+    work is one full-batch step (E = 1 and B = None or at least every shard): one assignment
+    to Γ_{t-1}, per-client sums in row order, the same step arithmetic element by element
+    (the same bits). Other settings run client by client."""
+    payload = payloads[0]
+    if any(p != payload for p in payloads):
+        raise ValueError("clients with different payloads")
+    B = payload["batch_size"]
+    sizes = batch.sizes
+    if int(payload["epochs"]) != 1 or (B is not None and bool((sizes > B).any())):
+        raise ValueError("mini-batches or several epochs: client by client")
+    X, owner, n = batch.X, batch.owner, len(batch)
+    k = centers.shape[0]
+    beta = float(payload["beta"])
+    labels, d2 = assign(X, centers)
+    cell = owner * k + labels
+    lam = np.bincount(cell, minlength=n * k).astype(np.float64).reshape(n, k)
+    sums = cluster_sums(X, cell, n * k).reshape(n, k, -1)
+    C = np.broadcast_to(centers, sums.shape).copy()
+    nz = lam > 0
+    mean_b = sums[nz] / lam[nz][:, None]
+    # As in the plain function with Λ = Λ^b (one batch per epoch): Γ + β · (Λ^b / Λ) · (Γ^b − Γ).
+    C[nz] = C[nz] + beta * (lam[nz] / lam[nz])[:, None] * (mean_b - C[nz])
+    return StatsBlock(counts=lam, weighted=lam[:, :, None] * C, sse=np.bincount(owner, weights=d2, minlength=n))
+
+
+@batched(client_minibatch_kmeans_many)
 def client_minibatch_kmeans(payload: dict[str, Any], centers: np.ndarray, client: Any) -> Stats:
     """ClientKMeans of Algorithm 1.
 
@@ -100,7 +128,9 @@ def client_minibatch_kmeans(payload: dict[str, Any], centers: np.ndarray, client
             mean_b = cluster_sums(Xb, labels, k)[nz] / lam_b[nz, None]
             lam += lam_b
             C[nz] = C[nz] + beta * (lam_b[nz] / lam[nz])[:, None] * (mean_b - C[nz])
-    return Stats(counts=lam, weighted=lam[:, None] * C, sse=np.array(d2.sum()))
+    # The sum of squares in row order (bincount), like the batched form's.
+    return Stats(counts=lam, weighted=lam[:, None] * C,
+                 sse=np.bincount(np.zeros(n, dtype=np.intp), weights=d2, minlength=1).reshape(()))
 
 
 @register

@@ -19,26 +19,27 @@ from pydantic import Field
 from fedray.centers import CenterAlgorithm, CenterParams
 from fedray.algorithm import Reply, RoundContext, Task, batched, register
 from fedray.ops import assign, cluster_sums, warn_empty
-from fedray.stats import Stats, total
+from fedray.stats import Stats, StatsBlock, total
 
 
 class KMeansParams(CenterParams):
     tol: float = Field(default=1e-6, gt=0, description="stop when ‖C_t − C_{t−1}‖_F ≤ tol")
 
 
-def lloyd_stats_many(payloads: list[Any], centers: np.ndarray, batch: Any) -> list[Stats]:
+def lloyd_stats_many(payloads: list[Any], centers: np.ndarray, batch: Any) -> StatsBlock:
     """:func:`lloyd_stats` for all of a host's clients in one pass over their rows.
 
     Assignment is row by row, and every per-client sum is a ``bincount`` over the client's
-    rows in order, as in :func:`lloyd_stats`: the bits are the same.
+    rows in order, as in :func:`lloyd_stats`: the bits are the same. The result is one
+    column-wise block (row ``i`` = client ``i``), so no per-client object is built.
     """
     n, k = len(batch), centers.shape[0]
     labels, d2 = assign(batch.X, centers)
-    cell = batch.owner * k + labels  # (client, cluster) of every row
+    owner = batch.owner
+    cell = owner * k + labels  # (client, cluster) of every row
     sums = cluster_sums(batch.X, cell, n * k).reshape(n, k, -1)
     counts = np.bincount(cell, minlength=n * k).astype(float).reshape(n, k)
-    sse = np.bincount(batch.owner, weights=d2, minlength=n)
-    return [Stats(sums=sums[i], counts=counts[i], sse=sse[i:i + 1].reshape(())) for i in range(n)]
+    return StatsBlock(sums=sums, counts=counts, sse=np.bincount(owner, weights=d2, minlength=n))
 
 
 @batched(lloyd_stats_many)

@@ -18,6 +18,12 @@ Usage::
     python benchmarks/round_overhead.py                       # the foundation table
     python benchmarks/round_overhead.py --add-5000 --fcm --clients-per-actor auto,1 \\
         --max-literal 10 --actors 10 --out benchmarks/results   # the full report
+    python benchmarks/round_overhead.py --scale --backends ray --rounds 5 \\
+        --out benchmarks/results/scale                          # 10^4, 10^5, 10^6 clients
+
+``--scale`` runs the large federations: 10 000 clients x 1000 points, 100 000 x 100
+and 1 000 000 x 10 (10^7 rows of 8 features each); ``--sizes`` names others as
+``clients:points`` pairs. ``points`` in the table is the points per client.
 
 ``--clients-per-actor`` variants other than ``auto`` run on the ray runtime
 only, and ``1`` (one actor per client) only up to ``--max-literal`` clients.
@@ -36,12 +42,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-COLUMNS = ["algorithm", "backend", "clients_per_actor", "n_clients", "actors", "round_s", "first_round_s", "startup_s", "ray_init_s",
+COLUMNS = ["algorithm", "backend", "clients_per_actor", "n_clients", "points", "actors", "round_s", "first_round_s",
+           "startup_s", "ray_init_s",
            "init_s", "peak_mem_mb", "peak_rss_mb", "processes", "rounds", "bytes_per_round", "error"]
 
 
+#: ``--scale``: (clients, points per client), 10^7 rows at the largest.
+SCALE = [(10_000, 1000), (100_000, 100), (1_000_000, 10)]
+
+
 def workload(algorithm: str, backend: str, n_clients: int, clients_per_actor: str, rounds: int, num_cpus: int,
-             init: str, seed: int = 0) -> dict[str, Any]:
+             init: str, seed: int = 0, points: int = 1000) -> dict[str, Any]:
     """The benchmark's configuration as a mapping for :func:`fedray.make_config`."""
     params: dict[str, Any] = {"n_clusters": 8, "init": init, "max_rounds": rounds}
     if algorithm == "kmeans":
@@ -52,7 +63,7 @@ def workload(algorithm: str, backend: str, n_clients: int, clients_per_actor: st
     return {
         "seed": seed,
         "algorithm": {"name": algorithm, "params": params},
-        "data": {"dataset": "blobs", "options": {"points_per_client": 1000, "n_features": 8, "n_centers": 8}},
+        "data": {"dataset": "blobs", "options": {"points_per_client": points, "n_features": 8, "n_centers": 8}},
         "federation": {"n_clients": n_clients, "fraction": 1.0, "rounds": rounds + 5},
         "runtime": {"backend": backend, "num_cpus": num_cpus, "clients_per_actor": cpa, "progress": False},
         "output": {"directory": None, "plots": False},
@@ -76,6 +87,7 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
         except ImportError:  # pragma: no cover
             pass
     row["bytes_per_round"] = (row["bytes_down"] + row["bytes_up"]) / max(1, row["rounds"])
+    row["points"] = spec.get("points", 1000)
     return row
 
 
@@ -86,7 +98,7 @@ def _child(spec: dict[str, Any], timeout: float, niceness: int | None = None) ->
     if niceness is not None:
         env["RAY_worker_niceness"] = str(niceness)
     base = {"algorithm": spec["algorithm"], "backend": spec["backend"], "n_clients": spec["n_clients"],
-            "clients_per_actor": spec["clients_per_actor"]}
+            "points": spec.get("points", 1000), "clients_per_actor": spec["clients_per_actor"]}
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     except subprocess.TimeoutExpired:
@@ -128,6 +140,10 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--clients", default="10,100,1000", help="client counts (comma-separated)")
     p.add_argument("--add-5000", action="store_true", help="also 5000 clients")
+    p.add_argument("--points", type=int, default=1000, help="points per client of --clients")
+    p.add_argument("--scale", action="store_true",
+                   help="the large federations instead: " + ", ".join(f"{n} x {m}" for n, m in SCALE))
+    p.add_argument("--sizes", default="", help="clients:points pairs instead of --clients, e.g. 20000:100,100000:100")
     p.add_argument("--fcm", action="store_true", help="also federated-fcm")
     p.add_argument("--algorithms", default=None, help="algorithms (comma-separated; default kmeans[,federated-fcm])")
     p.add_argument("--backends", default="local,ray")
@@ -151,14 +167,21 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(run_one(json.loads(args.one))), flush=True)
         return 0
 
-    clients = [int(c) for c in args.clients.split(",") if c]
-    if args.add_5000 and 5000 not in clients:
-        clients.append(5000)
+    sizes = [(int(c), args.points) for c in args.clients.split(",") if c]
+    if args.add_5000 and 5000 not in [n for n, _ in sizes]:
+        sizes.append((5000, args.points))
+    if args.scale:
+        sizes = list(SCALE)
+    if args.sizes:
+        try:
+            sizes = [(int(a), int(b)) for a, b in (item.split(":") for item in args.sizes.split(",") if item)]
+        except ValueError:
+            p.error(f"--sizes: expected clients:points pairs such as 100000:100; got {args.sizes!r}")
     algorithms = args.algorithms.split(",") if args.algorithms else ["kmeans"] + (["federated-fcm"] if args.fcm else [])
     layouts = [c.strip() for c in args.clients_per_actor.split(",") if c.strip()]
     specs = []
     for alg in algorithms:
-        for n in clients:
+        for n, points in sizes:
             for backend in args.backends.split(","):
                 cpas = layouts if backend == "ray" else ["auto"]
                 if backend == "ray":
@@ -172,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
                         continue  # as many actors as CPU slots: the auto layout already
                     seen.add(cpa)
                     specs.append(dict(algorithm=alg, backend=backend, n_clients=n, clients_per_actor=cpa,
-                                      rounds=args.rounds, num_cpus=args.num_cpus, init=args.init))
+                                      rounds=args.rounds, num_cpus=args.num_cpus, init=args.init, points=points))
     before = load()
     print(f"# round overhead: {len(specs)} configurations; {before}", flush=True)
     rows = []

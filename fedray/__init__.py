@@ -20,7 +20,7 @@ from fedray.config import ExperimentConfig, make_config
 from fedray.errors import ConfigError, DataError, EmptyClusterWarning, FedrayError, FedrayWarning, RoundFailedError
 from fedray.results import Result
 from fedray.session import Session, run
-from fedray.stats import Stats, total
+from fedray.stats import Stats, StatsBlock, total
 
 __version__ = "0.1.0"
 
@@ -50,6 +50,6 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "Algorithm", "ArrayData", "CenterAlgorithm", "CenterParams", "ConfigError", "DataError", "EmptyClusterWarning",
     "ExperimentConfig", "FederationInfo", "FedrayError", "FedrayWarning", "Params", "Reply", "Result",
-    "RoundContext", "RoundFailedError", "Session", "Stats", "SupervisedAlgorithm", "SupervisedParams", "Task",
-    "available_algorithms", "batched", "from_arrays", "make_config", "register", "run", "total",
+    "RoundContext", "RoundFailedError", "Session", "Stats", "StatsBlock", "SupervisedAlgorithm", "SupervisedParams",
+    "Task", "available_algorithms", "batched", "from_arrays", "make_config", "register", "run", "total",
 ]

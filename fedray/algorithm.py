@@ -56,7 +56,7 @@ class Task:
         return f"{self.fn.__module__}:{self.fn.__qualname__}"
 
 
-def batched(many: Callable[[list[Any], Any, Any], list[Any]]) -> Callable[[ClientFn], ClientFn]:
+def batched(many: Callable[[list[Any], Any, Any], Any]) -> Callable[[ClientFn], ClientFn]:
     """Give a client function a batched form, run once for all of a host's clients in a round.
 
     ``many(payloads, shared, batch) -> list of updates`` receives the payloads of the
@@ -64,7 +64,9 @@ def batched(many: Callable[[list[Any], Any, Any], list[Any]]) -> Callable[[Clien
     client-id order, and a :class:`~fedray.client.ClientBatch` (their rows as one
     contiguous array with offsets, and each client's view for ``state`` and ``rng``).
     It returns one update per client, in that order, equal to what the plain function
-    returns for each client alone (bit for bit, or the runtime is not reproducible).
+    returns for each client alone (bit for bit, or the runtime is not reproducible):
+    a list, or a :class:`~fedray.stats.StatsBlock` whose row ``i`` is client ``i``'s
+    statistics (no per-client object is built; the actor sends the columns as they are).
     The plain function stays the reference: hosts fall back to it when the batched
     form raises, when a task is wrapped (faults, privacy) and when
     ``runtime.batched`` is false::

@@ -21,11 +21,11 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field, field_validator
 
-from fedray.algorithm import Algorithm, Params, Reply, RoundContext, Task
+from fedray.algorithm import Algorithm, Params, Reply, RoundContext, Task, batched
 from fedray.errors import ConfigError, DataError
 from fedray.metrics import acc_from_table, ari_from_table, davies_bouldin_from_stats, nmi_from_table
 from fedray.ops import assign, cluster_sums, kmeans, kmeans_plusplus, lloyd, sq_distances
-from fedray.stats import Stats, total
+from fedray.stats import Stats, StatsBlock, total
 
 
 log = logging.getLogger(__name__)
@@ -65,19 +65,64 @@ def _n_distinct_upto(X: np.ndarray, k: int) -> int:
     return int(min(k, np.unique(X[: max(10 * k, 1000)], axis=0).shape[0] if X.shape[0] > 0 else 0)) or 1
 
 
+def _same_payload(payloads: list[Any]) -> Any:
+    first = payloads[0]
+    if any(p != first for p in payloads):
+        raise ValueError("clients with different payloads")  # the host runs them client by client
+    return first
+
+
+def _zeros(n: int) -> np.ndarray:
+    return np.zeros(n, dtype=np.intp)
+
+
+def evaluate_pass1_many(payloads: list[dict], centers: np.ndarray, batch: Any) -> StatsBlock:
+    """:func:`evaluate_pass1` for all of a host's clients in one pass over their rows (the same bits)."""
+    payload = _same_payload(payloads)
+    X, owner, n = batch.X, batch.owner, len(batch)
+    labels, d2 = assign(X, centers)
+    k = centers.shape[0]
+    cell = owner * k + labels
+    stats = {"sums": cluster_sums(X, cell, n * k).reshape(n, k, -1),
+             "counts": np.bincount(cell, minlength=n * k).astype(float).reshape(n, k),
+             "sse": np.bincount(owner, weights=d2, minlength=n)}
+    m = payload.get("m")
+    if m is not None:
+        stats["fuzzy_obj"] = _fuzzy_obj(X, centers, m, owner, n)
+    n_classes = payload.get("n_classes")
+    if n_classes and batch.labels is None and any(c.labels is not None for c in batch.clients):
+        raise ValueError("some clients have labels, some not")  # the host runs them client by client
+    if n_classes and batch.labels is not None:
+        y = batch.labels
+        ok = (y >= 0) & (y < n_classes)
+        stats["table"] = np.bincount((cell[ok] * n_classes + y[ok]).astype(np.intp),
+                                     minlength=n * k * n_classes).astype(float).reshape(n, k, n_classes)
+    return StatsBlock(**stats)
+
+
+def _fuzzy_obj(X: np.ndarray, centers: np.ndarray, m: float, owner: np.ndarray, n: int) -> np.ndarray:
+    """Per-client sum of u^m d^2 (n,): row sums, then a sum over each client's rows in order."""
+    from fedray.ops import memberships_from_d2
+
+    d2 = sq_distances(X, centers)
+    W = memberships_from_d2(d2.copy(), m) ** m
+    return np.bincount(owner, weights=np.add.reduce(W * d2, axis=1), minlength=n)
+
+
+@batched(evaluate_pass1_many)
 def evaluate_pass1(payload: dict, centers: np.ndarray, client: Any) -> Stats:
-    """Contingency with the true labels, per-cluster sums/counts and the objective."""
+    """Contingency with the true labels, per-cluster sums/counts and the objective.
+
+    Sums over rows run in row order (``bincount``), like :func:`evaluate_pass1_many`'s.
+    """
     X = client.data.X
     labels, d2 = assign(X, centers)
     k = centers.shape[0]
     stats = {"sums": cluster_sums(X, labels, k), "counts": np.bincount(labels, minlength=k).astype(float),
-             "sse": np.array(d2.sum())}
+             "sse": np.bincount(_zeros(len(d2)), weights=d2, minlength=1).reshape(())}
     m = payload.get("m")
     if m is not None:
-        from fedray.ops import fcm_memberships
-
-        U = fcm_memberships(X, centers, m)
-        stats["fuzzy_obj"] = np.array(np.sum((U ** m) * sq_distances(X, centers)))
+        stats["fuzzy_obj"] = _fuzzy_obj(X, centers, m, _zeros(X.shape[0]), 1).reshape(())
     n_classes = payload.get("n_classes")
     if n_classes and client.labels is not None:
         t = np.zeros((k, n_classes))
@@ -88,6 +133,17 @@ def evaluate_pass1(payload: dict, centers: np.ndarray, client: Any) -> Stats:
     return Stats(**stats)
 
 
+def evaluate_pass2_many(payloads: list[Any], shared: dict, batch: Any) -> StatsBlock:
+    """:func:`evaluate_pass2` for all of a host's clients in one pass over their rows (the same bits)."""
+    X, n = batch.X, len(batch)
+    labels, _ = assign(X, shared["centers"])
+    means = shared["means"]
+    k = means.shape[0]
+    dist = np.sqrt(np.sum((X - means[labels]) ** 2, axis=1))
+    return StatsBlock(dist=np.bincount(batch.owner * k + labels, weights=dist, minlength=n * k).reshape(n, k))
+
+
+@batched(evaluate_pass2_many)
 def evaluate_pass2(payload: dict, shared: dict, client: Any) -> Stats:
     """Sum of distances of each point to the mean of its cluster (for Davies–Bouldin)."""
     X = client.data.X

@@ -20,7 +20,7 @@ from fedray.data.federation import ClientSpec, materialize_many
 from fedray.errors import DataError, FedrayError
 from fedray.seeding import client_rng
 from fedray.sizes import nbytes_of
-from fedray.stats import Stats
+from fedray.stats import Stats, StatsBlock
 
 log = logging.getLogger(__name__)
 
@@ -116,6 +116,8 @@ class PackedOutcomes:
 
     Serialising thousands of small objects costs as much as computing them; an actor
     sends one array per statistic instead (``arrays[name]`` has shape (n_clients, ...)).
+    A batched client function that returns a :class:`~fedray.stats.StatsBlock` gives
+    these arrays directly, without a per-client object.
     """
 
     client_ids: np.ndarray
@@ -124,11 +126,16 @@ class PackedOutcomes:
     arrays: dict[str, np.ndarray]
     others: list[Outcome]
 
+    def block(self) -> StatsBlock:
+        b = StatsBlock.__new__(StatsBlock)
+        b.arrays, b.n = self.arrays, len(self.client_ids)
+        return b
+
     def unpack(self) -> list[Outcome]:
-        names = list(self.arrays)
-        out = [Outcome(int(cid), Stats(**{k: self.arrays[k][i] for k in names}), float(self.seconds[i]),
-                       int(self.nbytes[i])) for i, cid in enumerate(self.client_ids)]
-        return sorted(out + self.others, key=lambda o: o.client_id)
+        rows = self.block().rows()
+        out = [Outcome(cid, rows[i], sec, nb) for i, (cid, sec, nb) in
+               enumerate(zip(self.client_ids.tolist(), self.seconds.tolist(), self.nbytes.tolist()))]
+        return sorted(out + self.others, key=lambda o: o.client_id) if self.others else out
 
 
 def pack_outcomes(outcomes: list[Outcome]) -> list[Outcome] | PackedOutcomes:
@@ -145,8 +152,58 @@ def pack_outcomes(outcomes: list[Outcome]) -> list[Outcome] | PackedOutcomes:
                           np.array([o.nbytes for o in ok]), arrays, others)
 
 
-def unpack_outcomes(batch: list[Outcome] | PackedOutcomes) -> list[Outcome]:
-    return batch.unpack() if isinstance(batch, PackedOutcomes) else batch
+def pack_parts(parts: list[Outcome | PackedOutcomes]) -> list[Outcome | PackedOutcomes] | PackedOutcomes:
+    """What an actor sends for :meth:`ClientHost.run_parts`: blocks as they are, the rest packed."""
+    packed = [p for p in parts if isinstance(p, PackedOutcomes)]
+    single = [p for p in parts if isinstance(p, Outcome)]
+    if not packed:
+        return pack_outcomes(single)
+    rest = pack_outcomes(single)
+    return packed + ([rest] if isinstance(rest, PackedOutcomes) else rest)
+
+
+def unpack_outcomes(batch: list[Outcome | PackedOutcomes] | PackedOutcomes) -> list[Outcome]:
+    """Outcomes of a host's reply (any of the packed forms), in client-id order."""
+    if isinstance(batch, PackedOutcomes):
+        return batch.unpack()
+    if not any(isinstance(p, PackedOutcomes) for p in batch):
+        return batch
+    out: list[Outcome] = []
+    for p in batch:
+        if isinstance(p, PackedOutcomes):
+            out.extend(p.unpack())
+        else:
+            out.append(p)
+    return sorted(out, key=lambda o: o.client_id)
+
+
+class UniformTasks:
+    """One task (and one shared object) for many clients of a host: the compact form of
+    ``[(client_id, task, shared_index), ...]`` when every item has the same task, so that
+    neither the server nor the host handles one tuple per client.
+
+    Iterating gives the ``(client_id, task, shared_index)`` items (client-id order).
+    """
+
+    __slots__ = ("ids", "task", "shared_index")
+
+    def __init__(self, ids: np.ndarray, task: Task, shared_index: int) -> None:
+        self.ids, self.task, self.shared_index = np.asarray(ids, dtype=np.int64), task, int(shared_index)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __iter__(self):
+        task, sidx = self.task, self.shared_index
+        return ((cid, task, sidx) for cid in self.ids.tolist())
+
+    def client_ids(self) -> list[int]:
+        return self.ids.tolist()
+
+
+def task_items(tasks: Any) -> list[tuple[int, Task, int]]:
+    """``[(client_id, task, shared_index)]`` from a list of them or :class:`UniformTasks`."""
+    return list(tasks) if isinstance(tasks, UniformTasks) else tasks
 
 
 class ClientBatch:
@@ -165,14 +222,22 @@ class ClientBatch:
         The rows' labels, where the task may read them (evaluation or supervised tasks).
     """
 
-    __slots__ = ("ids", "clients", "X", "offsets", "labels")
+    __slots__ = ("ids", "_clients", "X", "offsets", "labels", "_owner")
 
-    def __init__(self, ids: np.ndarray, clients: list[Any], X: np.ndarray, offsets: np.ndarray,
+    def __init__(self, ids: np.ndarray, clients: Any, X: np.ndarray, offsets: np.ndarray,
                  labels: np.ndarray | None) -> None:
-        self.ids, self.clients, self.X, self.offsets, self.labels = ids, clients, X, offsets, labels
+        # ``clients`` is a list, or a function that builds it (the views are built only when asked for).
+        self.ids, self._clients, self.X, self.offsets, self.labels = ids, clients, X, offsets, labels
+        self._owner: np.ndarray | None = None
 
     def __len__(self) -> int:
-        return len(self.clients)
+        return len(self.ids)
+
+    @property
+    def clients(self) -> list[Any]:
+        if callable(self._clients):
+            self._clients = self._clients()
+        return self._clients
 
     @property
     def sizes(self) -> np.ndarray:
@@ -181,7 +246,9 @@ class ClientBatch:
     @property
     def owner(self) -> np.ndarray:
         """For each row of ``X``, the position (0..n_clients-1) of its client."""
-        return np.repeat(np.arange(len(self.clients)), self.sizes)
+        if self._owner is None:
+            self._owner = np.repeat(np.arange(len(self.ids)), self.sizes)
+        return self._owner
 
 
 class ClientHost:
@@ -275,32 +342,59 @@ class ClientHost:
         ``shared`` object run in one call; the rest, and every batch whose batched form raises,
         run client by client.
         """
+        return unpack_outcomes(self.run_parts(round_, tasks, *shared))
+
+    def run_parts(self, round_: int, tasks: list[tuple[int, Task, int]], *shared: Any
+                  ) -> list[Outcome | PackedOutcomes]:
+        """:meth:`run`, with the outcomes of a batched form that returned a
+        :class:`~fedray.stats.StatsBlock` left column-wise (one :class:`PackedOutcomes` each)."""
+        if isinstance(tasks, UniformTasks) and self.batched:
+            many = batched_form(tasks.task.fn)
+            ids = tasks.client_ids()
+            if many is not None and len(ids) >= 2 and all(cid in self._offset for cid in ids):
+                return self._run_batch(round_, many, ids, [tasks.task.payload] * len(ids), tasks.shared_index,
+                                       tasks.task.evaluation, shared, tasks)
+        tasks = task_items(tasks)
         if not self.batched:
             return self._run_each(round_, tasks, shared)
         groups: dict[tuple[Any, int, bool], list[tuple[int, Task, int]]] = {}
         single: list[tuple[int, Task, int]] = []
+        offset = self._offset
+        forms: dict[Any, Any] = {}  # function -> its batched form (looked up once per function)
         for item in tasks:
             cid, task, sidx = item
-            many = batched_form(task.fn)
-            if many is None or cid not in self._offset:
+            fn = task.fn
+            many = forms[fn] if fn in forms else forms.setdefault(fn, batched_form(fn))
+            if many is None or cid not in offset:
                 single.append(item)
             else:
-                groups.setdefault((task.fn, sidx, task.evaluation), []).append(item)
-        out = self._run_each(round_, single, shared)
+                key = (fn, sidx, task.evaluation)
+                g = groups.get(key)
+                if g is None:
+                    groups[key] = [item]
+                else:
+                    g.append(item)
+        out: list[Outcome | PackedOutcomes] = self._run_each(round_, single, shared)
         for (fn, sidx, evaluation), items in groups.items():
             if len(items) < 2:
                 out += self._run_each(round_, items, shared)
             else:
-                out += self._run_batch(round_, batched_form(fn), items, sidx, evaluation, shared)
-        return sorted(out, key=lambda o: o.client_id) if groups else out
+                out += self._run_batch(round_, forms[fn], [item[0] for item in items],
+                                       [item[1].payload for item in items], sidx, evaluation, shared, items)
+        return out
 
     def _batch(self, round_: int, ids: list[int], evaluation: bool) -> ClientBatch:
-        clients = []
-        for cid in ids:
-            c = self.clients[cid]
-            c.round = round_
-            c._rng = None
-            clients.append(c if (evaluation or c._supervised) else _TrainingView(c))
+        def views() -> list[Any]:
+            out = []
+            for cid in ids:
+                c = self.clients[cid]
+                c.round = round_
+                c._rng = None
+                out.append(c if (evaluation or c._supervised) else _TrainingView(c))
+            return out
+
+        # Built only when the batched form asks for ``batch.clients``: a client's round and stream
+        # are set there (every other run of a client sets them again before use).
         pos = [self._offset[cid][0] for cid in ids]
         offs = self._offsets
         if pos[-1] - pos[0] == len(pos) - 1:  # consecutive in the block: a view
@@ -315,22 +409,25 @@ class ClientHost:
             X = np.concatenate([self._block[offs[i]:offs[i + 1]] for i in pos])
             y = (np.concatenate([self._block_y[offs[i]:offs[i + 1]] for i in pos])
                  if self._block_y is not None else None)
-        see_labels = evaluation or (bool(clients) and self.clients[ids[0]]._supervised)
-        return ClientBatch(np.asarray(ids), clients, X, offsets, y if see_labels else None)
+        see_labels = evaluation or (bool(ids) and self.clients[ids[0]]._supervised)
+        return ClientBatch(np.asarray(ids), views, X, offsets, y if see_labels else None)
 
-    def _run_batch(self, round_: int, many: Any, items: list[tuple[int, Task, int]], sidx: int, evaluation: bool,
-                   shared: tuple[Any, ...]) -> list[Outcome]:
-        ids = [cid for cid, _, _ in items]
+    def _run_batch(self, round_: int, many: Any, ids: list[int], payloads: list[Any], sidx: int, evaluation: bool,
+                   shared: tuple[Any, ...], items: Any) -> list[Outcome | PackedOutcomes]:
         batch = self._batch(round_, ids, evaluation)
         t0 = time.perf_counter()
         try:
-            updates = many([t.payload for _, t, _ in items], shared[sidx] if sidx >= 0 else None, batch)
+            updates = many(payloads, shared[sidx] if sidx >= 0 else None, batch)
             if len(updates) != len(ids):
                 raise ValueError(f"batched client function returned {len(updates)} updates for {len(ids)} clients")
         except Exception:  # noqa: BLE001 - the plain function, client by client, reports who failed and why
             log.debug("batched client function failed; running its clients one by one:\n%s", traceback.format_exc())
-            return self._run_each(round_, items, shared)
+            return self._run_each(round_, task_items(items), shared)
         each = (time.perf_counter() - t0) / len(ids)
+        if isinstance(updates, StatsBlock):
+            n = len(ids)
+            return [PackedOutcomes(np.asarray(ids), np.full(n, each), np.full(n, updates.nbytes_each(), dtype=np.int64),
+                                   updates.arrays, [])]
         return [Outcome(cid, u, each, nbytes_of(u)) for cid, u in zip(ids, updates)]
 
     def _run_each(self, round_: int, tasks: list[tuple[int, Task, int]], shared: tuple[Any, ...]) -> list[Outcome]:

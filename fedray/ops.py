@@ -24,14 +24,15 @@ def sq_distances(X: np.ndarray, C: np.ndarray) -> np.ndarray:
     mu = C.mean(axis=0)
     Cc = C - mu
     cc = np.einsum("kd,kd->k", Cc, Cc, optimize=False)
+    # -2 x.c as x.(-2c): scaling by a power of two is exact, so the same bits in one pass less.
+    m2 = -2.0 * Cc
     n, d = X.shape
     out = np.empty((n, C.shape[0]), dtype=np.float64)
     step = max(1, _CHUNK // max(1, d))
     for s in range(0, n, step):
         Xc = X[s : s + step] - mu
         block = out[s : s + step]
-        np.einsum("nd,kd->nk", Xc, Cc, out=block, optimize=False)
-        block *= -2.0
+        np.einsum("nd,kd->nk", Xc, m2, out=block, optimize=False)
         block += np.einsum("nd,nd->n", Xc, Xc, optimize=False)[:, None]
         block += cc[None, :]
         np.maximum(block, 0.0, out=block)
@@ -42,16 +43,39 @@ def assign(X: np.ndarray, C: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Nearest centre of every row and the squared distance to it."""
     d2 = sq_distances(X, C)
     lab = np.argmin(d2, axis=1)
-    return lab, d2[np.arange(X.shape[0]), lab]
+    # The smallest value is the value at the first smallest index: the same bits as indexing d2 by lab.
+    return lab, np.min(d2, axis=1)
 
 
 def cluster_sums(X: np.ndarray, labels: np.ndarray, k: int, weights: np.ndarray | None = None) -> np.ndarray:
     """Per-cluster (weighted) sums of rows, shape (k, n_features)."""
     out = np.zeros((k, X.shape[1]))
+    cols = np.ascontiguousarray(X.T)  # bincount reads its weights contiguously (the same sums, faster)
     for j in range(X.shape[1]):
-        w = X[:, j] if weights is None else X[:, j] * weights
+        w = cols[j] if weights is None else cols[j] * weights
         out[:, j] = np.bincount(labels, weights=w, minlength=k)
     return out
+
+
+def segment_colsums(A: np.ndarray, owner: np.ndarray, n: int) -> np.ndarray:
+    """Per-segment column sums of ``A`` (rows, k): row j belongs to segment ``owner[j]``; shape (n, k).
+
+    Every sum runs over its rows in order (``bincount``), so a segment's sums are the same
+    bits whether it is summed alone (``owner`` all zero) or with other segments.
+    """
+    k = A.shape[1]
+    cell = (owner[:, None] * k + np.arange(k)).ravel()
+    return np.bincount(cell, weights=A.ravel(), minlength=n * k).reshape(n, k)
+
+
+def column_sums(A: np.ndarray) -> np.ndarray:
+    """Column sums of ``A`` (rows, k) row by row in order: :func:`segment_colsums` of one segment."""
+    return segment_colsums(A, np.zeros(A.shape[0], dtype=np.intp), 1)[0]
+
+
+def row_sums(v: np.ndarray, owner: np.ndarray, n: int) -> np.ndarray:
+    """Per-segment sums of a vector (rows,) in row order, shape (n,)."""
+    return np.bincount(owner, weights=v, minlength=n)
 
 
 def fcm_memberships(X: np.ndarray, C: np.ndarray, m: float) -> np.ndarray:
@@ -60,7 +84,11 @@ def fcm_memberships(X: np.ndarray, C: np.ndarray, m: float) -> np.ndarray:
     A point lying on a centre gets its zero distance replaced by machine epsilon
     (as in Corcuera Bárcena et al.'s reference code).
     """
-    d2 = sq_distances(X, C)
+    return memberships_from_d2(sq_distances(X, C), m)
+
+
+def memberships_from_d2(d2: np.ndarray, m: float) -> np.ndarray:
+    """:func:`fcm_memberships` from squared distances (n, k); ``d2`` is overwritten. Row by row."""
     np.maximum(d2, np.finfo(np.float64).eps, out=d2)
     p = 1.0 / (m - 1.0)
     inv = d2 ** (-p)  # (d^2)^(-1/(m-1)) = d^(-2/(m-1))

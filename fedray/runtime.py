@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from fedray.algorithm import Reply, Task
-from fedray.client import ClientHost, unpack_outcomes
+from fedray.client import ClientHost, Outcome, PackedOutcomes, UniformTasks
 from fedray.data.federation import ClientSpec
 from fedray.errors import ConfigError, RoundFailedError
 
@@ -52,6 +52,11 @@ def _plan(tasks: dict[int, Task]) -> tuple[list[Any], dict[int, int]]:
     shared: list[Any] = []
     index_of: dict[int, int] = {}
     which: dict[int, int] = {}
+    first = next(iter(tasks.values()), None)
+    if first is not None and all(t is first for t in tasks.values()):  # one task for every client
+        if first.shared is None:
+            return shared, dict.fromkeys(tasks, -1)
+        return [first.shared], dict.fromkeys(tasks, 0)
     for cid, task in tasks.items():
         if task.shared is None:
             which[cid] = -1
@@ -64,8 +69,33 @@ def _plan(tasks: dict[int, Task]) -> tuple[list[Any], dict[int, int]]:
     return shared, which
 
 
+def _items(ids: list[int], tasks: dict[int, Task], which: dict[int, int]) -> Any:
+    """A host's items for ``ids``: :class:`~fedray.client.UniformTasks` when they all run one task."""
+    first = tasks[ids[0]] if ids else None
+    if first is not None and len(ids) > 1 and all(tasks[c] is first for c in ids):
+        return UniformTasks(np.asarray(ids, dtype=np.int64), first, which[ids[0]])
+    return [(cid, tasks[cid], which[cid]) for cid in ids]
+
+
+def _client_id(r: Reply) -> int:
+    return r.client_id
+
+
 def _collect(outcomes: Any, result: ExecResult) -> None:
-    for o in unpack_outcomes(outcomes):
+    parts = outcomes if isinstance(outcomes, list) else [outcomes]
+    if any(isinstance(p, PackedOutcomes) for p in parts):
+        rest: list[Outcome] = []
+        for p in parts:
+            if isinstance(p, PackedOutcomes):
+                # Replies straight from the columns: one row view per client, no Outcome in between.
+                rows = p.block().rows()
+                result.replies.extend(map(Reply, p.client_ids.tolist(), rows, p.seconds.tolist(),
+                                          p.nbytes.tolist()))
+                rest.extend(p.others)
+            else:
+                rest.append(p)
+        outcomes = rest
+    for o in outcomes:
         if o.error is None:
             result.replies.append(Reply(o.client_id, o.update, o.seconds, o.nbytes))
         elif o.user_error:
@@ -177,9 +207,10 @@ class LocalExecutor(Executor):
 
     def execute(self, round_: int, tasks: dict[int, Task], timeout: float | None = None) -> ExecResult:
         shared, which = _plan(tasks)
-        items = [(cid, tasks[cid], which[cid]) for cid in sorted(tasks)]
+        items = _items(sorted(tasks), tasks, which)
         result = ExecResult([])
-        _collect(self.host.run(round_, items, *shared), result)
+        _collect(self.host.run_parts(round_, items, *shared), result)
+        result.replies.sort(key=_client_id)
         return result
 
     def gather_data(self, labels: bool = True):
@@ -332,6 +363,7 @@ class RayExecutor(Executor):
                     self.owner[s.client_id] = start + a_idx
             self.actors.extend(new)
         self.n_actors = len(self.actors)
+        self._owner_arr: np.ndarray | None = None  # client id -> actor index, as an array (built on first use)
         self._scaler: tuple[np.ndarray, np.ndarray] | None = None  # re-applied to restarted actors
         self._dead: set[int] = set()  # actors that died for good (runtime.max_restarts exhausted)
         self.call_timeout = float(runtime.call_timeout)
@@ -378,9 +410,7 @@ class RayExecutor(Executor):
 
         shared, which = _plan(tasks)
         refs = [ray.put(s) for s in shared]
-        per_actor: dict[int, list[tuple[int, Task, int]]] = defaultdict(list)
-        for cid in sorted(tasks):
-            per_actor[self.owner[cid]].append((cid, tasks[cid], which[cid]))
+        per_actor = self._per_actor(tasks, which)
         result = ExecResult([])
         for a in (self._dead.intersection(per_actor) if self._dead else ()):
             for cid, _, _ in per_actor.pop(a):
@@ -424,10 +454,36 @@ class RayExecutor(Executor):
         if not not_ready and round_ >= 0:
             self._round_s.append(time.monotonic() - t0)
         result.spillover.sort()
-        result.replies.sort(key=lambda r: r.client_id)
+        result.replies.sort(key=_client_id)
         result.failed.sort()
         result.late.sort()
         return result
+
+    def _per_actor(self, tasks: dict[int, Task], which: dict[int, int]) -> dict[int, Any]:
+        """Each actor's items (client-id order): a list of (client id, task, shared index), or one
+        :class:`~fedray.client.UniformTasks` where all of them run one task."""
+        ids = sorted(tasks)
+        first = tasks[ids[0]] if ids else None
+        if first is not None and len(ids) > 1 and all(tasks[c] is first for c in ids):
+            arr = np.asarray(ids, dtype=np.int64)
+            owners = self._owner_array()[arr]
+            cuts = np.flatnonzero(np.diff(owners)) + 1 if np.all(np.diff(owners) >= 0) else None
+            if cuts is not None:  # actors own consecutive client ids: one slice each
+                sidx = which[ids[0]]
+                return {int(owners[part[0]]): UniformTasks(arr[part], first, sidx)
+                        for part in np.split(np.arange(len(arr)), cuts)}
+        per_actor: dict[int, Any] = defaultdict(list)
+        for cid in ids:
+            per_actor[self.owner[cid]].append((cid, tasks[cid], which[cid]))
+        return per_actor
+
+    def _owner_array(self) -> np.ndarray:
+        if self._owner_arr is None:
+            arr = np.full(max(self.owner) + 1 if self.owner else 0, -1, dtype=np.int64)
+            for cid, a in self.owner.items():
+                arr[cid] = a
+            self._owner_arr = arr
+        return self._owner_arr
 
     def _wait(self, round_: int, futures: list[Any], timeout: float | None) -> tuple[list[Any], list[Any]]:
         """Wait for the round's replies until ``timeout``; without one, warn while it stalls."""

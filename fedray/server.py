@@ -66,7 +66,13 @@ class Server:
         self.round = 0
         self.history: list[dict[str, Any]] = []
         self.failures: list[dict[str, Any]] = []  # one row per client that failed or was late
-        self.client_rows: dict[int, dict[str, float]] = {}
+        info = getattr(algorithm, "info", None)
+        n = int(getattr(info, "n_clients", 0) or 0)
+        # Per client: rounds answered, bytes sent up, compute seconds (arrays: one vectorised update a round).
+        self._rounds = np.zeros(n, dtype=np.int64)
+        self._evaluated = np.zeros(n, dtype=np.int64)
+        self._bytes_up = np.zeros(n, dtype=np.int64)
+        self._compute_s = np.zeros(n, dtype=np.float64)
         self.finished = False
         # "converged", "algorithm" (its own budget or rule), "rounds done" (an algorithm that
         # trains for federation.rounds reached it) or "round cap" (the cap cut the run short)
@@ -132,15 +138,18 @@ class Server:
                         self.round, len(res.replies), len(tasks), self.min_clients, attempt + 1, self.round_retries + 1)
         metrics = self.algorithm.aggregate(ctx, res.replies)
         bytes_down = _bytes_down(tasks)
-        bytes_up = sum(r.nbytes for r in res.replies)
-        for r in res.replies:
-            row = self.client_rows.setdefault(r.client_id, {"rounds": 0, "bytes_up": 0, "compute_s": 0.0})
-            # A round the client took part in, or one where it only evaluated the current model
-            # (supervised methods evaluate every client, sampled or not; clients.parquet keeps both).
-            kind = "evaluated" if tasks[r.client_id].evaluation else "rounds"
-            row[kind] = row.get(kind, 0) + 1
-            row["bytes_up"] += r.nbytes
-            row["compute_s"] += r.seconds
+        n_rep = len(res.replies)
+        ids = np.fromiter((r.client_id for r in res.replies), dtype=np.int64, count=n_rep)
+        up = np.fromiter((r.nbytes for r in res.replies), dtype=np.int64, count=n_rep)
+        bytes_up = int(up.sum())
+        self._grow(int(ids.max()) + 1 if n_rep else 0)
+        # A round the client took part in, or one where it only evaluated the current model
+        # (supervised methods evaluate every client, sampled or not; clients.parquet keeps both).
+        only_eval = np.fromiter((tasks[c].evaluation for c in ids.tolist()), dtype=bool, count=n_rep)
+        self._rounds[ids[~only_eval]] += 1  # a client answers once a round: no repeated index
+        self._evaluated[ids[only_eval]] += 1
+        self._bytes_up[ids] += up
+        self._compute_s[ids] += np.fromiter((r.seconds for r in res.replies), dtype=np.float64, count=n_rep)
         if len(sampled) < info.n_clients and "objective" in metrics:  # a sum over this round's cohort only
             metrics = {("objective_sampled" if k == "objective" else k): v for k, v in metrics.items()}
         out = {"round": self.round, "phase": phase, "clients_sampled": len(tasks),
@@ -152,6 +161,34 @@ class Server:
         self.history.append(out)
         self.round += 1
         return out
+
+    def _grow(self, n: int) -> None:
+        if n > len(self._rounds):
+            extra = n - len(self._rounds)
+            self._rounds = np.concatenate([self._rounds, np.zeros(extra, dtype=np.int64)])
+            self._evaluated = np.concatenate([self._evaluated, np.zeros(extra, dtype=np.int64)])
+            self._bytes_up = np.concatenate([self._bytes_up, np.zeros(extra, dtype=np.int64)])
+            self._compute_s = np.concatenate([self._compute_s, np.zeros(extra)])
+
+    @property
+    def client_rows(self) -> dict[int, dict[str, float]]:
+        """Per client that answered at least once: ``rounds`` (taken part), ``evaluated`` (only
+        evaluated the model), ``bytes_up`` and ``compute_s``."""
+        return {int(c): {"rounds": int(self._rounds[c]), "evaluated": int(self._evaluated[c]),
+                         "bytes_up": int(self._bytes_up[c]), "compute_s": float(self._compute_s[c])}
+                for c in np.flatnonzero(self._rounds + self._evaluated)}
+
+    @client_rows.setter
+    def client_rows(self, rows: dict[Any, dict[str, float]]) -> None:
+        n = max([len(self._rounds)] + [int(k) + 1 for k in rows])
+        self._rounds = np.zeros(n, dtype=np.int64)
+        self._evaluated = np.zeros(n, dtype=np.int64)
+        self._bytes_up = np.zeros(n, dtype=np.int64)
+        self._compute_s = np.zeros(n, dtype=np.float64)
+        for k, v in rows.items():
+            c = int(k)
+            self._rounds[c], self._bytes_up[c], self._compute_s[c] = v["rounds"], v["bytes_up"], v["compute_s"]
+            self._evaluated[c] = v.get("evaluated", 0)
 
     def _record_failures(self, res: Any, attempt: int) -> None:
         for cid in res.failed:
@@ -277,15 +314,21 @@ def round_cap(rounds: int | None, budget: int | None) -> int:
 
 
 def _bytes_down(tasks: dict[int, Task]) -> int:
-    sizes: dict[int, int] = {}
+    """Bytes sent to the clients: each client's payload and shared part (counted per client)."""
+    sizes: dict[int, int] = {}  # id of a shared part -> bytes
+    per_task: dict[int, int] = {}  # id of a task -> bytes (one task object is often every client's)
     total = 0
     for t in tasks.values():
-        if t.shared is not None:
-            key = id(t.shared)
-            if key not in sizes:
-                sizes[key] = nbytes_of(t.shared)
-            total += sizes[key]
-        total += nbytes_of(t.payload)
+        b = per_task.get(id(t))
+        if b is None:
+            b = nbytes_of(t.payload)
+            if t.shared is not None:
+                key = id(t.shared)
+                if key not in sizes:
+                    sizes[key] = nbytes_of(t.shared)
+                b += sizes[key]
+            per_task[id(t)] = b
+        total += b
     return total
 
 

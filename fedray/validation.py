@@ -34,10 +34,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
-from fedray.algorithm import Task
+from fedray.algorithm import Task, batched
 from fedray.errors import ConfigError, DataError
-from fedray.ops import assign, fcm_memberships, sq_distances
-from fedray.stats import Stats, total
+from fedray.ops import assign, column_sums, memberships_from_d2, segment_colsums, sq_distances
+from fedray.stats import Stats, StatsBlock, total
 
 if TYPE_CHECKING:  # pragma: no cover
     from fedray.session import Session
@@ -106,6 +106,30 @@ def _count_entry(n: int, payload: dict[str, Any], client: Any) -> dict[str, np.n
     return {"n_masked": np.array([float(masked)])}
 
 
+def _count_block(batch: Any, payload: dict[str, Any]) -> dict[str, np.ndarray]:
+    if not payload.get("mask"):
+        return {"n": batch.sizes.astype(np.float64)[:, None]}
+    return {"n_masked": np.stack([_count_entry(c.data.X.shape[0], payload, c)["n_masked"] for c in batch.clients])}
+
+
+def _same_payload(payloads: list[dict[str, Any]]) -> dict[str, Any]:
+    if any(p != payloads[0] for p in payloads):
+        raise ValueError("clients with different payloads")  # the host runs them client by client
+    return payloads[0]
+
+
+def fuzzy_db_stats_many(payloads: list[dict[str, Any]], centers: np.ndarray, batch: Any) -> StatsBlock:
+    """:func:`fuzzy_db_stats` for all of a host's clients in one pass over their rows (the same bits)."""
+    payload = _same_payload(payloads)
+    q = float(payload.get("q", 1.0))
+    X, owner, n = batch.X, batch.owner, len(batch)
+    d2 = sq_distances(X, centers)
+    U = memberships_from_d2(d2.copy(), float(payload["m"]))
+    return StatsBlock(spread=segment_colsums(np.sqrt(d2) ** q, owner, n), support=segment_colsums(U, owner, n),
+                      **_count_block(batch, payload))
+
+
+@batched(fuzzy_db_stats_many)
 def fuzzy_db_stats(payload: dict[str, Any], centers: np.ndarray, client: Any) -> Stats:
     """A client's FedFuzzDB sums for ``centers`` (k, d).
 
@@ -113,15 +137,30 @@ def fuzzy_db_stats(payload: dict[str, Any], centers: np.ndarray, client: Any) ->
     -------
     Stats
         ``n`` (1,) — or ``n_masked`` (1,) when N_l is hidden —, ``spread`` (k,) =
-        Σ_x ‖x − c_i‖^q and ``support`` (k,) = Σ_x u_i(x).
+        Σ_x ‖x − c_i‖^q and ``support`` (k,) = Σ_x u_i(x), summed over the rows in order.
     """
     X = client.data.X
     q = float(payload.get("q", 1.0))
-    U = fcm_memberships(X, centers, float(payload["m"]))
-    D = np.sqrt(sq_distances(X, centers))
-    return Stats(spread=np.sum(D ** q, axis=0), support=U.sum(axis=0), **_count_entry(X.shape[0], payload, client))
+    d2 = sq_distances(X, centers)
+    U = memberships_from_d2(d2.copy(), float(payload["m"]))
+    return Stats(spread=column_sums(np.sqrt(d2) ** q), support=column_sums(U),
+                 **_count_entry(X.shape[0], payload, client))
 
 
+def crisp_db_stats_many(payloads: list[dict[str, Any]], centers: np.ndarray, batch: Any) -> StatsBlock:
+    """:func:`crisp_db_stats` for all of a host's clients in one pass over their rows (the same bits)."""
+    payload = _same_payload(payloads)
+    q = float(payload.get("q", 1.0))
+    X, owner, n = batch.X, batch.owner, len(batch)
+    k = centers.shape[0]
+    labels, d2 = assign(X, centers)
+    cell = owner * k + labels
+    return StatsBlock(counts=np.bincount(cell, minlength=n * k).astype(np.float64).reshape(n, k),
+                      spread=np.bincount(cell, weights=np.sqrt(d2) ** q, minlength=n * k).reshape(n, k),
+                      **_count_block(batch, payload))
+
+
+@batched(crisp_db_stats_many)
 def crisp_db_stats(payload: dict[str, Any], centers: np.ndarray, client: Any) -> Stats:
     """A client's crisp Davies–Bouldin sums: ``counts`` T_i (k,) and ``spread`` Σ_{x∈i} ‖x − c_i‖^q (k,)."""
     X = client.data.X

@@ -7,6 +7,7 @@ that owns it, and a Parquet source with ``by_column`` reads only that client's r
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -183,12 +184,29 @@ def _blobs_federation(options: dict, n_clients: int, seed: int, pname: str | Non
 
 def blob_centers(source: dict) -> np.ndarray:
     lo, hi = source["center_box"]
-    rng = data_rng(source["seed"], 2)
-    return rng.uniform(lo, hi, size=(int(source["n_centers"]), int(source["n_features"])))
+    out = _blob_centers(int(source["seed"]), int(source["n_centers"]), int(source["n_features"]), float(lo), float(hi))
+    return out.copy()
+
+
+@functools.lru_cache(maxsize=16)
+def _blob_centers(seed: int, k: int, d: int, lo: float, hi: float) -> np.ndarray:
+    """The blob centres (k, d), drawn once per process for all of its clients (read-only)."""
+    out = data_rng(seed, 2).uniform(lo, hi, size=(k, d))
+    out.flags.writeable = False
+    return out
+
+
+@functools.lru_cache(maxsize=64)
+def _column_names(d: int) -> tuple[str, ...]:
+    """``("x0", ..., "x{d-1}")``, one tuple shared by all clients of a process (a million clients need no
+    million copies)."""
+    return tuple(f"x{i}" for i in range(d))
 
 
 def _generate_blobs(source: dict, client_id: int) -> tuple[np.ndarray, np.ndarray]:
-    centers = blob_centers(source)
+    lo, hi = source["center_box"]
+    centers = _blob_centers(int(source["seed"]), int(source["n_centers"]), int(source["n_features"]), float(lo),
+                            float(hi))
     rng = data_rng(source["seed"], 3, client_id)
     k, n = centers.shape[0], int(source["points_per_client"])
     if source.get("alpha"):
@@ -324,7 +342,7 @@ def _materialize_raw(spec: ClientSpec, table: Any = None) -> tuple[np.ndarray, n
     kind = src["kind"]
     if kind == "blobs":
         X, y = _generate_blobs(src, spec.client_id)
-        return X, y, tuple(f"x{i}" for i in range(X.shape[1]))
+        return X, y, _column_names(X.shape[1])
     if kind == "pooled":
         ds = load_dataset(src["dataset"], src["data_dir"], seed=src["seed"], **src["options"])
         idx = spec.indices if spec.indices is not None else np.arange(ds.n_samples)
