@@ -45,7 +45,7 @@ def test_evaluation_only_rounds_are_not_participation():
 
 @pytest.mark.parametrize("fraction, column", [(0.5, "objective_sampled"), (1.0, "objective")])
 def test_the_per_round_objective_says_whose_objective_it_is(tmp_path, fraction, column):
-    res = fedray.run(algorithm={"name": "federated-fcm", "params": {"max_rounds": 4}}, data=BLOBS,
+    res = fedray.run(algorithm={"name": "federated-fcm", "params": {"max_rounds": 4, "objective": True}}, data=BLOBS,
                      federation={"n_clients": 8, "fraction": fraction, "rounds": 5}, runtime=LOCAL,
                      output=str(tmp_path / "o"))
     rounds = pd.read_parquet(res.output_dir / "rounds.parquet")
