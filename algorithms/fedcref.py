@@ -51,6 +51,10 @@ class FedCRefParams(Params):
     local_k_range: tuple[int, int] = (2, 5)
     percentile: float = Field(75.0, gt=0.0, le=100.0, description="P of the association test")
     tau: float = Field(0.2, gt=0.0, le=1.0, description="association threshold")
+    normalisation: Literal["cluster", "errors", "relative"] = Field(
+        "cluster", description="how |e_own - e_other| is brought to [0, 1] before the percentile: min-max over the "
+        "cluster's samples (the paper), by the range of both models' errors on the cluster, or per sample by "
+        "e_own + e_other")
     stability: float = Field(0.8, gt=0.0, le=1.0, description="agreement above which a client stops refining")
     min_active_iterations: int = Field(1, ge=1, description="refinements a client makes before it may stop "
                                        "(1: the paper's rule, it may stop after its first)")
@@ -158,7 +162,7 @@ class FedCRef(Algorithm):
                 self._nodes()
                 if p.association == "reconstruction":
                     sh = {"spec": self.spec, "weights": self._stacked(), "owner": self.owner,
-                          "percentile": p.percentile}
+                          "percentile": p.percentile, "normalisation": p.normalisation}
                     return {c: Task(fc.fc_exchange, None, sh) for c in ctx.all_clients}
                 self._associate(self._oracle_edges() if p.association == "oracle" else [])
             elif ph == "federate":

@@ -144,7 +144,8 @@ def fc_exchange(payload: dict, shared: dict, client: Any) -> np.ndarray:
         if rows.sum() == 0:
             continue
         for j in np.flatnonzero(owner != client.id):
-            out[p, j] = association_statistic(E[rows, own[p]], E[rows, j], shared["percentile"])
+            out[p, j] = association_statistic(E[rows, own[p]], E[rows, j], shared["percentile"],
+                                              shared.get("normalisation", "cluster"))
     return out
 
 
