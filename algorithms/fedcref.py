@@ -302,13 +302,17 @@ class FedCRef(Algorithm):
             out["stop_reason"] = "round cap"  # federation.rounds ended it mid-iteration
         warnings = []
         if out["stop_reason"] == "no active clients":
-            warnings.append(f"fedcref stopped after {len(it)} iteration(s): no client was active any more")
+            warnings.append(f"fedcref stopped after {len(it)} iteration(s) with no active clients: every client's "
+                            f"labels agreed with its previous ones above stability={self.params.stability} (raise "
+                            "stability or min_active_iterations to refine longer)")
         if out["stop_reason"] == "round cap":
             warnings.append(f"fedcref was stopped by federation.rounds in iteration {len(it) + 1} (one iteration is "
                             f"4 + fed_rounds = {4 + self.params.fed_rounds} rounds); raise federation.rounds")
         if it and max(int(r.get("communities", 0)) for r in it) == 0:
             warnings.append("fedcref formed no community: no cluster was associated with another client's, so "
-                            "nothing was federated")
+                            "nothing was federated" + ("" if self.params.association == "none" else
+                                                       f" (no pair passed P{self.params.percentile:g} <= "
+                                                       f"tau={self.params.tau:g} in both directions)"))
         for w in warnings:
             log.warning(w)
         out["warnings"] = warnings

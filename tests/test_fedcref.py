@@ -144,3 +144,34 @@ def test_a_round_cap_mid_iteration_is_the_stop_reason():
             res = s.run(output=False)
     assert res.final["stop_reason"] == "round cap"
     assert any("stopped by federation.rounds" in w for w in res.final["warnings"])
+
+
+def test_cli_says_in_one_line_each_that_no_community_formed_and_no_client_stayed_active(tmp_path):
+    """A run whose test never passes (tau tiny) and whose clients all stop after their first refinement
+    (stability tiny) prints each warning as one line on stderr and records both in summary.json."""
+    import json
+    import subprocess
+    import sys
+
+    import yaml
+
+    cfg = {"algorithm": {"name": "fedcref", "params": {**TINY, "tau": 1e-9, "stability": 0.01, "max_iterations": 3}},
+           "data": {"dataset": "sklearn:digits",
+                    "partition": {"name": "class-subsets", "classes": [2, 3], "samples_per_class": 25}},
+           "federation": {"n_clients": 4, "rounds": 200}, "runtime": {"backend": "local"}, "seed": 3}
+    path = tmp_path / "fedcref.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    out = tmp_path / "out"
+    code = "import sys; from fedray.cli import main; sys.exit(main(sys.argv[1:]))"
+    proc = subprocess.run([sys.executable, "-W", "ignore::UserWarning", "-c", code, "run", str(path), "--out",
+                           str(out), "-q"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stderr.splitlines()
+    none_lines = [ln for ln in lines if "formed no community" in ln]
+    idle_lines = [ln for ln in lines if "no active clients" in ln]
+    assert len(none_lines) == 1 and len(idle_lines) == 1, proc.stderr
+    assert "tau=1e-09" in none_lines[0] and "stopped after 1 iteration(s)" in idle_lines[0]
+    final = json.loads((out / "summary.json").read_text())["final"]
+    assert final["stop_reason"] == "no active clients" and final["iterations"] == 1
+    assert final["communities_end"] == 0
+    assert sorted(final["warnings"]) == sorted([none_lines[0].split(": ", 1)[1], idle_lines[0].split(": ", 1)[1]])
