@@ -175,3 +175,8 @@ def test_cli_says_in_one_line_each_that_no_community_formed_and_no_client_stayed
     assert final["stop_reason"] == "no active clients" and final["iterations"] == 1
     assert final["communities_end"] == 0
     assert sorted(final["warnings"]) == sorted([none_lines[0].split(": ", 1)[1], idle_lines[0].split(": ", 1)[1]])
+
+
+def test_unknown_normalisation_is_a_one_line_config_error():
+    with pytest.raises(ConfigError, match=r"algorithm\.params \(fedcref\)\.normalisation: .*'cluster'"):
+        _session(normalisation="zscore")
