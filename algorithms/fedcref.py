@@ -308,11 +308,10 @@ class FedCRef(Algorithm):
         if out["stop_reason"] == "round cap":
             warnings.append(f"fedcref was stopped by federation.rounds in iteration {len(it) + 1} (one iteration is "
                             f"4 + fed_rounds = {4 + self.params.fed_rounds} rounds); raise federation.rounds")
-        if it and max(int(r.get("communities", 0)) for r in it) == 0:
+        if it and self.params.association != "none" and max(int(r.get("communities", 0)) for r in it) == 0:
             warnings.append("fedcref formed no community: no cluster was associated with another client's, so "
-                            "nothing was federated" + ("" if self.params.association == "none" else
-                                                       f" (no pair passed P{self.params.percentile:g} <= "
-                                                       f"tau={self.params.tau:g} in both directions)"))
+                            f"nothing was federated (no pair passed P{self.params.percentile:g} <= "
+                            f"tau={self.params.tau:g} in both directions)")
         for w in warnings:
             log.warning(w)
         out["warnings"] = warnings

@@ -126,12 +126,15 @@ def test_warm_start_trains_from_the_model_that_formed_the_cluster():
     assert cold.model["node_weights_sha1"] != warm.model["node_weights_sha1"]
 
 
-def test_a_run_that_forms_no_community_says_so(caplog):
-    with _session(n_clients=4, S=25, association="none", max_iterations=1) as s:
+def test_a_run_that_forms_no_community_says_so_the_ablation_does_not(caplog):
+    with _session(n_clients=4, S=25, tau=1e-9, max_iterations=1) as s:
         with caplog.at_level("WARNING", logger="fedray"):
-            none = s.run(output=False)
-    assert any("formed no community" in w for w in none.final["warnings"])
-    assert any("formed no community" in r.getMessage() for r in caplog.records)
+            strict = s.run(output=False)
+            none = s.run("fedcref", {**TINY, "association": "none", "max_iterations": 1}, output=False)
+    assert strict.final["communities_end"] == 0
+    assert sum("formed no community" in w for w in strict.final["warnings"]) == 1
+    assert sum("formed no community" in r.getMessage() for r in caplog.records) == 1   # the strict run only
+    assert not any("formed no community" in w for w in none.final["warnings"])     # no association by design
 
 
 def test_a_round_cap_mid_iteration_is_the_stop_reason():
