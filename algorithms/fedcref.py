@@ -59,6 +59,9 @@ class FedCRefParams(Params):
     min_active_iterations: int = Field(1, ge=1, description="refinements a client makes before it may stop "
                                        "(1: the paper's rule, it may stop after its first)")
     link: Literal["best", "first", "mutual-best"] = "best"
+    candidates: Literal["all", "member"] = Field(
+        "all", description="community models a client refines with: every community's (the paper) or only those "
+        "of the communities its own clusters belong to")
     association: Literal["reconstruction", "none", "oracle"] = "reconstruction"
     hidden: tuple[int, ...] = (100, 64, 32)
     output: Literal["auto", "sigmoid", "linear"] = "auto"
@@ -176,7 +179,13 @@ class FedCRef(Algorithm):
             elif ph == "refine":
                 sh = {"spec": self.spec, "community": self.community, "stability": p.stability,
                       "may_stop": self.iteration + 1 >= p.min_active_iterations}
-                return {c: Task(fc.fc_refine, {"warm": p.warm_start}, sh) for c in sorted(self.active)}
+                member: dict[int, list[int]] = {}
+                for k, nodes in enumerate(self.groups):
+                    for i in nodes:
+                        member.setdefault(int(self.owner[i]), []).append(k)
+                return {c: Task(fc.fc_refine, {"warm": p.warm_start, "communities": None if p.candidates == "all"
+                                               else sorted(set(member.get(c, [])))}, sh)
+                        for c in sorted(self.active)}
 
     def aggregate(self, ctx: RoundContext, replies: list[Reply]) -> dict[str, float]:
         ph = self.phase

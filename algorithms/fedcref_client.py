@@ -184,7 +184,10 @@ def fc_refine(payload: dict, shared: dict, client: Any) -> dict[str, Any]:
     st, X = client.state, client.data.X
     old = st["fc_labels"]
     own = st["fc_weights"]
-    cand = own if shared["community"] is None or not len(shared["community"]) else np.vstack([own, shared["community"]])
+    comm = shared["community"]
+    if comm is not None and payload.get("communities") is not None:   # candidates="member"
+        comm = comm[np.asarray(payload["communities"], dtype=np.int64)]
+    cand = own if comm is None or not len(comm) else np.vstack([own, comm])
     E = errors_matrix(ae_for(shared["spec"]), cand, X)
     raw, selected = refine_labels(E, int(old.max()) + 1)
     new = _compact(align_labels(raw, old))
