@@ -183,3 +183,28 @@ def test_cli_says_in_one_line_each_that_no_community_formed_and_no_client_stayed
 def test_unknown_normalisation_is_a_one_line_config_error():
     with pytest.raises(ConfigError, match=r"algorithm\.params \(fedcref\)\.normalisation: .*'cluster'"):
         _session(normalisation="zscore")
+
+
+def test_member_candidates_refine_only_with_the_clients_own_communities():
+    """candidates='member': a client refines with its own models plus the models of the communities its
+    clusters belong to (the server passes their indices); a community it is not in cannot take its samples."""
+    from types import SimpleNamespace
+
+    from fedray.algorithms.fedcref_client import fc_refine
+    from fedray.nn.autoencoder import initial_ae_weights
+
+    spec = {"n_features": 4, "hidden": (3, 2), "output": "linear", "seed": 0}
+    X = np.random.default_rng(0).normal(size=(40, 4)).astype(np.float32)
+    own = np.stack([50 * initial_ae_weights(spec), -50 * initial_ae_weights(spec)]).astype(np.float32)
+    comm = np.zeros((2, own.shape[1]), np.float32)     # outputs 0: error ~1, far below the own models' errors
+    shared = {"spec": spec, "community": comm, "stability": 0.99}
+
+    def refine(communities):
+        st = {"fc_labels": np.arange(40) % 2, "fc_weights": own, "fc_active": True}
+        c = SimpleNamespace(state=st, data=SimpleNamespace(X=X), rng=np.random.default_rng(1), id=0, name="c")
+        return fc_refine({"communities": communities}, shared, c)
+
+    assert refine(None)["community_models"] == 1          # the paper: every community model is a candidate
+    assert refine([1])["community_models"] == 1           # the client's own community
+    assert refine([])["community_models"] == 0            # in no community: its own models only
+    assert refine([])["k"] == 2
