@@ -10,7 +10,8 @@ A state machine on the shared round loop (Algorithm 1 of the paper):
               (except ``association="oracle"``, the perfect-association bound);
 ``exchange``  Phase 2: every client receives all cluster models and returns the
               statistic of eq. (2) for each (own cluster, foreign model); the server
-              keeps pairs that pass the P-th percentile <= tau test in both
+              keeps pairs that pass the P-th percentile <= tau test (``normalisation``
+              of the differences: the paper's min-max over the cluster, or an option) in both
               directions, links each cluster to the best qualifying cluster of each
               other client and takes components with >= 2 nodes as communities (eq. 3);
 ``federate``  Phase 3: ``fed_rounds`` rounds of FedAvg, every community side by side,

@@ -175,6 +175,8 @@ def fc_federate(payload: list[tuple[int, int]], shared: dict, client: Any) -> di
 def fc_refine(payload: dict, shared: dict, client: Any) -> dict[str, Any]:
     """Phase 4 (Algorithm 2) on the client's own models plus every community model.
 
+    ``payload["communities"]`` (``candidates="member"``) limits the community models
+    to those indices; None offers every one (the paper).
     New labels are renumbered to the old ones (Hungarian); a client whose
     agreement with its previous labels exceeds the stability threshold stops
     refining and is marked to retrain its models once on its final labels.

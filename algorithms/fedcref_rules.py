@@ -7,7 +7,8 @@ a small function of error matrices, here without torch:
   for the samples of cluster p of client a, d(x) = |e(M_a^p, x) - e(M_b^q, x)|
   (e = per-sample reconstruction MSE), min-max normalised over the cluster;
   the statistic is the P-th percentile of the normalised d and the test passes
-  when it is <= tau;
+  when it is <= tau (options: ``normalisation="errors"`` or ``"relative"``, which
+  do not depend on the cluster's size the way the min-max over its samples does);
 * :func:`link_clusters` — the association graph: a pair passes only if the test
   passes in *both* directions; each cluster is linked to the best qualifying
   cluster of each other client (``"best"``, default), to the first qualifying one
@@ -38,8 +39,8 @@ from scipy.sparse.csgraph import connected_components
 from fedray.errors import ConfigError
 from fedray.metrics import contingency
 
-__all__ = ["LinkMode", "NORMALISATIONS", "Normalisation", "association_quality", "association_statistic", "align_labels", "communities",
-           "global_stop", "link_clusters", "refine_labels", "stability"]
+__all__ = ["LinkMode", "NORMALISATIONS", "Normalisation", "association_quality", "association_statistic",
+           "align_labels", "communities", "global_stop", "link_clusters", "refine_labels", "stability"]
 
 LinkMode = Literal["best", "first", "mutual-best"]
 
