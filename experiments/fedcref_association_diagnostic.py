@@ -13,6 +13,9 @@ the script reports
   of (P, tau): edges, wrong associations, communities, classes covered, isolated
   clusters.
 
+Writes ``distributions.csv``, ``grid.csv`` and ``nodes_seed*_epochs*.csv`` (each
+cluster's client and majority class) to ``--out``.
+
 It runs in one process without Ray (the functions are the ones the client
 actors call), so it takes seconds to minutes:
 
@@ -115,6 +118,8 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
                 b = build(a, seed)
                 log.info("seed %d, %d epochs: %d clusters built in %.0f s", seed, epochs, len(b["owner"]),
                          time.perf_counter() - t0)
+                pd.DataFrame({"seed": seed, "epochs": epochs, "owner": b["owner"], "majority_class": b["node_class"]}
+                             ).to_csv(out / f"nodes_seed{seed}_epochs{epochs}.csv", index=False)
                 same = b["node_class"][:, None] == b["node_class"][None, :]
                 other = b["owner"][:, None] != b["owner"][None, :]
                 for norm in args.normalisations:
