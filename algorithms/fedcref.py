@@ -10,7 +10,8 @@ A state machine on the shared round loop (Algorithm 1 of the paper):
               (except ``association="oracle"``, the perfect-association bound);
 ``exchange``  Phase 2: every client receives all cluster models and returns the
               statistic of eq. (2) for each (own cluster, foreign model); the server
-              keeps pairs that pass the P-th percentile <= tau test in both
+              keeps pairs that pass the P-th percentile <= tau test (``normalisation``
+              of the differences: the paper's min-max over the cluster, or an option) in both
               directions, links each cluster to the best qualifying cluster of each
               other client and takes components with >= 2 nodes as communities (eq. 3);
 ``federate``  Phase 3: ``fed_rounds`` rounds of FedAvg, every community side by side,
@@ -55,12 +56,19 @@ class FedCRefParams(Params):
     percentile: float = Field(75.0, gt=0.0, le=100.0, description="P: the P-th percentile of the normalised error "
                                                          "differences is tested against τ")
     tau: float = Field(0.2, gt=0.0, le=1.0, description="τ, the association threshold (paper: 0.2)")
+    normalisation: Literal["cluster", "errors", "relative"] = Field(
+        "cluster", description="how |e_own - e_other| is brought to [0, 1] before the percentile: min-max over the "
+        "cluster's samples (the paper), by the range of both models' errors on the cluster, or per sample by "
+        "e_own + e_other (independent of the cluster's size)")
     stability: float = Field(0.8, gt=0.0, le=1.0, description="Hungarian-matched agreement of consecutive "
                                                           "labellings above which a client stops refining")
     min_active_iterations: int = Field(1, ge=1, description="refinements a client makes before it may stop "
                                        "(1: the paper's rule, it may stop after its first)")
     link: Literal["best", "first", "mutual-best"] = Field("best", description="which qualifying cluster of another "
                                                           "client a cluster links to (first: the authors' code)")
+    candidates: Literal["all", "member"] = Field(
+        "all", description="community models a client refines with: every community's (the paper) or only those "
+        "of the communities its own clusters belong to")
     association: Literal["reconstruction", "none", "oracle"] = Field(
         "reconstruction", description="reconstruction-error test (paper); none: refinement alone (ablation); oracle: "
         "true classes (an upper bound, uses labels)")
@@ -176,7 +184,7 @@ class FedCRef(Algorithm):
                 self._nodes()
                 if p.association == "reconstruction":
                     sh = {"spec": self.spec, "weights": self._stacked(), "owner": self.owner,
-                          "percentile": p.percentile}
+                          "percentile": p.percentile, "normalisation": p.normalisation}
                     return {c: Task(fc.fc_exchange, None, sh) for c in ctx.all_clients}
                 self._associate(self._oracle_edges() if p.association == "oracle" else [])
             elif ph == "federate":
@@ -190,7 +198,13 @@ class FedCRef(Algorithm):
             elif ph == "refine":
                 sh = {"spec": self.spec, "community": self.community, "stability": p.stability,
                       "may_stop": self.iteration + 1 >= p.min_active_iterations}
-                return {c: Task(fc.fc_refine, {"warm": p.warm_start}, sh) for c in sorted(self.active)}
+                member: dict[int, list[int]] = {}
+                for k, nodes in enumerate(self.groups):
+                    for i in nodes:
+                        member.setdefault(int(self.owner[i]), []).append(k)
+                return {c: Task(fc.fc_refine, {"warm": p.warm_start, "communities": None if p.candidates == "all"
+                                               else sorted(set(member.get(c, [])))}, sh)
+                        for c in sorted(self.active)}
 
     def aggregate(self, ctx: RoundContext, replies: list[Reply]) -> dict[str, float]:
         ph = self.phase
@@ -316,13 +330,16 @@ class FedCRef(Algorithm):
             out["stop_reason"] = "round cap"  # federation.rounds ended it mid-iteration
         warnings = []
         if out["stop_reason"] == "no active clients":
-            warnings.append(f"fedcref stopped after {len(it)} iteration(s): no client was active any more")
+            warnings.append(f"fedcref stopped after {len(it)} iteration(s) with no active clients: every client's "
+                            f"labels agreed with its previous ones above stability={self.params.stability} (raise "
+                            "stability or min_active_iterations to refine longer)")
         if out["stop_reason"] == "round cap":
             warnings.append(f"fedcref was stopped by federation.rounds in iteration {len(it) + 1} (one iteration is "
                             f"4 + fed_rounds = {4 + self.params.fed_rounds} rounds); raise federation.rounds")
-        if it and max(int(r.get("communities", 0)) for r in it) == 0:
+        if it and self.params.association != "none" and max(int(r.get("communities", 0)) for r in it) == 0:
             warnings.append("fedcref formed no community: no cluster was associated with another client's, so "
-                            "nothing was federated")
+                            f"nothing was federated (no pair passed P{self.params.percentile:g} <= "
+                            f"tau={self.params.tau:g} in both directions)")
         for w in warnings:
             if out["stop_reason"] != "round cap" or "federation.rounds" not in w:
                 log.warning(w)  # the round loop has already warned about the cap, in one line

@@ -144,7 +144,8 @@ def fc_exchange(payload: dict, shared: dict, client: Any) -> np.ndarray:
         if rows.sum() == 0:
             continue
         for j in np.flatnonzero(owner != client.id):
-            out[p, j] = association_statistic(E[rows, own[p]], E[rows, j], shared["percentile"])
+            out[p, j] = association_statistic(E[rows, own[p]], E[rows, j], shared["percentile"],
+                                              shared.get("normalisation", "cluster"))
     return out
 
 
@@ -174,6 +175,8 @@ def fc_federate(payload: list[tuple[int, int]], shared: dict, client: Any) -> di
 def fc_refine(payload: dict, shared: dict, client: Any) -> dict[str, Any]:
     """Phase 4 (Algorithm 2) on the client's own models plus every community model.
 
+    ``payload["communities"]`` (``candidates="member"``) limits the community models
+    to those indices; None offers every one (the paper).
     New labels are renumbered to the old ones (Hungarian); a client whose
     agreement with its previous labels exceeds the stability threshold stops
     refining and is marked to retrain its models once on its final labels.
@@ -183,7 +186,10 @@ def fc_refine(payload: dict, shared: dict, client: Any) -> dict[str, Any]:
     st, X = client.state, client.data.X
     old = st["fc_labels"]
     own = st["fc_weights"]
-    cand = own if shared["community"] is None or not len(shared["community"]) else np.vstack([own, shared["community"]])
+    comm = shared["community"]
+    if comm is not None and payload.get("communities") is not None:   # candidates="member"
+        comm = comm[np.asarray(payload["communities"], dtype=np.int64)]
+    cand = own if comm is None or not len(comm) else np.vstack([own, comm])
     E = errors_matrix(ae_for(shared["spec"]), cand, X)
     raw, selected = refine_labels(E, int(old.max()) + 1)
     new = _compact(align_labels(raw, old))

@@ -7,7 +7,8 @@ a small function of error matrices, here without torch:
   for the samples of cluster p of client a, d(x) = |e(M_a^p, x) - e(M_b^q, x)|
   (e = per-sample reconstruction MSE), min-max normalised over the cluster;
   the statistic is the P-th percentile of the normalised d and the test passes
-  when it is <= tau;
+  when it is <= tau (options: ``normalisation="errors"`` or ``"relative"``, which
+  do not depend on the cluster's size the way the min-max over its samples does);
 * :func:`link_clusters` — the association graph: a pair passes only if the test
   passes in *both* directions; each cluster is linked to the best qualifying
   cluster of each other client (``"best"``, default), to the first qualifying one
@@ -38,8 +39,8 @@ from scipy.sparse.csgraph import connected_components
 from fedray.errors import ConfigError
 from fedray.metrics import contingency
 
-__all__ = ["LinkMode", "association_quality", "association_statistic", "align_labels", "communities",
-           "global_stop", "link_clusters", "refine_labels", "stability"]
+__all__ = ["LinkMode", "NORMALISATIONS", "Normalisation", "association_quality", "association_statistic",
+           "align_labels", "communities", "global_stop", "link_clusters", "refine_labels", "stability"]
 
 LinkMode = Literal["best", "first", "mutual-best"]
 
@@ -51,8 +52,13 @@ def _check_p_tau(percentile: float, tau: float) -> None:
         raise ConfigError(f"tau: must lie in (0, 1]; got {tau!r}")
 
 
-def association_statistic(e_own: np.ndarray, e_other: np.ndarray, percentile: float = 75.0) -> float:
-    """P-th percentile of the min-max normalised error differences (eq. 2).
+NORMALISATIONS = ("cluster", "errors", "relative")
+Normalisation = Literal["cluster", "errors", "relative"]
+
+
+def association_statistic(e_own: np.ndarray, e_other: np.ndarray, percentile: float = 75.0,
+                          normalisation: Normalisation = "cluster") -> float:
+    """P-th percentile of the normalised error differences (eq. 2).
 
     Parameters
     ----------
@@ -61,21 +67,44 @@ def association_statistic(e_own: np.ndarray, e_other: np.ndarray, percentile: fl
     e_other : ndarray of shape (n,)
         Errors of the foreign model on the same samples.
     percentile : float in (0, 100]
+    normalisation : {"cluster", "errors", "relative"}
+        How d = |e_own - e_other| is brought to [0, 1]:
+        ``"cluster"`` (the paper, as the authors' code does it) min-max normalises
+        d over the cluster's samples, so the statistic measures the *shape* of
+        d's distribution, not its size; ``"errors"`` divides d by the range of
+        both models' errors on the cluster (the errors min-max normalised jointly,
+        then differenced); ``"relative"`` takes d / (e_own + e_other) per sample.
 
     Returns
     -------
     float in [0, 1]
-        0 when the differences are all equal (or n < 2): the two models explain
-        the cluster equally well.
+        0 when the differences are all equal (or n < 2) under ``"cluster"``, or
+        all zero: the two models explain the cluster equally well.
     """
     _check_p_tau(percentile, 1.0)
-    d = np.abs(np.asarray(e_own, dtype=np.float64) - np.asarray(e_other, dtype=np.float64))
-    if d.size < 2:
+    a = np.asarray(e_own, dtype=np.float64)
+    b = np.asarray(e_other, dtype=np.float64)
+    if a.shape != b.shape or a.ndim != 1:
+        raise ValueError(f"e_own and e_other must be vectors of one length; got {a.shape} and {b.shape}")
+    d = np.abs(a - b)
+    if normalisation == "cluster":
+        if d.size < 2:
+            return 0.0
+        lo, hi = float(d.min()), float(d.max())
+        if not hi > lo:
+            return 0.0
+        return float(np.percentile((d - lo) / (hi - lo), percentile))
+    if d.size == 0:
         return 0.0
-    lo, hi = float(d.min()), float(d.max())
-    if not hi > lo:
-        return 0.0
-    return float(np.percentile((d - lo) / (hi - lo), percentile))
+    if normalisation == "errors":
+        both = np.concatenate([a, b])
+        span = float(both.max() - both.min())
+        return float(np.percentile(d / span, percentile)) if span > 0 else 0.0
+    if normalisation == "relative":
+        tot = a + b
+        r = np.divide(d, tot, out=np.zeros_like(d), where=tot > 0)
+        return float(np.percentile(r, percentile))
+    raise ConfigError(f"normalisation: must be one of {', '.join(NORMALISATIONS)}; got {normalisation!r}")
 
 
 def link_clusters(S: np.ndarray, owner: np.ndarray, tau: float = 0.2,

@@ -16,6 +16,9 @@ community graph of the first seed).
 
     python experiments/fedcref_tables.py --data-dir ../shared/datasets --tables main --seeds 0 1 2
     python experiments/fedcref_tables.py --quick --out /tmp/fedcref-quick
+
+Why clusters do or do not associate (true- and false-pair distributions of the
+association statistic, evaluation only): ``experiments/fedcref_association_diagnostic.py``.
 """
 from __future__ import annotations
 

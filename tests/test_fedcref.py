@@ -126,12 +126,15 @@ def test_warm_start_trains_from_the_model_that_formed_the_cluster():
     assert cold.model["node_weights_sha1"] != warm.model["node_weights_sha1"]
 
 
-def test_a_run_that_forms_no_community_says_so(caplog):
-    with _session(n_clients=4, S=25, association="none", max_iterations=1) as s:
+def test_a_run_that_forms_no_community_says_so_the_ablation_does_not(caplog):
+    with _session(n_clients=4, S=25, tau=1e-9, max_iterations=1) as s:
         with caplog.at_level("WARNING", logger="fedray"):
-            none = s.run(output=False)
-    assert any("formed no community" in w for w in none.final["warnings"])
-    assert any("formed no community" in r.getMessage() for r in caplog.records)
+            strict = s.run(output=False)
+            none = s.run("fedcref", {**TINY, "association": "none", "max_iterations": 1}, output=False)
+    assert strict.final["communities_end"] == 0
+    assert sum("formed no community" in w for w in strict.final["warnings"]) == 1
+    assert sum("formed no community" in r.getMessage() for r in caplog.records) == 1   # the strict run only
+    assert not any("formed no community" in w for w in none.final["warnings"])     # no association by design
 
 
 @pytest.mark.parametrize("rounds", [5, None])
@@ -153,3 +156,64 @@ def test_a_round_cap_mid_iteration_is_the_stop_reason_and_unset_rounds_is_the_bu
     else:
         assert res.summary["round_cap"] == 1 + 2 * (4 + TINY["fed_rounds"]) and not capped
         assert res.final["iterations"] == 2 and res.summary["stop_reason"] != "round cap"
+
+
+def test_cli_says_in_one_line_each_that_no_community_formed_and_no_client_stayed_active(tmp_path):
+    """A run whose test never passes (tau tiny) and whose clients all stop after their first refinement
+    (stability tiny) prints each warning as one line on stderr and records both in summary.json."""
+    import json
+    import subprocess
+    import sys
+
+    import yaml
+
+    cfg = {"algorithm": {"name": "fedcref", "params": {**TINY, "tau": 1e-9, "stability": 0.01, "max_iterations": 3}},
+           "data": {"dataset": "sklearn:digits",
+                    "partition": {"name": "class-subsets", "classes": [2, 3], "samples_per_class": 25}},
+           "federation": {"n_clients": 4, "rounds": 200}, "runtime": {"backend": "local"}, "seed": 3}
+    path = tmp_path / "fedcref.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    out = tmp_path / "out"
+    code = "import sys; from fedray.cli import main; sys.exit(main(sys.argv[1:]))"
+    proc = subprocess.run([sys.executable, "-W", "ignore::UserWarning", "-c", code, "run", str(path), "--out",
+                           str(out), "-q"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stderr.splitlines()
+    none_lines = [ln for ln in lines if "formed no community" in ln]
+    idle_lines = [ln for ln in lines if "no active clients" in ln]
+    assert len(none_lines) == 1 and len(idle_lines) == 1, proc.stderr
+    assert "tau=1e-09" in none_lines[0] and "stopped after 1 iteration(s)" in idle_lines[0]
+    final = json.loads((out / "summary.json").read_text())["final"]
+    assert final["stop_reason"] == "no active clients" and final["iterations"] == 1
+    assert final["communities_end"] == 0
+    assert sorted(final["warnings"]) == sorted([none_lines[0].split(": ", 1)[1], idle_lines[0].split(": ", 1)[1]])
+
+
+def test_unknown_normalisation_is_a_one_line_config_error():
+    with pytest.raises(ConfigError, match=r"algorithm\.params \(fedcref\)\.normalisation: .*'cluster'"):
+        _session(normalisation="zscore")
+
+
+def test_member_candidates_refine_only_with_the_clients_own_communities():
+    """candidates='member': a client refines with its own models plus the models of the communities its
+    clusters belong to (the server passes their indices); a community it is not in cannot take its samples."""
+    from types import SimpleNamespace
+
+    from fedray.algorithms.fedcref_client import fc_refine
+    from fedray.nn.autoencoder import initial_ae_weights
+
+    spec = {"n_features": 4, "hidden": (3, 2), "output": "linear", "seed": 0}
+    X = np.random.default_rng(0).normal(size=(40, 4)).astype(np.float32)
+    own = np.stack([50 * initial_ae_weights(spec), -50 * initial_ae_weights(spec)]).astype(np.float32)
+    comm = np.zeros((2, own.shape[1]), np.float32)     # outputs 0: error ~1, far below the own models' errors
+    shared = {"spec": spec, "community": comm, "stability": 0.99}
+
+    def refine(communities):
+        st = {"fc_labels": np.arange(40) % 2, "fc_weights": own, "fc_active": True}
+        c = SimpleNamespace(state=st, data=SimpleNamespace(X=X), rng=np.random.default_rng(1), id=0, name="c")
+        return fc_refine({"communities": communities}, shared, c)
+
+    assert refine(None)["community_models"] == 1          # the paper: every community model is a candidate
+    assert refine([1])["community_models"] == 1           # the client's own community
+    assert refine([])["community_models"] == 0            # in no community: its own models only
+    assert refine([])["k"] == 2

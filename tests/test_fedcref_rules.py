@@ -23,6 +23,36 @@ def test_statistic_is_percentile_of_minmax_normalised_differences():
     assert association_statistic(e_own, e_own + 0.5, 75) == 0.0
 
 
+def test_paper_statistic_grows_as_clusters_shrink_the_relative_one_does_not():
+    """The same pair of models (the foreign one 20 % worse on every sample) gives a larger min-max
+    statistic on a small cluster than on a large one: the maximum of the differences grows with n.
+    The per-sample relative difference is 0.2 / 2.2 whatever n is."""
+    rng = np.random.default_rng(0)
+    small_n, large_n = [], []
+    for _ in range(20):
+        for n, out in ((100, small_n), (5000, large_n)):
+            e = rng.exponential(0.02, n)
+            out.append(association_statistic(e, 1.2 * e, 75))
+            assert association_statistic(e, 1.2 * e, 75, "relative") == pytest.approx(0.2 / 2.2)
+    assert np.mean(small_n) > np.mean(large_n) + 0.04
+
+
+def test_errors_normalisation_divides_by_the_range_of_both_models_errors():
+    e_own = np.array([0.0, 1.0, 1.0, 1.0])
+    e_other = np.array([2.0, 1.0, 1.5, 1.0])             # d = 2, 0, .5, 0; errors span [0, 2]
+    assert association_statistic(e_own, e_other, 50, "errors") == pytest.approx(0.125)
+    assert association_statistic(e_own, e_other, 100, "errors") == pytest.approx(1.0)
+    assert association_statistic(e_own, e_own, 75, "errors") == 0.0
+    assert association_statistic(np.zeros(3), np.zeros(3), 75, "relative") == 0.0
+
+
+def test_unknown_normalisation_and_mismatched_errors_are_clear_errors():
+    with pytest.raises(ConfigError, match="normalisation: must be one of cluster, errors, relative"):
+        association_statistic(np.ones(3), np.ones(3), 75, "zscore")
+    with pytest.raises(ValueError, match="one length"):
+        association_statistic(np.ones(3), np.ones(4), 75)
+
+
 @pytest.mark.parametrize("p", [0, -5, 100.5])
 def test_percentile_outside_range_is_a_clear_error(p):
     with pytest.raises(ConfigError, match=r"percentile.*\(0, 100\]"):

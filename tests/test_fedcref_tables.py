@@ -32,3 +32,25 @@ def test_fedcref_tables_quick(tmp_path):
         assert section in text
     assert (out / "plots" / "curves_main_default.png").exists()
     assert (out / "plots" / "graph_main_default.png").exists()
+
+
+def test_association_diagnostic_labels_every_cross_client_pair_once(tmp_path):
+    """Each ordered pair of clusters of different clients is counted once, as true (same majority class)
+    or false; raising tau only adds edges; the grid has one row per (normalisation, P, tau)."""
+    spec = importlib.util.spec_from_file_location("_exp_fedcref_diag", SCRIPT.parent / "fedcref_association_diagnostic.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    grid = mod.main(["--dataset", "sklearn:digits", "--clients", "4", "--classes", "2", "3",
+                     "--samples-per-class", "20", "--epochs", "2", "--hidden", "8", "4", "--percentiles", "75",
+                     "--taus", "0.2", "0.5", "--out", str(tmp_path)])
+    dist = pd.read_csv(tmp_path / "distributions.csv")
+    nodes = pd.read_csv(tmp_path / "nodes_seed0_epochs2.csv")
+    owner, cls = nodes["owner"].to_numpy(), nodes["majority_class"].to_numpy()
+    cross = owner[:, None] != owner[None, :]
+    same = cls[:, None] == cls[None, :]
+    assert len(grid) == 3 * 1 * 2                                   # normalisations x P x tau
+    for _, g in dist.groupby("normalisation"):
+        n = dict(zip(g["pairs"].astype(str).str.lower(), g["n"]))
+        assert n == {"true": int((cross & same).sum()), "false": int((cross & ~same).sum())}
+    assert (grid.groupby("normalisation")["edges"].apply(lambda e: e.is_monotonic_increasing)).all()
+    assert grid["true_pass"].between(0, 1).all() and grid["false_pass"].between(0, 1).all()
