@@ -33,6 +33,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from round_overhead import load  # the same load line as the other benchmark (this script's folder is on sys.path)
+
 HERE = Path(__file__).resolve().parent
 
 
@@ -176,14 +178,6 @@ def _steady(times: list[float]) -> float:
     """Mean of the rounds after the first (the first pays one-off costs in fresh workers)."""
     rest = times[1:] if len(times) > 1 else times
     return sum(rest) / len(rest) if rest else float("nan")
-
-
-def load() -> str:
-    try:
-        return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
-    except OSError:
-        la = os.getloadavg()
-        return f"load average: {la[0]:.2f}, {la[1]:.2f}, {la[2]:.2f}"
 
 
 def main(argv: list[str] | None = None) -> int:
