@@ -19,7 +19,9 @@ Algorithm 1 of the paper, on the shared clustered-FL machinery of
   sampled members (lines 22-27) until ``federation.rounds`` (N_server).
 
 Every merge is recorded (round, the two entities, alpha_min_cross, Phi) in
-``result()["merges"]``; :func:`merge_table` turns it into a DataFrame and
+``result()["merges"]``; ``result()["similarity_mean"]`` (n, n) is the mean cosine
+similarity of every pair of clients over the rounds of the merging phase in which
+both were sampled (NaN: never together), ``["similarity_count"]`` those rounds; :func:`merge_table` turns it into a DataFrame and
 :func:`plot_clusters` draws the clusters found as in the paper's Fig. 4.
 Defaults are the paper's (Section V-B): E = 5, B = 32, SGD lr 0.1, n_merge = 2,
 T = 10, N_sep = 10, alpha_0 = 0; the client fraction c and N_server are
@@ -69,6 +71,10 @@ class FLACC(SupervisedAlgorithm):
         self.merges: list[MergeEvent] = []
         self.rounds_without_merge = 0
         self.separation_round: int | None = None
+        # every similarity seen in the merging phase, summed per pair (a diagnostic of the
+        # signal the merge rule works on: result()["similarity_mean"], ["similarity_count"])
+        self.sim_sum = np.zeros((n, n))
+        self.sim_count = np.zeros((n, n), dtype=np.int64)
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         # the server actor receives this object through Ray's object store, whose arrays are
@@ -96,7 +102,10 @@ class FLACC(SupervisedAlgorithm):
         deltas = self.updates(replies)
         ids = sorted(deltas)
         if len(ids) >= 2:
-            self.memory.observe(ctx.round, ids, np.stack([deltas[c] for c in ids]))
+            S = self.memory.observe(ctx.round, ids, np.stack([deltas[c] for c in ids]))
+            ix = np.ix_(ids, ids)
+            self.sim_sum[ix] += S
+            self.sim_count[ix] += 1
         self.labels, events = merge_round(self.memory, self.labels, ctx.round, alpha_0=p.alpha_0,
                                           n_merge=p.n_merge, scan=p.scan)
         self.memory.forget(ctx.round)
@@ -129,6 +138,9 @@ class FLACC(SupervisedAlgorithm):
         out = super().result()
         out.update(self._history())
         out["entity_of"] = self.labels.copy()
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out["similarity_mean"] = np.where(self.sim_count > 0, self.sim_sum / self.sim_count, np.nan)
+        out["similarity_count"] = self.sim_count.copy()
         return out
 
 
