@@ -24,7 +24,9 @@ similarity of every pair of clients over the rounds of the merging phase in whic
 both were sampled (NaN: never together), ``["similarity_count"]`` those rounds; :func:`merge_table` turns it into a DataFrame and
 :func:`plot_clusters` draws the clusters found as in the paper's Fig. 4.
 Defaults are the paper's (Section V-B): E = 5, B = 32, SGD lr 0.1, n_merge = 2,
-T = 10, N_sep = 10, alpha_0 = 0; the client fraction c and N_server are
+T = 10, N_sep = 10, alpha_0 = 0, no warm-up (``warmup`` = w > 0, not in the paper, runs
+w rounds of plain FedAvg before the first similarity is recorded; those rounds do
+not count towards N_sep); the client fraction c and N_server are
 ``federation.fraction`` and ``federation.rounds``. No torch is imported here.
 """
 from __future__ import annotations
@@ -48,6 +50,8 @@ class FLACCParams(SupervisedParams):
     memory: int | None = Field(default=10, ge=1, description="system memory T in rounds (eq. 18); None = infinite")
     n_merge: int = Field(default=2, ge=1, description="entity pairs merged per round at most")
     n_sep: int = Field(default=10, ge=1, description="rounds without a merge before separation (N_sep)")
+    warmup: int = Field(default=0, ge=0, description="FedAvg rounds before the first similarity is recorded "
+                                                     "(not in the paper, which merges from round 1: 0)")
     scan: bool = Field(default=True, description="when the best pair fails Phi > 0, try the next best pair "
                                                  "(False: stop, Algorithm 1 read literally)")
 
@@ -99,6 +103,8 @@ class FLACC(SupervisedAlgorithm):
     def _merge_step(self, ctx: RoundContext, replies: list[Reply]) -> dict[str, float]:
         """Lines 10-19: similarities of this round's updates, then up to n_merge merges."""
         p = self.params
+        if ctx.round < p.warmup:  # plain FedAvg: first updates share the common direction of learning the task
+            return {"merges": 0.0, "merge_similarity": float("nan"), "n_entities": float(len(np.unique(self.labels)))}
         deltas = self.updates(replies)
         ids = sorted(deltas)
         if len(ids) >= 2:

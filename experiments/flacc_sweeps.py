@@ -116,7 +116,7 @@ def run(args: argparse.Namespace) -> pd.DataFrame:
                    "runtime": {"backend": "local", "progress": False}}
             with Session(cfg) as session:
                 for v in todo:
-                    params = {**train, "n_merge": args.n_merge, "n_sep": args.n_sep}
+                    params = {**train, "n_merge": args.n_merge, "n_sep": args.n_sep, "warmup": args.warmup}
                     if args.sweep == "alpha0":
                         params["alpha_0"] = v
                     elif args.sweep == "memory":
@@ -170,6 +170,7 @@ def markdown(runs: pd.DataFrame, args: argparse.Namespace) -> str:
     lines += ["", f"Settings: {args.dataset}, {args.n_clients} clients, fraction {args.fraction}, samples "
               f"{args.samples[0]}-{args.samples[1]}, {args.rounds} rounds, E = {args.epochs}, B = 32, SGD lr 0.1, "
               f"n_merge = {args.n_merge}, N_sep = {args.n_sep}"
+              + (f", warm-up {args.warmup} FedAvg rounds before the first similarity" if args.warmup else "")
               + ("" if args.sweep == "alpha0" else ", alpha_0 = 0")
               + ("" if args.sweep == "memory" else ", T = 10")
               + f". Load (1-minute, after each run): {load.min():.1f}-{load.max():.1f}."]
@@ -191,6 +192,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--eval-every", type=int, default=None, help="default 25 (quick: 2)")
     p.add_argument("--n-merge", type=int, default=1)
     p.add_argument("--n-sep", type=int, default=None, help="default 10 (quick: 2)")
+    p.add_argument("--warmup", type=int, default=0, help="FLACC's FedAvg rounds before the first similarity "
+                                                          "(default 0, the paper)")
     p.add_argument("--quick", action="store_true")
     p.add_argument("--out", default=None, help="default fedray-output/flacc_<sweep>")
     args = p.parse_args(argv)

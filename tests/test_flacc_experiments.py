@@ -108,3 +108,24 @@ def test_stallmann_protocol_on_uci_data(tmp_path, data_dir):
     ari = df[df["curve"] == "ARI fed vs central"]["value"]
     assert ari.between(-1, 1).all()
     assert "K_max = 3 +" in (out / "table.md").read_text()
+
+
+def test_flacc_warmup_runs_fedavg_before_the_first_similarity():
+    import fedray
+
+    def run(warmup):
+        return fedray.run(algorithm={"name": "flacc", "params": {"model": "cnn8", "epochs": 1, "n_sep": 2,
+                                                                 "warmup": warmup}},
+                          data={"dataset": "sklearn:digits", "partition": {"name": "rotated", "samples": [30, 50]}},
+                          federation={"n_clients": 6, "fraction": 0.5, "rounds": 4}, seed=1,
+                          runtime={"backend": "local", "progress": False}, output=False)
+
+    plain, warm = run(0), run(2)
+    h = warm.history
+    assert (h["merges"].iloc[:2] == 0).all() and (h["n_entities"].iloc[:2] == 6).all()
+    assert all(m["round"] >= 2 for m in warm.final["merges"])
+    # two rounds fewer of similarities, 3 x 3 entries each
+    merging = int((h["phase"] == "merging").sum())
+    assert warm.model["similarity_count"].sum() == 9 * (merging - 2)
+    # the same FedAvg rounds until the first merge: identical first-round accuracy
+    assert plain.history["accuracy"].iloc[0] == warm.history["accuracy"].iloc[0]
