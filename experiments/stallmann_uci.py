@@ -3,9 +3,11 @@
 The paper's real-data experiment uses the UCI Bank Marketing data (43 193 customers,
 one client per job group, age / balance / education). That file is not among the
 offline benchmark data, so this script runs the same protocol on a UCI set that is
-(``../shared/datasets/uci``; default ``statlog``, 6 435 rows, 36 features): one
-client per value of a column the clustering does not use (here the class label,
-as the paper uses the job), every feature standardised (``data.scale: standard``,
+(``../shared/datasets/uci``; default ``statlog``, the Image Segmentation set: 2 310
+rows, 19 features, 7 classes of 330 rows; ``yeast``: 1 484 rows, 8 features, 10
+classes of 5-463 rows, overlapping as the job groups do): one client per value of
+a column the clustering does not use (here the class label, as the paper uses the
+job), every feature standardised (``data.scale: standard``,
 from securely summed moments), then the paper's three steps:
 
 1. each client alone: the (non-federated) fuzzy Davies-Bouldin index over
