@@ -6,16 +6,21 @@
   its state; nothing is averaged.
 * ``ifca`` — IFCA (Ghosh et al. 2020): k models; each sampled client receives all
   k, picks the one with the lowest loss on its training rows, trains it; the
-  server averages each model over the clients that picked it.
-* ``cfl`` — CFL (Sattler et al. 2021): FedAvg inside each cluster; a cluster whose
+  server averages each model over the clients that picked it — the plain mean
+  theta_j = (1/|S_j|) sum_{i in S_j} theta_i, as in the paper's model-averaging
+  variant and its code (``weighted=True``: FedAvg's n_i-weighted mean).
+* ``cfl`` — CFL (Sattler et al. 2021): the plain mean of the updates inside each
+  cluster, as in the authors' code (``weighted=True``: n_i-weighted); a cluster whose
   mean update is small (||mean_i delta_i|| < eps1) while some update is large
   (max_i ||delta_i|| > eps2) is split in two by the bipartition that minimises
   the largest cross-similarity (complete linkage on cosine similarities of the
   updates, eq. 19 / Remark 3). Needs every client in every round.
 * ``flhc`` — FL+HC (Briggs et al. 2020): FedAvg for ``n_pre`` rounds; then every
-  client trains once more, the server clusters the (unit-normalised) updates
-  hierarchically (Ward linkage, cut at ``distance_threshold``), and each cluster
-  becomes its own federation trained by FedAvg.
+  client trains once more, the server clusters the raw updates hierarchically
+  (Euclidean distance, Ward linkage, cut at ``distance_threshold``) as Briggs et
+  al. do, and each cluster becomes its own federation trained by FedAvg.
+  ``normalize=True`` clusters unit-length updates instead (distances in [0, 2],
+  so one cut-off suits any model size and learning rate).
 
 All are supervised; the shared machinery (client function, per-group FedAvg,
 evaluation every r rounds, metrics) is :mod:`fedray.supervised`.
@@ -107,6 +112,8 @@ class Local(SupervisedAlgorithm):
 
 class IFCAParams(SupervisedParams):
     n_clusters: int = Field(default=4, ge=1, description="k, the number of models (one per assumed cluster)")
+    weighted: bool = Field(default=False, description="average each model weighted by the clients' training rows "
+                                                      "(FedAvg); default: the plain mean, as IFCA does")
 
 
 @register
@@ -150,7 +157,7 @@ class IFCA(SupervisedAlgorithm):
             if "cluster" in r.update:
                 self.assignment[r.client_id] = r.update["cluster"]
         picked = {r.client_id: int(r.update["cluster"]) for r in replies if "weights" in r.update}
-        self.average_into(replies, key_of=picked)
+        self.average_into(replies, key_of=picked, weighted=self.params.weighted)
         self.model_of = np.where(self.assignment >= 0, self.assignment, 0)
         self.rounds_done += 1
         return self.round_metrics(ctx, replies)
@@ -179,6 +186,8 @@ class CFLParams(SupervisedParams):
     eps2: float = Field(default=1.6, ge=0, description="ε₂: ... and its largest client update norm is above ε₂")
     warmup: int = Field(default=20, ge=0, description="rounds of plain FedAvg before the first split")
     min_cluster_size: int = Field(default=3, ge=2, description="clusters with fewer clients are never split")
+    weighted: bool = Field(default=False, description="average inside a cluster weighted by the clients' training "
+                                                      "rows (FedAvg); default: the plain mean, as CFL does")
 
 
 @register
@@ -232,7 +241,7 @@ class CFL(SupervisedAlgorithm):
                     self.model_of[members[i]] = new_key
                 self.splits.append({"round": ctx.round, "cluster": int(key), "new_cluster": new_key,
                                     "sizes": [len(left), len(right)], "mean_norm": mean_norm, "max_norm": max_norm})
-        self.average_into(replies, key_of={c: self.model_of[c] for c in deltas})
+        self.average_into(replies, key_of={c: self.model_of[c] for c in deltas}, weighted=p.weighted)
         self.assignment = self.model_of.copy()
         self.rounds_done += 1
         out = self.round_metrics(ctx, replies)
@@ -265,7 +274,8 @@ class FLHCParams(SupervisedParams):
                                       description="d, the distance at which the dendrogram is cut (Table I)")
     linkage: Literal["ward", "complete", "average", "single"] = Field(
         default="ward", description="linkage of the hierarchical clustering of client updates")
-    normalize: bool = Field(default=True, description="cluster unit-length updates (distances in [0, 2])")
+    normalize: bool = Field(default=False, description="cluster unit-length updates (distances in [0, 2]); "
+                                                       "default: the raw updates, as Briggs et al. do")
 
 
 @register
@@ -315,7 +325,7 @@ class FLHC(SupervisedAlgorithm):
         self.assignment = self.model_of.copy()
 
 
-def cluster_updates(D: np.ndarray, threshold: float, method: str = "ward", normalize: bool = True) -> np.ndarray:
+def cluster_updates(D: np.ndarray, threshold: float, method: str = "ward", normalize: bool = False) -> np.ndarray:
     """Hierarchical clustering of updates ``D`` (n, P) cut at ``threshold``; labels 0..k-1 (n,)."""
     from scipy.cluster.hierarchy import fcluster, linkage
 

@@ -19,10 +19,14 @@ Algorithm 1 of the paper, on the shared clustered-FL machinery of
   sampled members (lines 22-27) until ``federation.rounds`` (N_server).
 
 Every merge is recorded (round, the two entities, alpha_min_cross, Phi) in
-``result()["merges"]``; :func:`merge_table` turns it into a DataFrame and
+``result()["merges"]``; ``result()["similarity_mean"]`` (n, n) is the mean cosine
+similarity of every pair of clients over the rounds of the merging phase in which
+both were sampled (NaN: never together), ``["similarity_count"]`` those rounds; :func:`merge_table` turns it into a DataFrame and
 :func:`plot_clusters` draws the clusters found as in the paper's Fig. 4.
 Defaults are the paper's (Section V-B): E = 5, B = 32, SGD lr 0.1, n_merge = 2,
-T = 10, N_sep = 10, alpha_0 = 0; the client fraction c and N_server are
+T = 10, N_sep = 10, alpha_0 = 0, no warm-up (``warmup`` = w > 0, not in the paper, runs
+w rounds of plain FedAvg before the first similarity is recorded; those rounds do
+not count towards N_sep); the client fraction c and N_server are
 ``federation.fraction`` and ``federation.rounds``. No torch is imported here.
 """
 from __future__ import annotations
@@ -49,6 +53,8 @@ class FLACCParams(SupervisedParams):
     n_merge: int = Field(default=2, ge=1, description="n_merge, entity pairs merged per round at most")
     n_sep: int = Field(default=10, ge=1, description="N_sep, rounds without a merge before the entities "
                        "separate into their own federations")
+    warmup: int = Field(default=0, ge=0, description="FedAvg rounds before the first similarity is recorded "
+                                                     "(not in the paper, which merges from round 1: 0)")
     scan: bool = Field(default=True, description="when the best pair fails Φ > 0, try the next best pair "
                                                  "(False: stop, Algorithm 1 read literally)")
 
@@ -72,6 +78,10 @@ class FLACC(SupervisedAlgorithm):
         self.merges: list[MergeEvent] = []
         self.rounds_without_merge = 0
         self.separation_round: int | None = None
+        # every similarity seen in the merging phase, summed per pair (a diagnostic of the
+        # signal the merge rule works on: result()["similarity_mean"], ["similarity_count"])
+        self.sim_sum = np.zeros((n, n))
+        self.sim_count = np.zeros((n, n), dtype=np.int64)
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         # the server actor receives this object through Ray's object store, whose arrays are
@@ -96,10 +106,15 @@ class FLACC(SupervisedAlgorithm):
     def _merge_step(self, ctx: RoundContext, replies: list[Reply]) -> dict[str, float]:
         """Lines 10-19: similarities of this round's updates, then up to n_merge merges."""
         p = self.params
+        if ctx.round < p.warmup:  # plain FedAvg: first updates share the common direction of learning the task
+            return {"merges": 0.0, "merge_similarity": float("nan"), "n_entities": float(len(np.unique(self.labels)))}
         deltas = self.updates(replies)
         ids = sorted(deltas)
         if len(ids) >= 2:
-            self.memory.observe(ctx.round, ids, np.stack([deltas[c] for c in ids]))
+            S = self.memory.observe(ctx.round, ids, np.stack([deltas[c] for c in ids]))
+            ix = np.ix_(ids, ids)
+            self.sim_sum[ix] += S
+            self.sim_count[ix] += 1
         self.labels, events = merge_round(self.memory, self.labels, ctx.round, alpha_0=p.alpha_0,
                                           n_merge=p.n_merge, scan=p.scan)
         self.memory.forget(ctx.round)
@@ -132,6 +147,9 @@ class FLACC(SupervisedAlgorithm):
         out = super().result()
         out.update(self._history())
         out["entity_of"] = self.labels.copy()
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out["similarity_mean"] = np.where(self.sim_count > 0, self.sim_sum / self.sim_count, np.nan)
+        out["similarity_count"] = self.sim_count.copy()
         return out
 
 

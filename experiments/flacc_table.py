@@ -52,7 +52,12 @@ N_GROUPS = {"rotated": 4, "grouped": 5, "label-swapped": 5, "grouped+rotated": 4
 METHODS = ["local", "fedavg", "cfl", "ifca", "flhc", "flacc"]
 LABELS = {"local": "NoFed", "fedavg": "FedAvg", "cfl": "CFL", "ifca": "IFCA (k)", "flhc": "FL+HC (d)",
           "flacc": "FLACC"}
-FLHC_D = (0.5, 0.75, 1.0)
+#: FL+HC cut-off distances d: on raw updates (the default, as Briggs et al.) the Ward
+#: heights scale with the update norm (about 1 for cnn8 on digits, E = 5, lr 0.1: the
+#: top merges of 40 clients lie at 1.4-4.2); on unit-length updates (--flhc-normalize)
+#: they lie in [0, 2]
+FLHC_D = (2.0, 3.0, 4.0)
+FLHC_D_NORMALIZED = (0.5, 0.75, 1.0)
 
 
 def is_plugin(method: str) -> bool:
@@ -79,8 +84,15 @@ def parse_plugin_params(items: list[str]) -> dict[str, list[Any]]:
 
 
 def variants(method: str, federation: str, quick: bool, n_merge: int = 2,
-             plugin_params: dict[str, list[Any]] | None = None) -> list[tuple[str, dict[str, Any]]]:
-    """(label, extra params) of each run of ``method`` on ``federation``."""
+             plugin_params: dict[str, list[Any]] | None = None, flhc_d: tuple[float, ...] | None = None,
+             flhc_normalize: bool = False, ifca_k: tuple[int, ...] | None = None,
+             baseline_weighted: bool = False) -> list[tuple[str, dict[str, Any]]]:
+    """(label, extra params) of each run of ``method`` on ``federation``.
+
+    ``flhc_d`` / ``ifca_k`` replace FL+HC's cut-offs and IFCA's k (default: the paper's
+    three values around the optimum); ``flhc_normalize`` clusters unit-length updates;
+    ``baseline_weighted`` makes IFCA and CFL average n-weighted (FedAvg) instead of the
+    originals' plain mean."""
     if is_plugin(method):
         import itertools
 
@@ -92,16 +104,19 @@ def variants(method: str, federation: str, quick: bool, n_merge: int = 2,
             out.append((label, extra))
         return out
     s = N_GROUPS[federation]
+    w = {"weighted": True} if baseline_weighted else {}
     if method == "ifca":
-        ks = [s] if quick else [max(2, s - 1), s, s + 1]
-        return [(f"k={k}", {"n_clusters": k}) for k in ks]
+        ks = list(ifca_k) if ifca_k else ([s] if quick else [max(2, s - 1), s, s + 1])
+        return [(f"k={k}", {"n_clusters": k, **w}) for k in ks]
     if method == "flhc":
-        ds = FLHC_D[1:2] if quick else FLHC_D
-        return [(f"d={d}", {"distance_threshold": d, **({"n_pre": 2} if quick else {})}) for d in ds]
+        grid = FLHC_D_NORMALIZED if flhc_normalize else FLHC_D
+        ds = list(flhc_d) if flhc_d else (grid[1:2] if quick else grid)
+        return [(f"d={d:g}", {"distance_threshold": d, **({"normalize": True} if flhc_normalize else {}),
+                              **({"n_pre": 2} if quick else {})}) for d in ds]
     if method == "flacc":
         return [("", {"n_merge": n_merge, **({"n_sep": 2} if quick else {})})]
-    if method == "cfl" and quick:
-        return [("", {"warmup": 1})]
+    if method == "cfl":
+        return [("", {**({"warmup": 1} if quick else {}), **w})]
     return [("", {})]
 
 
@@ -123,7 +138,9 @@ def run_table(args: argparse.Namespace) -> tuple[pd.DataFrame, pd.DataFrame, dic
             notes = sorted({str(w.message) for w in caught if issubclass(w.category, SharedSamplesWarning)})
             with session:
                 for method in args.methods:
-                    for label, extra in variants(method, fed, args.quick, args.n_merge, args.plugin_params):
+                    for label, extra in variants(method, fed, args.quick, args.n_merge, args.plugin_params,
+                                                 args.flhc_d, args.flhc_normalize, args.ifca_k,
+                                                 args.baseline_weighted):
                         base = session.config
                         if method == "cfl":  # CFL needs every client every round (paper: all 100)
                             session.config = base.model_copy(deep=True)
@@ -190,7 +207,9 @@ def markdown(runs: pd.DataFrame, args: argparse.Namespace, details: dict[str, An
               f"{args.rounds} rounds, model {args.model}, SGD lr {args.lr}, E = {args.epochs}, "
               f"B = {args.batch_size}, seeds {', '.join(map(str, args.seeds))}; FLACC: alpha_0 = 0, T = 10, "
               f"n_merge = {args.n_merge}, N_sep = {2 if args.quick else 10}; FL+HC: {2 if args.quick else 10} FedAvg rounds "
-              "before clustering (Ward linkage); CFL: eps1 = 0.4, eps2 = 1.6."]
+              f"before clustering ({'unit-length' if args.flhc_normalize else 'raw'} updates, Ward linkage); "
+              f"CFL: eps1 = 0.4, eps2 = 1.6; IFCA and CFL average "
+              f"{'n-weighted (FedAvg)' if args.baseline_weighted else 'the plain mean (as the originals)'}."]
     if shared:  # one line, not one note per federation and seed
         kinds = sorted({n.split(" federation of ")[0] for n in shared})
         lines += ["", f"Note: clients share samples in the {', '.join(kinds)} federation(s): the {args.dataset} pool "
@@ -258,6 +277,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--n-merge", type=int, default=2,
                    help="FLACC entity pairs merged per round (paper's experiments: 2; it recommends 1 when "
                         "nothing is known of the federation)")
+    p.add_argument("--flhc-d", nargs="+", type=float, default=None,
+                   help=f"FL+HC cut-off distances (default {' '.join(map(str, FLHC_D))} on raw updates, "
+                        f"{' '.join(map(str, FLHC_D_NORMALIZED))} with --flhc-normalize)")
+    p.add_argument("--flhc-normalize", action="store_true",
+                   help="FL+HC clusters unit-length updates (default: raw updates, as Briggs et al.)")
+    p.add_argument("--ifca-k", nargs="+", type=int, default=None, help="IFCA's k values (default s-1, s, s+1)")
+    p.add_argument("--baseline-weighted", action="store_true",
+                   help="IFCA and CFL average n-weighted (FedAvg) instead of the plain mean of the originals")
     p.add_argument("--model", default="auto", help="auto = cnn8 for 8x8 digits, the paper's cnn28 for 28x28")
     p.add_argument("--backend", default="local", choices=["local", "ray"])
     p.add_argument("--num-cpus", type=int, default=None, help="CPUs of an embedded Ray instance")

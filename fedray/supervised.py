@@ -60,7 +60,8 @@ split *before* training (so the accuracy in row t is that of the models after t
 rounds). One shared object per model (one broadcast). ``fn`` replaces the client function.
 ``self.weights_of(replies)`` -> ``{cid: (w_i float32 (P,), n_i)}`` of trained clients;
 ``self.updates(replies)`` -> ``{cid: delta_i float64 (P,)}`` = w_i - the model it received;
-``self.average_into(replies, key_of=None)`` — FedAvg per model key;
+``self.average_into(replies, key_of=None, weighted=True)`` — FedAvg per model key
+(``weighted=False``: the plain mean of the group's models);
 ``self.round_metrics(ctx, replies)`` -> dict with ``accuracy`` (mean client test
 accuracy, evaluation rounds only), ``test_loss``, ``train_loss``, ``clients_trained``
 (the server's ``clients_sampled`` also counts evaluation-only tasks), ``n_clusters``,
@@ -498,16 +499,19 @@ class SupervisedAlgorithm(Algorithm):
             out[cid] = np.asarray(w, dtype=np.float64) - np.asarray(self._sent_vec[cid], dtype=np.float64)
         return out
 
-    def average_into(self, replies: list[Reply], key_of: Mapping[int, Hashable] | None = None) -> list[Hashable]:
+    def average_into(self, replies: list[Reply], key_of: Mapping[int, Hashable] | None = None,
+                     weighted: bool = True) -> list[Hashable]:
         """FedAvg per model key: theta_g = sum n_i w_i / sum n_i over trained clients with key g.
 
         ``key_of`` maps client id -> model key (default: the key it was sent).
+        ``weighted=False`` gives every client the same weight, theta_g = mean_i w_i
+        (the plain average of IFCA's and CFL's original code).
         Returns the keys updated; keys without a trained client keep their model.
         """
         key_of = self._sent if key_of is None else key_of
         groups: dict[Hashable, list[tuple[np.ndarray, int]]] = {}
         for cid, (w, n) in self.weights_of(replies).items():
-            groups.setdefault(key_of[cid], []).append((w, max(n, 1)))
+            groups.setdefault(key_of[cid], []).append((w, max(n, 1) if weighted else 1))
         for key, items in groups.items():
             self.models[key] = weighted_average([w for w, _ in items], [n for _, n in items])
         return list(groups)

@@ -40,11 +40,43 @@ def test_final_evaluation_equals_the_next_rounds_evaluation():
     assert a.summary["stop_reason"] == "rounds done" and a.summary["round_cap"] == 2
 
 
-def test_ifca_with_one_model_is_fedavg_bit_for_bit():
+def test_weighted_ifca_with_one_model_is_fedavg_bit_for_bit():
     a = _run("fedavg", rounds=2)
-    b = _run("ifca", {"n_clusters": 1}, rounds=2)
+    b = _run("ifca", {"n_clusters": 1, "weighted": True}, rounds=2)
     assert np.array_equal(a.model["weights"], b.model["weights"])
     assert a.final["client_accuracy"] == b.final["client_accuracy"]
+    # the default (the plain mean, as IFCA's authors average) differs: clients hold 40-60 rows
+    c = _run("ifca", {"n_clusters": 1}, rounds=2)
+    assert not np.array_equal(a.model["weights"], c.model["weights"])
+
+
+def _fake_round(alg_name: str, params: dict, sizes: list[int]):
+    """One aggregation of ``alg_name`` on hand-made replies: client i sends weights all equal to i
+    after training on ``sizes[i]`` rows. Returns the server's models."""
+    from fedray.algorithm import FederationInfo, Reply, RoundContext, get_algorithm, make_params
+
+    n = len(sizes)
+    info = FederationInfo(n_clients=n, n_features=64, sample_shape=(64,), n_samples=np.array(sizes),
+                          feature_min=np.zeros(64), feature_max=np.ones(64), n_classes=10, has_labels=True)
+    cls = get_algorithm(alg_name)
+    alg = cls(make_params(cls, {"model": "mlp", **params}), info, 0)
+    ctx = RoundContext(round=0, seed=0, sampled=tuple(range(n)), info=info, fraction=1.0)
+    alg.make_tasks(ctx, ctx.sampled, evaluate=False)
+    P = alg.init.shape[0]
+    replies = [Reply(i, {"n": sizes[i], "train_loss": 1.0, "weights": np.full(P, float(i), np.float32), "cluster": 0})
+               for i in range(n)]
+    alg._sent_vec = {i: alg.init for i in range(n)}
+    alg.aggregate(ctx, replies)
+    return alg.models
+
+
+@pytest.mark.parametrize("alg,params", [("ifca", {"n_clusters": 1}), ("cfl", {"warmup": 99})])
+def test_ifca_and_cfl_average_unweighted_by_default_as_the_originals(alg, params):
+    sizes = [10, 10, 10, 970]  # client 3 holds almost all rows
+    plain = _fake_round(alg, params, sizes)[0]
+    assert np.allclose(plain, np.mean([0, 1, 2, 3]))  # 1.5; n-weighted would be 2.94
+    weighted = _fake_round(alg, {**params, "weighted": True}, sizes)[0]
+    assert np.allclose(weighted, np.average([0, 1, 2, 3], weights=sizes))
 
 
 def test_same_seed_same_bits_on_local_and_ray_runtimes(ray_session):
@@ -105,8 +137,12 @@ def test_bipartition_and_hierarchical_cut_on_hand_made_similarities():
     rng = np.random.default_rng(0)
     a, b = rng.normal(size=50), rng.normal(size=50)
     D = np.stack([a * 2, a + 0.05 * rng.normal(size=50), b, 3 * b + 0.1 * rng.normal(size=50)])
-    assert cluster_updates(D, 0.75).tolist() == [0, 0, 1, 1]
-    assert cluster_updates(D, 10.0).tolist() == [0, 0, 0, 0]
+    # unit-length updates: the directions a and b, whatever the length
+    assert cluster_updates(D, 0.75, normalize=True).tolist() == [0, 0, 1, 1]
+    assert cluster_updates(D, 10.0, normalize=True).tolist() == [0, 0, 0, 0]
+    # the default clusters the raw updates (Briggs et al.): 2a and a are ||a|| ~ 7 apart
+    assert cluster_updates(D, 0.75).tolist() == [0, 1, 2, 3]
+    assert cluster_updates(D, 1e3).tolist() == [0, 0, 0, 0]
 
 
 def test_metrics_helpers():
