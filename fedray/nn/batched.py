@@ -1,0 +1,195 @@
+"""Batched local training: the copies of one network that many clients train in a round, trained together.
+
+The clients of one host that train the same architecture in a round keep one
+stacked copy of its parameters each (leading dimension: the client) and take
+their optimizer steps together: one ``torch.func.vmap`` of
+``grad_and_value(functional_call(...))`` per step computes every client's
+gradient on its own mini-batch. Each client runs exactly the steps of
+:func:`fedray.nn.train.fit`:
+
+* epoch e visits its rows in the order ``rng.permutation(n_i)`` of its own
+  generator (drawn epoch after epoch, as the loop draws them), in mini-batches of
+  B; the last one of an epoch may be smaller;
+* the loss of a step is the mean loss over the client's rows of that batch;
+* SGD (momentum, weight decay as in ``torch.optim.SGD``) or Adam (as ``torch.optim.Adam``).
+
+Clients hold different numbers of rows, so they take different numbers of steps
+(``E * ceil(n_i / B)``): a step's batches are padded to B rows with a mask, and a
+client whose steps are done no longer moves (its parameter and optimizer updates
+are masked). The results equal the loop's up to float rounding (the order of the
+sums inside the batched kernels differs; tests hold them to 1e-5 relative).
+
+Only networks without buffers and without random or batch-dependent layers
+(dropout, batch normalisation) are batched (:func:`can_batch`): the built-in
+models all qualify; others train client by client.
+
+API: ``can_batch(model) -> bool``; ``fit_many(model, starts, data, rngs, *, epochs,
+batch_size, lr, optimizer, momentum, weight_decay) -> (weights (C, P) float32,
+last-epoch losses (C,))``.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+from torch import nn
+from torch.func import functional_call, grad_and_value, vmap
+from torch.nn import functional as F
+
+from fedray.errors import ConfigError
+from fedray.nn.train import tensor, torch_threads
+
+#: Layers whose forward draws random numbers or depends on the whole batch: trained client by client.
+_UNBATCHABLE = (nn.modules.dropout._DropoutNd, nn.modules.batchnorm._NormBase, nn.LocalResponseNorm)
+
+
+def can_batch(model: nn.Module) -> bool:
+    """Whether ``model`` can train in the batched path: no buffers, no dropout or batch normalisation."""
+    if any(True for _ in model.buffers()):
+        return False
+    return not any(isinstance(m, _UNBATCHABLE) for m in model.modules())
+
+
+def _schedule(sizes: Sequence[int], perms: list[list[np.ndarray]], offsets: np.ndarray, batch_size: int,
+              pad: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Row indices (C, T, B) into the stacked rows (``pad`` where a batch is shorter), the mask
+    (C, T, B), and for each client and step the weight of its loss in the last epoch's mean (C, T)."""
+    C = len(sizes)
+    steps = [len(p) * math.ceil(n / batch_size) if n else 0 for n, p in zip(sizes, perms)]
+    T = max(steps) if steps else 0
+    idx = np.full((C, T, batch_size), pad, dtype=np.int64)
+    last = np.zeros((C, T), dtype=np.float64)
+    for i, (n, client_perms) in enumerate(zip(sizes, perms)):
+        if not n:
+            continue
+        s = math.ceil(n / batch_size)
+        for e, perm in enumerate(client_perms):
+            rows = np.full(s * batch_size, pad, dtype=np.int64)
+            rows[:n] = perm + offsets[i]
+            idx[i, e * s:(e + 1) * s] = rows.reshape(s, batch_size)
+        counts = np.minimum(batch_size, n - batch_size * np.arange(s))
+        last[i, (len(client_perms) - 1) * s:len(client_perms) * s] = counts / n
+    return idx, idx != pad, last
+
+
+def fit_many(model: nn.Module, starts: np.ndarray, data: Sequence[tuple[np.ndarray, np.ndarray]],
+             rngs: Sequence[np.random.Generator], *, epochs: int, batch_size: int, lr: float,
+             optimizer: str = "sgd", momentum: float = 0.0, weight_decay: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+    """Train one copy of ``model`` per client, all at once, with cross-entropy.
+
+    Parameters
+    ----------
+    model : nn.Module
+        The architecture (its own weights are not used or changed), on the device the
+        clients train on; :func:`can_batch` must hold.
+    starts : ndarray of shape (C, P)
+        Each client's start weights (flat, ``model.parameters()`` order).
+    data : sequence of C pairs ``(X_i (n_i, *sample_shape), y_i (n_i,))``
+    rngs : sequence of C numpy Generators
+        Client i's batch order: ``rngs[i].permutation(n_i)`` for each epoch, drawn in epoch order
+        (clients with no rows draw nothing), as :func:`fedray.nn.train.fit` draws it.
+    epochs, batch_size, lr, optimizer, momentum, weight_decay
+        As :func:`fedray.nn.train.fit`.
+
+    Returns
+    -------
+    weights : ndarray of shape (C, P), float32
+    losses : ndarray of shape (C,)
+        Each client's mean loss over its last epoch (``nan`` for a client without rows).
+    """
+    C = len(data)
+    if len(rngs) != C or np.shape(starts)[0] != C:
+        raise ValueError(f"fit_many: {C} clients' data, {len(rngs)} generators, {np.shape(starts)[0]} start vectors")
+    if epochs < 1 or batch_size < 1:
+        raise ConfigError(f"epochs and batch_size must be >= 1; got epochs={epochs}, batch_size={batch_size}")
+    if optimizer not in ("sgd", "adam"):
+        raise ConfigError(f"algorithm.params.optimizer: must be 'sgd' or 'adam'; got {optimizer!r}")
+    if not can_batch(model):
+        raise ValueError("fit_many: the model has buffers, dropout or batch normalisation; train it client by client")
+    if C == 1:
+        # One client trains beside an empty one: vmap over a single client may pick other kernels
+        # (an ungrouped convolution), and a client's bits must not depend on how many share its host.
+        empty = (np.zeros((0, *np.shape(data[0][0])[1:]), dtype=np.float32), np.zeros(0, dtype=np.int64))
+        w, losses = fit_many(model, np.concatenate([np.asarray(starts)] * 2), [data[0], empty], [rngs[0], rngs[0]],
+                             epochs=epochs, batch_size=batch_size, lr=lr, optimizer=optimizer, momentum=momentum,
+                             weight_decay=weight_decay)
+        return w[:1], losses[:1]
+    first = next(model.parameters())
+    dev = first.device
+    names = [name for name, _ in model.named_parameters()]
+    shapes = [p.shape for p in model.parameters()]
+    sizes = [int(len(y)) for _, y in data]
+    perms = [[rng.permutation(n) for _ in range(epochs)] if n else [] for rng, n in zip(rngs, sizes)]
+    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    pad = int(offsets[-1])
+    idx, mask, last = _schedule(sizes, perms, offsets, int(batch_size), pad)
+
+    with torch_threads():
+        sample_shape = tuple(np.shape(data[0][0])[1:]) if C else ()
+        X = torch.cat([tensor(x, dev) for x, _ in data] + [torch.zeros((1, *sample_shape), device=dev)])
+        Y = torch.cat([tensor(y, dev).reshape(-1) for _, y in data] + [torch.zeros(1, dtype=torch.int64, device=dev)])
+        flat = torch.from_numpy(np.array(starts, dtype=np.float32, copy=True)).to(dev)
+        params, at = {}, 0
+        for name, shape in zip(names, shapes):
+            k = math.prod(shape)
+            params[name] = flat[:, at:at + k].reshape(C, *shape).clone()
+            at += k
+        if at != flat.shape[1]:
+            raise ValueError(f"fit_many: the model has {at} parameters; the start vectors have {flat.shape[1]}")
+        idx_t = torch.from_numpy(idx).to(dev)
+        mask_t = torch.from_numpy(mask.astype(np.float32)).to(dev)
+        last_t = torch.from_numpy(last.astype(np.float32)).to(dev)
+        live_t = torch.from_numpy(mask.any(axis=2)).to(dev)  # (C, T): the client takes step t
+
+        def loss_one(p: dict[str, torch.Tensor], xb: torch.Tensor, yb: torch.Tensor, mb: torch.Tensor) -> torch.Tensor:
+            ce = F.cross_entropy(functional_call(model, p, (xb,)), yb, reduction="none")
+            return (ce * mb).sum() / mb.sum().clamp_min(1.0)
+
+        step_fn = vmap(grad_and_value(loss_one))
+        state: dict[str, list[torch.Tensor]] = {}
+        total = torch.zeros(C, device=dev)
+        was_training = model.training
+        model.train()
+        try:
+            for t in range(idx.shape[1]):
+                rows = idx_t[:, t]
+                grads, loss = step_fn(params, X[rows], Y[rows], mask_t[:, t])
+                total += loss.detach() * last_t[:, t]
+                live = live_t[:, t]
+                for j, name in enumerate(names):
+                    p, g = params[name], grads[name]
+                    if weight_decay:
+                        g = g.add(p, alpha=weight_decay)
+                    if optimizer == "sgd":
+                        if momentum:
+                            if t == 0:
+                                state[name] = [g.clone()]
+                            else:
+                                state[name][0].mul_(momentum).add_(g)
+                            g = state[name][0]
+                        upd = p.add(g, alpha=-lr)
+                    else:
+                        upd = _adam(p, g, state.setdefault(name, [torch.zeros_like(p), torch.zeros_like(p)]), t + 1, lr)
+                    params[name] = torch.where(live.view(C, *([1] * (p.dim() - 1))), upd, p)
+        finally:
+            model.train(was_training)
+        weights = torch.cat([params[name].reshape(C, -1) for name in names], dim=1)
+        out_losses = np.where(np.array(sizes) > 0, total.to("cpu", torch.float64).numpy(), np.nan)
+        return weights.detach().to("cpu", torch.float32).numpy(), out_losses
+
+
+def _adam(p: torch.Tensor, g: torch.Tensor, st: list[torch.Tensor], step: int, lr: float,
+          betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8) -> torch.Tensor:
+    """One step of ``torch.optim.Adam`` (defaults, no amsgrad) on stacked parameters; the new values."""
+    m, v = st
+    m.lerp_(g, 1 - betas[0])
+    v.mul_(betas[1]).addcmul_(g, g, value=1 - betas[1])
+    bc1 = 1 - betas[0] ** step
+    bc2_sqrt = math.sqrt(1 - betas[1] ** step)
+    denom = (v.sqrt() / bc2_sqrt).add_(eps)
+    return p.addcdiv(m, denom, value=-lr / bc1)
+
+
+__all__ = ["can_batch", "fit_many"]
