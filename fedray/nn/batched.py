@@ -118,6 +118,9 @@ def fit_many(model: nn.Module, starts: np.ndarray, data: Sequence[tuple[np.ndarr
         return w[:1], losses[:1]
     first = next(model.parameters())
     dev = first.device
+    n_params = sum(p.numel() for p in model.parameters())
+    if np.ndim(starts) != 2 or np.shape(starts)[1] != n_params:
+        raise ValueError(f"fit_many: the model has {n_params} parameters; got start vectors of shape {np.shape(starts)}")
     names = [name for name, _ in model.named_parameters()]
     shapes = [p.shape for p in model.parameters()]
     sizes = [int(len(y)) for _, y in data]
@@ -136,8 +139,6 @@ def fit_many(model: nn.Module, starts: np.ndarray, data: Sequence[tuple[np.ndarr
             k = math.prod(shape)
             params[name] = flat[:, at:at + k].reshape(C, *shape).clone()
             at += k
-        if at != flat.shape[1]:
-            raise ValueError(f"fit_many: the model has {at} parameters; the start vectors have {flat.shape[1]}")
         idx_t = torch.from_numpy(idx).to(dev)
         mask_t = torch.from_numpy(mask.astype(np.float32)).to(dev)
         last_t = torch.from_numpy(last.astype(np.float32)).to(dev)
