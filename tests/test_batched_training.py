@@ -35,7 +35,7 @@ def _problem(name: str, shape: tuple[int, ...]):
     return model, starts, data
 
 
-def _loop(model, starts, data, **kw):
+def _loop(model, starts, data, path=None, **kw):
     out, losses = [], []
     for i, (X, y) in enumerate(data):
         set_flat(model, starts[i])
@@ -50,11 +50,12 @@ def _many(model, starts, data, which=None, **kw):
                     **kw)
 
 
-@pytest.mark.parametrize("name,shape", [("mlp", (20,)), ("cnn8", (1, 8, 8))])
+@pytest.mark.parametrize("name,shape", [("mlp", (20,)), ("cnn8", (1, 8, 8)), ("cnn1d", (16,))])
 @pytest.mark.parametrize("opt", [dict(optimizer="sgd"), dict(optimizer="sgd", momentum=0.9, weight_decay=1e-3)])
-def test_batched_training_equals_the_loop_within_1e_5_with_uneven_clients(name, shape, opt):
+@pytest.mark.parametrize("path", ["explicit", "vmap"])
+def test_batched_training_equals_the_loop_within_1e_5_with_uneven_clients(name, shape, opt, path):
     model, starts, data = _problem(name, shape)
-    kw = dict(epochs=3, batch_size=16, lr=0.1, **opt)
+    kw = dict(epochs=3, batch_size=16, lr=0.1, path=path, **opt)
     w_loop, l_loop = _loop(model, starts, data, **kw)
     w_many, l_many = _many(model, starts, data, **kw)
     for i in range(len(SIZES)):
@@ -73,9 +74,10 @@ def test_batched_adam_follows_torch_adam_on_an_mlp():
     assert max(_rel(w_many[i], w_loop[i]) for i in range(len(SIZES))) < 1e-4
 
 
-def test_a_clients_bits_do_not_depend_on_the_clients_beside_it():
+@pytest.mark.parametrize("path", ["explicit", "vmap"])
+def test_a_clients_bits_do_not_depend_on_the_clients_beside_it(path):
     model, starts, data = _problem("cnn8", (1, 8, 8))
-    kw = dict(epochs=2, batch_size=16, lr=0.1)
+    kw = dict(epochs=2, batch_size=16, lr=0.1, path=path)
     all_, _ = _many(model, starts, data, **kw)
     for which in ([0], [1, 2], [4, 0], [2, 3, 4]):
         part, _ = _many(model, starts, data, which, **kw)
@@ -84,6 +86,7 @@ def test_a_clients_bits_do_not_depend_on_the_clients_beside_it():
 
 def test_networks_with_dropout_batch_norm_or_buffers_are_not_batched():
     assert can_batch(build_model("cnn28", (1, 28, 28), 10, 0))
+    assert nn_batched._layers(build_model("cnn28", (1, 28, 28), 10, 0)) is not None  # the explicit forward
     assert not can_batch(nn.Sequential(nn.Flatten(), nn.Linear(4, 8), nn.Dropout(0.5), nn.Linear(8, 2)))
     assert not can_batch(nn.Sequential(nn.Flatten(), nn.Linear(4, 8), nn.BatchNorm1d(8), nn.Linear(8, 2)))
     with pytest.raises(ValueError, match="client by client"):
@@ -98,6 +101,9 @@ def test_fit_many_rejects_mismatched_inputs_in_one_line():
         fit_many(model, starts, data, [np.random.default_rng(0)] * 4, epochs=1, batch_size=8, lr=0.1)
     with pytest.raises(ValueError, match="parameters"):
         fit_many(model, starts[:, :-1], data, [np.random.default_rng(0)] * 5, epochs=1, batch_size=8, lr=0.1)
+    with pytest.raises(ValueError, match="explicit stacked forward does not know"):
+        fit_many(nn.Sequential(nn.Linear(20, 4), nn.Softplus()), starts[:, :84], data,
+                 [np.random.default_rng(0)] * 5, epochs=1, batch_size=8, lr=0.1, path="explicit")
     with pytest.raises(fedray.ConfigError, match="optimizer"):
         fit_many(model, starts, data, [np.random.default_rng(0)] * 5, epochs=1, batch_size=8, lr=0.1,
                  optimizer="lbfgs")

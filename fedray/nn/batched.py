@@ -30,7 +30,7 @@ last-epoch losses (C,))``.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
@@ -76,7 +76,8 @@ def _schedule(sizes: Sequence[int], perms: list[list[np.ndarray]], offsets: np.n
 
 def fit_many(model: nn.Module, starts: np.ndarray, data: Sequence[tuple[np.ndarray, np.ndarray]],
              rngs: Sequence[np.random.Generator], *, epochs: int, batch_size: int, lr: float,
-             optimizer: str = "sgd", momentum: float = 0.0, weight_decay: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+             optimizer: str = "sgd", momentum: float = 0.0, weight_decay: float = 0.0,
+             path: str = "auto") -> tuple[np.ndarray, np.ndarray]:
     """Train one copy of ``model`` per client, all at once, with cross-entropy.
 
     Parameters
@@ -92,6 +93,12 @@ def fit_many(model: nn.Module, starts: np.ndarray, data: Sequence[tuple[np.ndarr
         (clients with no rows draw nothing), as :func:`fedray.nn.train.fit` draws it.
     epochs, batch_size, lr, optimizer, momentum, weight_decay
         As :func:`fedray.nn.train.fit`.
+    path : {"auto", "explicit", "vmap"}
+        How the clients' gradients are computed: ``explicit``, one forward of the stacked
+        networks written out layer by layer (linear layers as batched matrix products,
+        convolutions as one grouped convolution; the built-in models' layers), or ``vmap``
+        (``torch.func``: any batchable network, slower for small networks). ``auto``:
+        explicit where every layer is known.
 
     Returns
     -------
@@ -114,7 +121,7 @@ def fit_many(model: nn.Module, starts: np.ndarray, data: Sequence[tuple[np.ndarr
         empty = (np.zeros((0, *np.shape(data[0][0])[1:]), dtype=np.float32), np.zeros(0, dtype=np.int64))
         w, losses = fit_many(model, np.concatenate([np.asarray(starts)] * 2), [data[0], empty], [rngs[0], rngs[0]],
                              epochs=epochs, batch_size=batch_size, lr=lr, optimizer=optimizer, momentum=momentum,
-                             weight_decay=weight_decay)
+                             weight_decay=weight_decay, path=path)
         return w[:1], losses[:1]
     first = next(model.parameters())
     dev = first.device
@@ -129,6 +136,12 @@ def fit_many(model: nn.Module, starts: np.ndarray, data: Sequence[tuple[np.ndarr
     pad = int(offsets[-1])
     idx, mask, last = _schedule(sizes, perms, offsets, int(batch_size), pad)
 
+    if path not in ("auto", "explicit", "vmap"):
+        raise ValueError(f"fit_many: path must be 'auto', 'explicit' or 'vmap'; got {path!r}")
+    known = _layers(model) is not None
+    if path == "explicit" and not known:
+        raise ValueError("fit_many: the network has layers the explicit stacked forward does not know; use path='vmap'")
+    explicit = known and path != "vmap"
     with torch_threads():
         sample_shape = tuple(np.shape(data[0][0])[1:]) if C else ()
         X = torch.cat([tensor(x, dev) for x, _ in data] + [torch.zeros((1, *sample_shape), device=dev)])
@@ -144,11 +157,7 @@ def fit_many(model: nn.Module, starts: np.ndarray, data: Sequence[tuple[np.ndarr
         last_t = torch.from_numpy(last.astype(np.float32)).to(dev)
         live_t = torch.from_numpy(mask.any(axis=2)).to(dev)  # (C, T): the client takes step t
 
-        def loss_one(p: dict[str, torch.Tensor], xb: torch.Tensor, yb: torch.Tensor, mb: torch.Tensor) -> torch.Tensor:
-            ce = F.cross_entropy(functional_call(model, p, (xb,)), yb, reduction="none")
-            return (ce * mb).sum() / mb.sum().clamp_min(1.0)
-
-        step_fn = vmap(grad_and_value(loss_one))
+        step_fn = _stacked_step(model, names) if explicit else _vmap_step(model)
         state: dict[str, list[torch.Tensor]] = {}
         total = torch.zeros(C, device=dev)
         was_training = model.training
@@ -179,6 +188,100 @@ def fit_many(model: nn.Module, starts: np.ndarray, data: Sequence[tuple[np.ndarr
         weights = torch.cat([params[name].reshape(C, -1) for name in names], dim=1)
         out_losses = np.where(np.array(sizes) > 0, total.to("cpu", torch.float64).numpy(), np.nan)
         return weights.detach().to("cpu", torch.float32).numpy(), out_losses
+
+
+def _vmap_step(model: nn.Module) -> Callable[..., tuple[dict[str, torch.Tensor], torch.Tensor]]:
+    """Every client's gradient and loss by ``vmap(grad_and_value(functional_call))`` (any batchable network)."""
+
+    def loss_one(p: dict[str, torch.Tensor], xb: torch.Tensor, yb: torch.Tensor, mb: torch.Tensor) -> torch.Tensor:
+        ce = F.cross_entropy(functional_call(model, p, (xb,)), yb, reduction="none")
+        return (ce * mb).sum() / mb.sum().clamp_min(1.0)
+
+    return vmap(grad_and_value(loss_one))
+
+
+#: Parameter-free layers that act on each value alone: applied to the stacked batch as they are.
+_ELEMENTWISE = (nn.ReLU, nn.Tanh, nn.Sigmoid, nn.GELU, nn.LeakyReLU, nn.ELU, nn.SiLU, nn.Identity)
+
+
+def _layers(model: nn.Module) -> list[tuple[str, nn.Module]] | None:
+    """The network as a flat list of ``(parameter prefix, layer)`` when every layer is one the
+    explicit stacked forward knows (:func:`_stacked_forward`), else None."""
+    from fedray.nn.models import _Reshape
+
+    out: list[tuple[str, nn.Module]] = []
+
+    def walk(prefix: str, m: nn.Module) -> bool:
+        if type(m) is nn.Sequential:
+            return all(walk(f"{prefix}{name}.", child) for name, child in m.named_children())
+        if isinstance(m, (nn.Linear, nn.Conv1d, nn.Conv2d)) and type(m) in (nn.Linear, nn.Conv1d, nn.Conv2d):
+            if isinstance(m, nn.Linear) or (m.groups == 1 and m.padding_mode == "zeros"
+                                            and not isinstance(m.padding, str)):
+                out.append((prefix, m))
+                return True
+            return False
+        if type(m) in (nn.MaxPool1d, nn.MaxPool2d) and not m.return_indices:
+            out.append((prefix, m))
+            return True
+        if (type(m) is nn.Flatten and m.start_dim == 1 and m.end_dim == -1) or type(m) is _Reshape \
+                or type(m) in _ELEMENTWISE:
+            out.append((prefix, m))
+            return True
+        return False
+
+    return out if walk("", model) else None
+
+
+def _stacked_forward(layers: list[tuple[str, nn.Module]], params: dict[str, torch.Tensor],
+                     x: torch.Tensor) -> torch.Tensor:
+    """The outputs (C, B, ...) of C copies of the network (``params[name]``: (C, *shape)) on ``x`` (C, B, ...)."""
+    from fedray.nn.models import _Reshape
+
+    C, B = x.shape[:2]
+    for prefix, m in layers:
+        if isinstance(m, nn.Linear):
+            w, b = params[prefix + "weight"], params.get(prefix + "bias")
+            x = torch.bmm(x, w.transpose(1, 2)) if b is None else torch.baddbmm(b.unsqueeze(1), x, w.transpose(1, 2))
+        elif isinstance(m, (nn.Conv1d, nn.Conv2d)):
+            # One grouped convolution: the clients are the groups.
+            w, b = params[prefix + "weight"], params.get(prefix + "bias")
+            cin, spatial = x.shape[2], x.shape[3:]
+            xg = x.transpose(0, 1).reshape(B, C * cin, *spatial)
+            conv = F.conv2d if isinstance(m, nn.Conv2d) else F.conv1d
+            y = conv(xg, w.reshape(C * w.shape[1], *w.shape[2:]), None if b is None else b.reshape(-1), m.stride,
+                     m.padding, m.dilation, C)
+            x = y.reshape(B, C, w.shape[1], *y.shape[2:]).transpose(0, 1).contiguous()
+        elif isinstance(m, (nn.MaxPool1d, nn.MaxPool2d)):
+            pool = F.max_pool2d if isinstance(m, nn.MaxPool2d) else F.max_pool1d
+            y = pool(x.reshape(C * B, *x.shape[2:]), m.kernel_size, m.stride, m.padding, m.dilation, m.ceil_mode)
+            x = y.reshape(C, B, *y.shape[1:])
+        elif isinstance(m, nn.Flatten):
+            x = x.reshape(C, B, -1)
+        elif isinstance(m, _Reshape):
+            x = x.reshape(C, B, *m.shape)
+        else:
+            x = m(x)
+    return x
+
+
+def _stacked_step(model: nn.Module, names: list[str]) -> Callable[..., tuple[dict[str, torch.Tensor], torch.Tensor]]:
+    """Every client's gradient and loss from one explicit forward of the stacked networks (no vmap):
+    the sum of the clients' losses has, for each client's parameters, that client's gradient."""
+    layers = _layers(model)
+    assert layers is not None
+
+    def step(params: dict[str, torch.Tensor], xb: torch.Tensor, yb: torch.Tensor,
+             mb: torch.Tensor) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        leaves = {k: v.detach().requires_grad_(True) for k, v in params.items()}
+        with torch.enable_grad():
+            out = _stacked_forward(layers, leaves, xb)
+            C, B = out.shape[:2]
+            ce = F.cross_entropy(out.reshape(C * B, -1), yb.reshape(-1), reduction="none").reshape(C, B)
+            loss = (ce * mb).sum(1) / mb.sum(1).clamp_min(1.0)
+            grads = torch.autograd.grad(loss.sum(), [leaves[k] for k in names])
+        return dict(zip(names, grads)), loss.detach()
+
+    return step
 
 
 def _adam(p: torch.Tensor, g: torch.Tensor, st: list[torch.Tensor], step: int, lr: float,
