@@ -170,3 +170,44 @@ def test_the_batched_path_places_stacked_weights_on_the_models_device():
         w_gpu, _ = fit_many(gpu, starts[:2], data[:2], [np.random.default_rng(0)] * 2, epochs=1, batch_size=8,
                             lr=0.1)
         assert _rel(w_gpu, w) < 1e-4
+
+
+def test_fedcref_autoencoders_train_batched_as_client_by_client(spy):
+    """Every client's cluster autoencoders (fc_train) in one stacked batch: within 1e-5 of the loop."""
+    import copy
+    import warnings
+
+    from fedray.algorithm import Task
+    from fedray.algorithms import fedcref_client as fc
+    from fedray.errors import SharedSamplesWarning
+    from fedray.session import Session
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SharedSamplesWarning)
+        s = Session(algorithm={"name": "fedcref", "params": {"hidden": [16, 8], "local_epochs": 2, "fed_rounds": 1,
+                                                             "max_iterations": 1, "batch_size": 32,
+                                                             "init": "kmeans", "local_k": 3}},
+                    data={"dataset": "sklearn:digits", "partition": {"name": "class-subsets", "classes": [2, 3],
+                                                                    "samples_per_class": 25}},
+                    federation={"n_clients": 4, "rounds": 50}, runtime={"backend": "local"}, seed=3)
+    with s:
+        res = s.run(output=False)
+        host = s.executor.host
+        ids = sorted(host.clients)
+        saved = {c: copy.deepcopy(host.clients[c].state) for c in ids}
+        assert res.summary["rounds"] > 0
+        spec = {"n_features": 64, "hidden": (16, 8), "output": "sigmoid", "seed": 3}  # FedCRef's, as it builds it
+        sh = {"spec": spec, "epochs": 2, "batch_size": 16, "lr": 1e-3}
+        out = {}
+        for mode in (True, False):
+            spy.clear()
+            for c in ids:
+                host.clients[c].state = copy.deepcopy(saved[c])
+            host.batched = mode
+            outcomes = host.run(7, [(c, Task(fc.fc_train, None), 0) for c in ids], sh)
+            assert all(o.error is None for o in outcomes), [o.error for o in outcomes]
+            assert bool(spy) == mode and (not mode or spy[-1] >= 2 * len(ids))  # all autoencoders at once
+            out[mode] = [o.update["weights"] for o in outcomes]
+    for a, b in zip(out[True], out[False]):
+        assert a.shape == b.shape and a.shape[0] >= 2
+        assert _rel(a, b) < 1e-5

@@ -77,8 +77,8 @@ def _schedule(sizes: Sequence[int], perms: list[list[np.ndarray]], offsets: np.n
 def fit_many(model: nn.Module, starts: np.ndarray, data: Sequence[tuple[np.ndarray, np.ndarray]],
              rngs: Sequence[np.random.Generator], *, epochs: int, batch_size: int, lr: float,
              optimizer: str = "sgd", momentum: float = 0.0, weight_decay: float = 0.0,
-             path: str = "auto") -> tuple[np.ndarray, np.ndarray]:
-    """Train one copy of ``model`` per client, all at once, with cross-entropy.
+             path: str = "auto", loss: str = "cross_entropy") -> tuple[np.ndarray, np.ndarray]:
+    """Train one copy of ``model`` per client, all at once, with cross-entropy (or reconstruction MSE).
 
     Parameters
     ----------
@@ -88,6 +88,7 @@ def fit_many(model: nn.Module, starts: np.ndarray, data: Sequence[tuple[np.ndarr
     starts : ndarray of shape (C, P)
         Each client's start weights (flat, ``model.parameters()`` order).
     data : sequence of C pairs ``(X_i (n_i, *sample_shape), y_i (n_i,))``
+        (with ``loss="mse"``: ``(X_i,)``, the targets are the inputs)
     rngs : sequence of C numpy Generators
         Client i's batch order: ``rngs[i].permutation(n_i)`` for each epoch, drawn in epoch order
         (clients with no rows draw nothing), as :func:`fedray.nn.train.fit` draws it.
@@ -99,6 +100,9 @@ def fit_many(model: nn.Module, starts: np.ndarray, data: Sequence[tuple[np.ndarr
         convolutions as one grouped convolution; the built-in models' layers), or ``vmap``
         (``torch.func``: any batchable network, slower for small networks). ``auto``:
         explicit where every layer is known.
+    loss : {"cross_entropy", "mse"}
+        ``F.cross_entropy(model(xb), yb)`` or, for autoencoders, ``F.mse_loss(model(xb), xb)``,
+        the mean over a client's rows of its batch.
 
     Returns
     -------
@@ -111,6 +115,8 @@ def fit_many(model: nn.Module, starts: np.ndarray, data: Sequence[tuple[np.ndarr
         raise ValueError(f"fit_many: {C} clients' data, {len(rngs)} generators, {np.shape(starts)[0]} start vectors")
     if epochs < 1 or batch_size < 1:
         raise ConfigError(f"epochs and batch_size must be >= 1; got epochs={epochs}, batch_size={batch_size}")
+    if loss not in ("cross_entropy", "mse"):
+        raise ValueError(f"fit_many: loss must be 'cross_entropy' or 'mse'; got {loss!r}")
     if optimizer not in ("sgd", "adam"):
         raise ConfigError(f"algorithm.params.optimizer: must be 'sgd' or 'adam'; got {optimizer!r}")
     if not can_batch(model):
@@ -118,10 +124,10 @@ def fit_many(model: nn.Module, starts: np.ndarray, data: Sequence[tuple[np.ndarr
     if C == 1:
         # One client trains beside an empty one: vmap over a single client may pick other kernels
         # (an ungrouped convolution), and a client's bits must not depend on how many share its host.
-        empty = (np.zeros((0, *np.shape(data[0][0])[1:]), dtype=np.float32), np.zeros(0, dtype=np.int64))
+        empty = (np.zeros((0, *np.shape(data[0][0])[1:]), dtype=np.float32), np.zeros(0, dtype=np.int64))[:len(data[0])]
         w, losses = fit_many(model, np.concatenate([np.asarray(starts)] * 2), [data[0], empty], [rngs[0], rngs[0]],
                              epochs=epochs, batch_size=batch_size, lr=lr, optimizer=optimizer, momentum=momentum,
-                             weight_decay=weight_decay, path=path)
+                             weight_decay=weight_decay, path=path, loss=loss)
         return w[:1], losses[:1]
     first = next(model.parameters())
     dev = first.device
@@ -130,7 +136,7 @@ def fit_many(model: nn.Module, starts: np.ndarray, data: Sequence[tuple[np.ndarr
         raise ValueError(f"fit_many: the model has {n_params} parameters; got start vectors of shape {np.shape(starts)}")
     names = [name for name, _ in model.named_parameters()]
     shapes = [p.shape for p in model.parameters()]
-    sizes = [int(len(y)) for _, y in data]
+    sizes = [int(len(d[0])) for d in data]
     perms = [[rng.permutation(n) for _ in range(epochs)] if n else [] for rng, n in zip(rngs, sizes)]
     offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
     pad = int(offsets[-1])
@@ -144,8 +150,9 @@ def fit_many(model: nn.Module, starts: np.ndarray, data: Sequence[tuple[np.ndarr
     explicit = known and path != "vmap"
     with torch_threads():
         sample_shape = tuple(np.shape(data[0][0])[1:]) if C else ()
-        X = torch.cat([tensor(x, dev) for x, _ in data] + [torch.zeros((1, *sample_shape), device=dev)])
-        Y = torch.cat([tensor(y, dev).reshape(-1) for _, y in data] + [torch.zeros(1, dtype=torch.int64, device=dev)])
+        X = torch.cat([tensor(d[0], dev) for d in data] + [torch.zeros((1, *sample_shape), device=dev)])
+        Y = X if loss == "mse" else torch.cat([tensor(d[1], dev).reshape(-1) for d in data]
+                                              + [torch.zeros(1, dtype=torch.int64, device=dev)])
         flat = torch.from_numpy(np.array(starts, dtype=np.float32, copy=True)).to(dev)
         params, at = {}, 0
         for name, shape in zip(names, shapes):
@@ -157,7 +164,7 @@ def fit_many(model: nn.Module, starts: np.ndarray, data: Sequence[tuple[np.ndarr
         last_t = torch.from_numpy(last.astype(np.float32)).to(dev)
         live_t = torch.from_numpy(mask.any(axis=2)).to(dev)  # (C, T): the client takes step t
 
-        step_fn = _stacked_step(model, names) if explicit else _vmap_step(model)
+        step_fn = _stacked_step(model, names, loss) if explicit else _vmap_step(model, loss)
         state: dict[str, list[torch.Tensor]] = {}
         total = torch.zeros(C, device=dev)
         was_training = model.training
@@ -190,12 +197,14 @@ def fit_many(model: nn.Module, starts: np.ndarray, data: Sequence[tuple[np.ndarr
         return weights.detach().to("cpu", torch.float32).numpy(), out_losses
 
 
-def _vmap_step(model: nn.Module) -> Callable[..., tuple[dict[str, torch.Tensor], torch.Tensor]]:
+def _vmap_step(model: nn.Module, loss: str = "cross_entropy") -> Callable[..., tuple[dict[str, torch.Tensor], torch.Tensor]]:
     """Every client's gradient and loss by ``vmap(grad_and_value(functional_call))`` (any batchable network)."""
 
     def loss_one(p: dict[str, torch.Tensor], xb: torch.Tensor, yb: torch.Tensor, mb: torch.Tensor) -> torch.Tensor:
-        ce = F.cross_entropy(functional_call(model, p, (xb,)), yb, reduction="none")
-        return (ce * mb).sum() / mb.sum().clamp_min(1.0)
+        out = functional_call(model, p, (xb,))
+        rows = F.cross_entropy(out, yb, reduction="none") if loss == "cross_entropy" \
+            else (out - yb).pow(2).reshape(out.shape[0], -1).mean(1)
+        return (rows * mb).sum() / mb.sum().clamp_min(1.0)
 
     return vmap(grad_and_value(loss_one))
 
@@ -207,11 +216,17 @@ _ELEMENTWISE = (nn.ReLU, nn.Tanh, nn.Sigmoid, nn.GELU, nn.LeakyReLU, nn.ELU, nn.
 def _layers(model: nn.Module) -> list[tuple[str, nn.Module]] | None:
     """The network as a flat list of ``(parameter prefix, layer)`` when every layer is one the
     explicit stacked forward knows (:func:`_stacked_forward`), else None."""
+    from fedray.nn.autoencoder import Autoencoder
     from fedray.nn.models import _Reshape
 
     out: list[tuple[str, nn.Module]] = []
 
     def walk(prefix: str, m: nn.Module) -> bool:
+        if type(m) is Autoencoder:  # decoder(relu(encoder(x)))
+            if not walk(f"{prefix}encoder.", m.encoder):
+                return False
+            out.append((prefix, nn.ReLU()))
+            return walk(f"{prefix}decoder.", m.decoder)
         if type(m) is nn.Sequential:
             return all(walk(f"{prefix}{name}.", child) for name, child in m.named_children())
         if isinstance(m, (nn.Linear, nn.Conv1d, nn.Conv2d)) and type(m) in (nn.Linear, nn.Conv1d, nn.Conv2d):
@@ -264,7 +279,8 @@ def _stacked_forward(layers: list[tuple[str, nn.Module]], params: dict[str, torc
     return x
 
 
-def _stacked_step(model: nn.Module, names: list[str]) -> Callable[..., tuple[dict[str, torch.Tensor], torch.Tensor]]:
+def _stacked_step(model: nn.Module, names: list[str],
+                  loss: str = "cross_entropy") -> Callable[..., tuple[dict[str, torch.Tensor], torch.Tensor]]:
     """Every client's gradient and loss from one explicit forward of the stacked networks (no vmap):
     the sum of the clients' losses has, for each client's parameters, that client's gradient."""
     layers = _layers(model)
@@ -276,10 +292,13 @@ def _stacked_step(model: nn.Module, names: list[str]) -> Callable[..., tuple[dic
         with torch.enable_grad():
             out = _stacked_forward(layers, leaves, xb)
             C, B = out.shape[:2]
-            ce = F.cross_entropy(out.reshape(C * B, -1), yb.reshape(-1), reduction="none").reshape(C, B)
-            loss = (ce * mb).sum(1) / mb.sum(1).clamp_min(1.0)
-            grads = torch.autograd.grad(loss.sum(), [leaves[k] for k in names])
-        return dict(zip(names, grads)), loss.detach()
+            if loss == "cross_entropy":
+                rows = F.cross_entropy(out.reshape(C * B, -1), yb.reshape(-1), reduction="none").reshape(C, B)
+            else:
+                rows = (out - yb).pow(2).reshape(C, B, -1).mean(2)
+            value = (rows * mb).sum(1) / mb.sum(1).clamp_min(1.0)
+            grads = torch.autograd.grad(value.sum(), [leaves[k] for k in names])
+        return dict(zip(names, grads)), value.detach()
 
     return step
 
