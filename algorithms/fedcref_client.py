@@ -111,11 +111,12 @@ def fc_train_many(payloads: list[dict], shared: dict, batch: Any) -> list[dict[s
     stacked batch (:func:`fedray.nn.batched.fit_many`); each client's generator gives its clusters'
     batch orders in cluster order, as :func:`fc_train` draws them. Equal to it up to float rounding."""
     from fedray.nn.autoencoder import ae_for
-    from fedray.nn.batched import can_batch, fit_many
+    from fedray.nn.batched import clients_per_chunk, fit_many
 
     model = ae_for(shared["spec"])
-    if not can_batch(model):
-        raise ValueError("fc_train_many: the autoencoder cannot be batched")
+    chunk = clients_per_chunk(model, (int(shared["spec"]["n_features"]),), int(shared["batch_size"]))
+    if not chunk:  # too large to stack on the CPU: the plain function, client by client (host fallback)
+        raise ValueError("fc_train_many: the autoencoder trains client by client here")
     starts, data, rngs, owner = [], [], [], []
     for i, client in enumerate(batch.clients):
         st, X = client.state, client.data.X
@@ -127,7 +128,7 @@ def fc_train_many(payloads: list[dict], shared: dict, batch: Any) -> list[dict[s
             rngs.append(rng)
             owner.append(i)
     W, _ = fit_many(model, np.stack(starts).astype(np.float32), data, rngs, epochs=shared["epochs"],
-                    batch_size=shared["batch_size"], lr=shared["lr"], optimizer="adam", loss="mse")
+                    batch_size=shared["batch_size"], lr=shared["lr"], optimizer="adam", loss="mse", chunk=chunk)
     owner_a = np.asarray(owner)
     out = []
     for i, client in enumerate(batch.clients):

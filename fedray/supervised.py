@@ -272,19 +272,21 @@ def client_round_many(payloads: list[Mapping[str, Any]], shared: Any, batch: Any
 
     Every client chooses its model and evaluates as in :func:`client_round`, in client-id
     order. Clients whose class trains by the base's hooks (``client_train`` and
-    ``client_loss`` not overridden) and whose network can be batched
-    (:func:`fedray.nn.batched.can_batch`) then train together, one stacked copy of the
-    network each (:func:`fedray.nn.batched.fit_many`), grouped by network and training
-    settings; the others run their own ``client_train``. Each client draws its batch
+    ``client_loss`` not overridden) and whose network is worth stacking
+    (:func:`fedray.nn.batched.clients_per_chunk`: small networks on the CPU, any on a
+    GPU) then train together, one stacked copy of the network each
+    (:func:`fedray.nn.batched.fit_many`), grouped by network and training settings;
+    the others run their own ``client_train``. Each client draws its batch
     order from its own generator, so the result equals :func:`client_round`'s client by
     client up to float rounding.
     """
-    from fedray.nn.batched import can_batch, fit_many
+    from fedray.nn.batched import clients_per_chunk, fit_many
     from fedray.nn.split import client_split
     from fedray.nn.train import model_for, torch_threads
 
     contexts: list[ClientContext] = []
     groups: dict[tuple[Any, ...], list[int]] = {}
+    chunks: dict[tuple[Any, ...], int] = {}
     with torch_threads():
         for i, (payload, client) in enumerate(zip(payloads, batch.clients)):
             algorithm = payload["algorithm"]
@@ -298,14 +300,17 @@ def client_round_many(payloads: list[Mapping[str, Any]], shared: Any, batch: Any
                 ctx.out.update(algorithm.client_evaluate(model, ctx))
             if not payload.get("train"):
                 continue
-            if _trains_by_default(algorithm) and can_batch(model):
+            chunk = _trains_by_default(algorithm) and clients_per_chunk(
+                model, tuple(payload["spec"]["sample_shape"]), int(ctx.train_cfg["batch_size"]))
+            if chunk:
                 spec = payload["spec"]
                 key = (spec["name"], tuple(spec["sample_shape"]), int(spec["n_classes"]), int(spec["seed"]),
                        str(payload.get("device", "auto")), *sorted(ctx.train_cfg.items()))
                 groups.setdefault(key, []).append(i)
+                chunks[key] = chunk
             else:
                 ctx.out.update(algorithm.client_train(model, ctx))
-        for members in groups.values():
+        for key, members in groups.items():
             first = contexts[members[0]]
             cfg = first.train_cfg
             model = model_for(first.payload["spec"], first.payload.get("device", "auto"))
@@ -313,7 +318,7 @@ def client_round_many(payloads: list[Mapping[str, Any]], shared: Any, batch: Any
                 model, np.stack([np.asarray(contexts[i].start, dtype=np.float32) for i in members]),
                 [(contexts[i].split.X_train, contexts[i].split.y_train) for i in members],
                 [contexts[i].rng for i in members], epochs=cfg["epochs"], batch_size=cfg["batch_size"],
-                lr=cfg["lr"], optimizer=cfg["optimizer"])
+                lr=cfg["lr"], optimizer=cfg["optimizer"], chunk=chunks[key])
             for j, i in enumerate(members):
                 contexts[i].out.update({"train_loss": float(losses[j]), "weights": weights[j].copy()})
     return [ctx.out for ctx in contexts]

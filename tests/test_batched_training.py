@@ -211,3 +211,17 @@ def test_fedcref_autoencoders_train_batched_as_client_by_client(spy):
     for a, b in zip(out[True], out[False]):
         assert a.shape == b.shape and a.shape[0] >= 2
         assert _rel(a, b) < 1e-5
+
+
+def test_large_networks_train_client_by_client_on_the_cpu_and_chunks_change_no_bits():
+    from fedray.nn.batched import clients_per_chunk
+
+    # cnn28's activations for a batch of 32 (about 2.9 M values) would spill the caches: the loop
+    assert clients_per_chunk(build_model("cnn28", (1, 28, 28), 10, 0), (1, 28, 28), 32) == 0
+    assert clients_per_chunk(build_model("cnn8", (1, 8, 8), 10, 0), (1, 8, 8), 32) >= 2
+    assert clients_per_chunk(nn.Sequential(nn.Linear(4, 2), nn.Dropout()), (4,), 32) == 0
+    model, starts, data = _problem("cnn8", (1, 8, 8))
+    kw = dict(epochs=2, batch_size=16, lr=0.1)
+    whole, _ = _many(model, starts, data, **kw)
+    chunked, _ = _many(model, starts, data, chunk=2, **kw)
+    np.testing.assert_array_equal(whole, chunked)

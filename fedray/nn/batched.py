@@ -23,9 +23,17 @@ Only networks without buffers and without random or batch-dependent layers
 (dropout, batch normalisation) are batched (:func:`can_batch`): the built-in
 models all qualify; others train client by client.
 
-API: ``can_batch(model) -> bool``; ``fit_many(model, starts, data, rngs, *, epochs,
-batch_size, lr, optimizer, momentum, weight_decay) -> (weights (C, P) float32,
-last-epoch losses (C,))``.
+On the CPU, stacking pays for small networks (per-step overhead dominates their
+loop); a network whose activations for one client's batch are large (``cnn28``)
+already keeps the CPU busy client by client, and stacking only spills the caches,
+so :func:`clients_per_chunk` sends it to the loop (on a GPU everything is stacked).
+The choice depends only on the network, B and the device, so a client trains the
+same way whichever clients share its host.
+
+API: ``can_batch(model) -> bool``; ``clients_per_chunk(model, sample_shape,
+batch_size) -> int`` (0: the loop); ``fit_many(model, starts, data, rngs, *, epochs,
+batch_size, lr, optimizer, momentum, weight_decay, path, loss, chunk) ->
+(weights (C, P) float32, last-epoch losses (C,))``.
 """
 from __future__ import annotations
 
@@ -74,10 +82,60 @@ def _schedule(sizes: Sequence[int], perms: list[list[np.ndarray]], offsets: np.n
     return idx, idx != pad, last
 
 
+#: On the CPU, a network whose activations for one client's mini-batch exceed this many values trains
+#: client by client: its loop already keeps the CPU busy, and stacking clients only moves the working
+#: set out of the caches. Stacked clients are cut into chunks of at most CPU_CHUNK values of activations.
+CPU_CLIENT_LIMIT = 1_000_000
+CPU_CHUNK = 8_000_000
+
+
+def activation_size(model: nn.Module, sample_shape: Sequence[int]) -> int:
+    """Values of all the layers' outputs for one sample (what a step keeps for the backward pass)."""
+    memo = model.__dict__.setdefault("_fedray_activations", {})
+    key = (tuple(int(d) for d in sample_shape), str(next(model.parameters()).device))
+    if key not in memo:
+        memo[key] = _count_activations(model, key[0])
+    return memo[key]
+
+
+def _count_activations(model: nn.Module, sample_shape: tuple[int, ...]) -> int:
+    total = 0
+
+    def count(_m: nn.Module, _inp: object, out: object) -> None:
+        nonlocal total
+        if isinstance(out, torch.Tensor):
+            total += out.numel()
+
+    leaves = [m for m in model.modules() if not any(True for _ in m.children())]
+    hooks = [m.register_forward_hook(count) for m in leaves]
+    dev = next(model.parameters()).device
+    try:
+        with torch.no_grad():
+            model(torch.zeros((1, *sample_shape), device=dev))
+    finally:
+        for h in hooks:
+            h.remove()
+    return max(1, total)
+
+
+def clients_per_chunk(model: nn.Module, sample_shape: Sequence[int], batch_size: int) -> int:
+    """How many clients train in one stacked batch: 0 (train client by client: a large network on
+    the CPU, see :data:`CPU_CLIENT_LIMIT`), else at least 2. Depends only on the network, the
+    sample shape, B and the device, never on which clients share a host."""
+    if not can_batch(model):
+        return 0
+    if next(model.parameters()).device.type != "cpu":
+        return 1 << 30
+    per_client = int(batch_size) * activation_size(model, sample_shape)
+    if per_client > CPU_CLIENT_LIMIT:
+        return 0
+    return max(2, CPU_CHUNK // per_client)
+
+
 def fit_many(model: nn.Module, starts: np.ndarray, data: Sequence[tuple[np.ndarray, np.ndarray]],
              rngs: Sequence[np.random.Generator], *, epochs: int, batch_size: int, lr: float,
              optimizer: str = "sgd", momentum: float = 0.0, weight_decay: float = 0.0,
-             path: str = "auto", loss: str = "cross_entropy") -> tuple[np.ndarray, np.ndarray]:
+             path: str = "auto", loss: str = "cross_entropy", chunk: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Train one copy of ``model`` per client, all at once, with cross-entropy (or reconstruction MSE).
 
     Parameters
@@ -103,6 +161,8 @@ def fit_many(model: nn.Module, starts: np.ndarray, data: Sequence[tuple[np.ndarr
     loss : {"cross_entropy", "mse"}
         ``F.cross_entropy(model(xb), yb)`` or, for autoencoders, ``F.mse_loss(model(xb), xb)``,
         the mean over a client's rows of its batch.
+    chunk : int or None
+        Train at most this many clients at once (default: all); see :func:`clients_per_chunk`.
 
     Returns
     -------
@@ -121,6 +181,12 @@ def fit_many(model: nn.Module, starts: np.ndarray, data: Sequence[tuple[np.ndarr
         raise ConfigError(f"algorithm.params.optimizer: must be 'sgd' or 'adam'; got {optimizer!r}")
     if not can_batch(model):
         raise ValueError("fit_many: the model has buffers, dropout or batch normalisation; train it client by client")
+    chunk = max(2, int(chunk)) if chunk else C
+    if C > chunk:  # a client's bits do not depend on the clients beside it, so chunks change nothing
+        parts = [fit_many(model, np.asarray(starts)[a:a + chunk], data[a:a + chunk], rngs[a:a + chunk],
+                          epochs=epochs, batch_size=batch_size, lr=lr, optimizer=optimizer, momentum=momentum,
+                          weight_decay=weight_decay, path=path, loss=loss) for a in range(0, C, chunk)]
+        return np.concatenate([w for w, _ in parts]), np.concatenate([l for _, l in parts])
     if C == 1:
         # One client trains beside an empty one: vmap over a single client may pick other kernels
         # (an ungrouped convolution), and a client's bits must not depend on how many share its host.
@@ -315,4 +381,4 @@ def _adam(p: torch.Tensor, g: torch.Tensor, st: list[torch.Tensor], step: int, l
     return p.addcdiv(m, denom, value=-lr / bc1)
 
 
-__all__ = ["can_batch", "fit_many"]
+__all__ = ["CPU_CHUNK", "CPU_CLIENT_LIMIT", "activation_size", "can_batch", "clients_per_chunk", "fit_many"]
