@@ -68,7 +68,11 @@ accuracy, evaluation rounds only), ``test_loss``, ``train_loss``, ``clients_trai
 ``bytes_train`` (model bytes down and up of the training tasks).
 Final evaluation (after the last round) and ``result()`` are provided.
 Free functions: ``weighted_average``, ``cosine_similarities``, ``cluster_metrics``,
-``n_sampled``, ``client_round`` (the client function).
+``n_sampled``, ``client_round`` (the client function) and ``client_round_many`` (its
+batched form: a host's clients that keep the default ``client_train`` and ``client_loss``
+train together, one stacked copy of the network each, :mod:`fedray.nn.batched`; the
+result equals ``client_round``'s loop up to float rounding; ``runtime.batched: false``
+runs the loop).
 
 True groups: ``info.extras["true_groups"]`` (one id per client) when the federation
 knows them (:mod:`fedray.data.image_federations`); used for ARI only.
