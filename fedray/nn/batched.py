@@ -2,9 +2,11 @@
 
 The clients of one host that train the same architecture in a round keep one
 stacked copy of its parameters each (leading dimension: the client) and take
-their optimizer steps together: one ``torch.func.vmap`` of
-``grad_and_value(functional_call(...))`` per step computes every client's
-gradient on its own mini-batch. Each client runs exactly the steps of
+their optimizer steps together: one forward and backward pass per step computes
+every client's gradient on its own mini-batch — written out layer by layer for the
+built-in layers (linear layers as batched matrix products, convolutions as one
+grouped convolution, the clients being the groups), else by ``torch.func.vmap`` of
+``grad_and_value(functional_call(...))``. Each client runs exactly the steps of
 :func:`fedray.nn.train.fit`:
 
 * epoch e visits its rows in the order ``rng.permutation(n_i)`` of its own
@@ -135,7 +137,8 @@ def clients_per_chunk(model: nn.Module, sample_shape: Sequence[int], batch_size:
 def fit_many(model: nn.Module, starts: np.ndarray, data: Sequence[tuple[np.ndarray, np.ndarray]],
              rngs: Sequence[np.random.Generator], *, epochs: int, batch_size: int, lr: float,
              optimizer: str = "sgd", momentum: float = 0.0, weight_decay: float = 0.0,
-             path: str = "auto", loss: str = "cross_entropy", chunk: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+             path: str = "auto", loss: str = "cross_entropy",
+             chunk: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Train one copy of ``model`` per client, all at once, with cross-entropy (or reconstruction MSE).
 
     Parameters
@@ -188,9 +191,10 @@ def fit_many(model: nn.Module, starts: np.ndarray, data: Sequence[tuple[np.ndarr
                           weight_decay=weight_decay, path=path, loss=loss) for a in range(0, C, chunk)]
         return np.concatenate([w for w, _ in parts]), np.concatenate([l for _, l in parts])
     if C == 1:
-        # One client trains beside an empty one: vmap over a single client may pick other kernels
-        # (an ungrouped convolution), and a client's bits must not depend on how many share its host.
-        empty = (np.zeros((0, *np.shape(data[0][0])[1:]), dtype=np.float32), np.zeros(0, dtype=np.int64))[:len(data[0])]
+        # One client trains beside an empty one: a single client may get other kernels (an ungrouped
+        # convolution), and a client's bits must not depend on how many clients share its host.
+        empty = (np.zeros((0, *np.shape(data[0][0])[1:]), dtype=np.float32),
+                 np.zeros(0, dtype=np.int64))[:len(data[0])]
         w, losses = fit_many(model, np.concatenate([np.asarray(starts)] * 2), [data[0], empty], [rngs[0], rngs[0]],
                              epochs=epochs, batch_size=batch_size, lr=lr, optimizer=optimizer, momentum=momentum,
                              weight_decay=weight_decay, path=path, loss=loss)
@@ -199,7 +203,8 @@ def fit_many(model: nn.Module, starts: np.ndarray, data: Sequence[tuple[np.ndarr
     dev = first.device
     n_params = sum(p.numel() for p in model.parameters())
     if np.ndim(starts) != 2 or np.shape(starts)[1] != n_params:
-        raise ValueError(f"fit_many: the model has {n_params} parameters; got start vectors of shape {np.shape(starts)}")
+        raise ValueError(f"fit_many: the model has {n_params} parameters; "
+                         f"got start vectors of shape {np.shape(starts)}")
     names = [name for name, _ in model.named_parameters()]
     shapes = [p.shape for p in model.parameters()]
     sizes = [int(len(d[0])) for d in data]
@@ -238,10 +243,10 @@ def fit_many(model: nn.Module, starts: np.ndarray, data: Sequence[tuple[np.ndarr
         try:
             for t in range(idx.shape[1]):
                 rows = idx_t[:, t]
-                grads, loss = step_fn(params, X[rows], Y[rows], mask_t[:, t])
-                total += loss.detach() * last_t[:, t]
+                grads, step_loss = step_fn(params, X[rows], Y[rows], mask_t[:, t])
+                total += step_loss.detach() * last_t[:, t]
                 live = live_t[:, t]
-                for j, name in enumerate(names):
+                for name in names:
                     p, g = params[name], grads[name]
                     if weight_decay:
                         g = g.add(p, alpha=weight_decay)
@@ -254,7 +259,8 @@ def fit_many(model: nn.Module, starts: np.ndarray, data: Sequence[tuple[np.ndarr
                             g = state[name][0]
                         upd = p.add(g, alpha=-lr)
                     else:
-                        upd = _adam(p, g, state.setdefault(name, [torch.zeros_like(p), torch.zeros_like(p)]), t + 1, lr)
+                        moments = state.setdefault(name, [torch.zeros_like(p), torch.zeros_like(p)])
+                        upd = _adam(p, g, moments, t + 1, lr)
                     params[name] = torch.where(live.view(C, *([1] * (p.dim() - 1))), upd, p)
         finally:
             model.train(was_training)
@@ -263,7 +269,8 @@ def fit_many(model: nn.Module, starts: np.ndarray, data: Sequence[tuple[np.ndarr
         return weights.detach().to("cpu", torch.float32).numpy(), out_losses
 
 
-def _vmap_step(model: nn.Module, loss: str = "cross_entropy") -> Callable[..., tuple[dict[str, torch.Tensor], torch.Tensor]]:
+def _vmap_step(model: nn.Module,
+               loss: str = "cross_entropy") -> Callable[..., tuple[dict[str, torch.Tensor], torch.Tensor]]:
     """Every client's gradient and loss by ``vmap(grad_and_value(functional_call))`` (any batchable network)."""
 
     def loss_one(p: dict[str, torch.Tensor], xb: torch.Tensor, yb: torch.Tensor, mb: torch.Tensor) -> torch.Tensor:
