@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from fedray.algorithm import batched
 from fedray.algorithms.fedcref_rules import align_labels, association_statistic, refine_labels, stability
 from fedray.errors import DataError
 
@@ -98,6 +99,47 @@ def fc_init(payload: dict, shared: Any, client: Any) -> dict[str, Any]:
     return {"k": int(labels.max()) + 1, "n": int(X.shape[0])}
 
 
+def _start(st: dict, p: int, spec: dict) -> np.ndarray:
+    from fedray.nn.autoencoder import initial_ae_weights
+
+    warm = st.get("fc_warm")
+    return warm[p] if warm is not None and p < len(warm) else initial_ae_weights(spec)
+
+
+def fc_train_many(payloads: list[dict], shared: dict, batch: Any) -> list[dict[str, np.ndarray]]:
+    """:func:`fc_train` for all of a host's clients: every autoencoder of every client trains in one
+    stacked batch (:func:`fedray.nn.batched.fit_many`); each client's generator gives its clusters'
+    batch orders in cluster order, as :func:`fc_train` draws them. Equal to it up to float rounding."""
+    from fedray.nn.autoencoder import ae_for
+    from fedray.nn.batched import clients_per_chunk, fit_many
+
+    model = ae_for(shared["spec"])
+    chunk = clients_per_chunk(model, (int(shared["spec"]["n_features"]),), int(shared["batch_size"]))
+    if not chunk:  # too large to stack on the CPU: the plain function, client by client (host fallback)
+        raise ValueError("fc_train_many: the autoencoder trains client by client here")
+    starts, data, rngs, owner = [], [], [], []
+    for i, client in enumerate(batch.clients):
+        st, X = client.state, client.data.X
+        labels = st["fc_labels"]
+        rng = client.rng
+        for p in range(int(labels.max()) + 1):
+            starts.append(_start(st, p, shared["spec"]))
+            data.append((X[labels == p],))
+            rngs.append(rng)
+            owner.append(i)
+    W, _ = fit_many(model, np.stack(starts).astype(np.float32), data, rngs, epochs=shared["epochs"],
+                    batch_size=shared["batch_size"], lr=shared["lr"], optimizer="adam", loss="mse", chunk=chunk)
+    owner_a = np.asarray(owner)
+    out = []
+    for i, client in enumerate(batch.clients):
+        st, labels = client.state, client.state["fc_labels"]
+        Wi = W[owner_a == i].copy()
+        st["fc_weights"], st["fc_retrain"], st["fc_warm"] = Wi, False, None
+        out.append({"weights": Wi, "sizes": np.bincount(labels, minlength=len(Wi)).astype(np.int64)})
+    return out
+
+
+@batched(fc_train_many)
 def fc_train(payload: dict, shared: dict, client: Any) -> dict[str, np.ndarray]:
     """Phase 1: one autoencoder per local cluster; returns ``{"weights": (K, P), "sizes": (K,)}``."""
     from fedray.nn.autoencoder import ae_for, initial_ae_weights, train_autoencoder

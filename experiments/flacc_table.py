@@ -131,7 +131,8 @@ def run_table(args: argparse.Namespace) -> tuple[pd.DataFrame, pd.DataFrame, dic
                    "data": {"dataset": args.dataset, "data_dir": args.data_dir,
                             "partition": {"name": fed, "samples": list(args.samples)}},
                    "federation": {"n_clients": args.n_clients, "fraction": args.fraction, "rounds": args.rounds},
-                   "runtime": {"backend": args.backend, "progress": False, "num_cpus": args.num_cpus}}
+                   "runtime": {"backend": args.backend, "progress": False, "num_cpus": args.num_cpus,
+                               "batched": not args.per_client}}
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always", SharedSamplesWarning)
                 session = Session(cfg)
@@ -288,6 +289,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--model", default="auto", help="auto = cnn8 for 8x8 digits, the paper's cnn28 for 28x28")
     p.add_argument("--backend", default="local", choices=["local", "ray"])
     p.add_argument("--num-cpus", type=int, default=None, help="CPUs of an embedded Ray instance")
+    p.add_argument("--per-client", action="store_true",
+                   help="train client by client (runtime.batched = false), to check the batched training")
     p.add_argument("--quick", action="store_true", help="a few seconds: 12 clients, 4 rounds, one variant each")
     p.add_argument("--out", default="runs/flacc_table")
     args = p.parse_args(argv)

@@ -64,9 +64,12 @@ def batched(many: Callable[[list[Any], Any, Any], Any]) -> Callable[[ClientFn], 
     client-id order, and a :class:`~fedray.client.ClientBatch` (their rows as one
     contiguous array with offsets, and each client's view for ``state`` and ``rng``).
     It returns one update per client, in that order, equal to what the plain function
-    returns for each client alone (bit for bit, or the runtime is not reproducible):
-    a list, or a :class:`~fedray.stats.StatsBlock` whose row ``i`` is client ``i``'s
-    statistics (no per-client object is built; the actor sends the columns as they are).
+    returns for each client alone — bit for bit (the statistics algorithms), or up to
+    float rounding (batched network training, :mod:`fedray.nn.batched`): a list, or a
+    :class:`~fedray.stats.StatsBlock` whose row ``i`` is client ``i``'s statistics (no
+    per-client object is built; the actor sends the columns as they are). Hosts run the
+    batched form for a group of one client too, so the runtimes agree bit for bit as
+    long as a client's update does not depend on which clients share its host.
     The plain function stays the reference: hosts fall back to it when the batched
     form raises, when a task is wrapped (faults, privacy) and when
     ``runtime.batched`` is false::

@@ -351,7 +351,7 @@ class ClientHost:
         if isinstance(tasks, UniformTasks) and self.batched:
             many = batched_form(tasks.task.fn)
             ids = tasks.client_ids()
-            if many is not None and len(ids) >= 2 and all(cid in self._offset for cid in ids):
+            if many is not None and ids and all(cid in self._offset for cid in ids):
                 return self._run_batch(round_, many, ids, [tasks.task.payload] * len(ids), tasks.shared_index,
                                        tasks.task.evaluation, shared, tasks)
         tasks = task_items(tasks)
@@ -376,11 +376,10 @@ class ClientHost:
                     g.append(item)
         out: list[Outcome | PackedOutcomes] = self._run_each(round_, single, shared)
         for (fn, sidx, evaluation), items in groups.items():
-            if len(items) < 2:
-                out += self._run_each(round_, items, shared)
-            else:
-                out += self._run_batch(round_, forms[fn], [item[0] for item in items],
-                                       [item[1].payload for item in items], sidx, evaluation, shared, items)
+            # A group of one runs the batched form too: which clients share a host differs between
+            # runtimes, and a client must run the same code (the same float rounding) in all of them.
+            out += self._run_batch(round_, forms[fn], [item[0] for item in items],
+                                   [item[1].payload for item in items], sidx, evaluation, shared, items)
         return out
 
     def _batch(self, round_: int, ids: list[int], evaluation: bool) -> ClientBatch:

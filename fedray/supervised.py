@@ -69,7 +69,11 @@ accuracy, evaluation rounds only), ``test_loss``, ``train_loss``, ``clients_trai
 ``bytes_train`` (model bytes down and up of the training tasks).
 Final evaluation (after the last round) and ``result()`` are provided.
 Free functions: ``weighted_average``, ``cosine_similarities``, ``cluster_metrics``,
-``n_sampled``, ``client_round`` (the client function).
+``n_sampled``, ``client_round`` (the client function) and ``client_round_many`` (its
+batched form: a host's clients that keep the default ``client_train`` and ``client_loss``
+train together, one stacked copy of the network each, :mod:`fedray.nn.batched`; the
+result equals ``client_round``'s loop up to float rounding; ``runtime.batched: false``
+runs the loop).
 
 True groups: ``info.extras["true_groups"]`` (one id per client) when the federation
 knows them (:mod:`fedray.data.image_federations`); used for ARI only.
@@ -85,7 +89,7 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 from pydantic import Field, field_validator
 
-from fedray.algorithm import Algorithm, ClientFn, FederationInfo, Params, Reply, RoundContext, Task
+from fedray.algorithm import Algorithm, ClientFn, FederationInfo, Params, Reply, RoundContext, Task, batched
 from fedray.errors import ConfigError
 from fedray.metrics import ari_from_table, contingency
 from fedray.nn import check_model, model_spec
@@ -262,6 +266,70 @@ class ClientContext:
 
 
 # --- the client function --------------------------------------------------------
+def _trains_by_default(algorithm: Any) -> bool:
+    """Whether ``algorithm``'s local training is the base's (``client_train`` and ``client_loss`` not overridden)."""
+    return all(getattr(getattr(algorithm, hook, None), "__func__", None) is getattr(SupervisedAlgorithm, hook).__func__
+               for hook in ("client_train", "client_loss"))
+
+
+def client_round_many(payloads: list[Mapping[str, Any]], shared: Any, batch: Any) -> list[dict[str, Any]]:
+    """:func:`client_round` for the clients of one host at once (its batched form, :func:`fedray.batched`).
+
+    Every client chooses its model and evaluates as in :func:`client_round`, in client-id
+    order. Clients whose class trains by the base's hooks (``client_train`` and
+    ``client_loss`` not overridden) and whose network is worth stacking
+    (:func:`fedray.nn.batched.clients_per_chunk`: small networks on the CPU, any on a
+    GPU) then train together, one stacked copy of the network each
+    (:func:`fedray.nn.batched.fit_many`), grouped by network and training settings;
+    the others run their own ``client_train``. Each client draws its batch
+    order from its own generator, so the result equals :func:`client_round`'s client by
+    client up to float rounding.
+    """
+    from fedray.nn.batched import clients_per_chunk, fit_many
+    from fedray.nn.split import client_split
+    from fedray.nn.train import model_for, torch_threads
+
+    contexts: list[ClientContext] = []
+    groups: dict[tuple[Any, ...], list[int]] = {}
+    chunks: dict[tuple[Any, ...], int] = {}
+    with torch_threads():
+        for i, (payload, client) in enumerate(zip(payloads, batch.clients)):
+            algorithm = payload["algorithm"]
+            split = client_split(client, float(payload.get("test_fraction", 0.15)))
+            model = model_for(payload["spec"], payload.get("device", "auto"))
+            ctx = ClientContext(client, payload, split, out={"n": split.n_train, "n_test": split.n_test})
+            contexts.append(ctx)
+            ctx.start = algorithm.choose_model(model, shared, ctx)
+            ctx.load(model)
+            if payload.get("eval"):
+                ctx.out.update(algorithm.client_evaluate(model, ctx))
+            if not payload.get("train"):
+                continue
+            chunk = _trains_by_default(algorithm) and clients_per_chunk(
+                model, tuple(payload["spec"]["sample_shape"]), int(ctx.train_cfg["batch_size"]))
+            if chunk:
+                spec = payload["spec"]
+                key = (spec["name"], tuple(spec["sample_shape"]), int(spec["n_classes"]), int(spec["seed"]),
+                       str(payload.get("device", "auto")), *sorted(ctx.train_cfg.items()))
+                groups.setdefault(key, []).append(i)
+                chunks[key] = chunk
+            else:
+                ctx.out.update(algorithm.client_train(model, ctx))
+        for key, members in groups.items():
+            first = contexts[members[0]]
+            cfg = first.train_cfg
+            model = model_for(first.payload["spec"], first.payload.get("device", "auto"))
+            weights, losses = fit_many(
+                model, np.stack([np.asarray(contexts[i].start, dtype=np.float32) for i in members]),
+                [(contexts[i].split.X_train, contexts[i].split.y_train) for i in members],
+                [contexts[i].rng for i in members], epochs=cfg["epochs"], batch_size=cfg["batch_size"],
+                lr=cfg["lr"], optimizer=cfg["optimizer"], chunk=chunks[key])
+            for j, i in enumerate(members):
+                contexts[i].out.update({"train_loss": float(losses[j]), "weights": weights[j].copy()})
+    return [ctx.out for ctx in contexts]
+
+
+@batched(client_round_many)
 def client_round(payload: Mapping[str, Any], shared: Any, client: Any) -> dict[str, Any]:
     """The client function of every supervised algorithm: choose, evaluate, train.
 
@@ -567,5 +635,6 @@ class SupervisedAlgorithm(Algorithm):
         return out
 
 
-__all__ = ["ClientContext", "SupervisedAlgorithm", "SupervisedParams", "client_round", "cluster_metrics",
+__all__ = ["ClientContext", "SupervisedAlgorithm", "SupervisedParams", "client_round", "client_round_many",
+           "cluster_metrics",
            "cosine_similarities", "n_sampled", "weighted_average"]

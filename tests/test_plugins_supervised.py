@@ -33,6 +33,13 @@ def _cfg(alg: str = "fedavg", params: dict | None = None, *, n_clients: int = 6,
                 runtime={"backend": backend, "progress": False})
 
 
+def _loop_cfg(**kw) -> dict:
+    """:func:`_cfg` with every client trained by the per-client loop (``runtime.batched: false``)."""
+    cfg = _cfg(**kw)
+    cfg["runtime"]["batched"] = False
+    return cfg
+
+
 def _same(a, b) -> None:
     """Bit for bit: weights, accuracies of every round, final per-client accuracies."""
     assert np.array_equal(a.model["weights"], b.model["weights"])
@@ -50,7 +57,9 @@ def _quiet():
 
 # --- FedProx: a loss hook -------------------------------------------------------------
 def test_fedprox_with_mu_zero_is_fedavg_bit_for_bit():
-    with fedray.Session(_cfg()) as s:
+    # FedProx overrides client_loss, so it trains by the per-client loop; FedAvg's loop is the reference
+    # (with batched training FedAvg equals it within float rounding, tests/test_batched_training.py).
+    with fedray.Session(_loop_cfg()) as s:
         fedavg = s.run()
         prox = s.run(FEDPROX, {**TRAIN, "mu": 0.0})
     _same(fedavg, prox)
@@ -89,7 +98,7 @@ class CountingFedAvg(SupervisedAlgorithm):
 
 def test_loss_hook_is_called_once_a_mini_batch_and_sees_the_start_weights():
     CALLS.clear()
-    with fedray.Session(_cfg(rounds=2)) as s:
+    with fedray.Session(_loop_cfg(rounds=2)) as s:  # a loss hook trains by the loop: compare with FedAvg's
         res = s.run(CountingFedAvg(CountingFedAvg.Params(**TRAIN), s.info, s.config.seed))
         fedavg = s.run()
     _same(res, fedavg)  # the hook's default is FedAvg's cross-entropy
@@ -124,7 +133,7 @@ class TaggedFedAvg(SupervisedAlgorithm):
 
 
 def test_make_tasks_takes_another_client_function():
-    with fedray.Session(_cfg(rounds=2)) as s:
+    with fedray.Session(_loop_cfg(rounds=2)) as s:  # tagged_round has no batched form: the loop
         res = s.run(TaggedFedAvg(TaggedFedAvg.Params(**TRAIN), s.info, s.config.seed))
         fedavg = s.run()
     _same(res, fedavg)

@@ -1,5 +1,5 @@
 """FedProx (Li et al. 2020, eq. 2): FedAvg whose clients minimise F_k(w) + mu/2 ||w - w^t||^2,
-w^t the global model they received. mu = 0 is FedAvg bit for bit.
+w^t the global model they received. mu = 0 is FedAvg's per-client loop (runtime.batched: false) bit for bit.
 Run: fedray run --set algorithm.name=examples.plugins.fedprox:FedProx --set algorithm.params.mu=0.1
 """
 from __future__ import annotations
