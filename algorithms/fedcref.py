@@ -81,6 +81,9 @@ class FedCRefParams(Params):
     fed_epochs: int = Field(1, ge=1, description="local epochs in each federated round")
     batch_size: int = Field(32, ge=1, description="mini-batch size of autoencoder training")
     lr: float = Field(1e-3, gt=0.0, description="Adam learning rate of autoencoder training")
+    stack_clients: Literal["gpu", "always", "never"] = Field(
+        "gpu", description="train a host's cluster autoencoders together as one stacked network: on a GPU only, "
+        "always, or never (client by client)")
     warm_start: bool = Field(False, description="start local training from the model that formed the cluster")
     max_iterations: int = Field(10, ge=1, description="cap on refinement iterations")
     stop_window: int = Field(3, ge=2, description="iterations over which the global stop rule compares "
@@ -172,7 +175,8 @@ class FedCRef(Algorithm):
             if ph == "train":
                 who = sorted(self.active | self.retrain) if self.iteration else list(ctx.all_clients)
                 if who:
-                    sh = {"spec": self.spec, "epochs": p.local_epochs, "batch_size": p.batch_size, "lr": p.lr}
+                    sh = {"spec": self.spec, "epochs": p.local_epochs, "batch_size": p.batch_size, "lr": p.lr,
+                          "stack_clients": p.stack_clients}
                     return {c: Task(fc.fc_train, None, sh) for c in who}
                 self.phase = "evaluate"
             elif ph == "evaluate":

@@ -114,8 +114,9 @@ def fc_train_many(payloads: list[dict], shared: dict, batch: Any) -> list[dict[s
     from fedray.nn.batched import clients_per_chunk, fit_many
 
     model = ae_for(shared["spec"])
-    chunk = clients_per_chunk(model, (int(shared["spec"]["n_features"]),), int(shared["batch_size"]))
-    if not chunk:  # too large to stack on the CPU: the plain function, client by client (host fallback)
+    chunk = clients_per_chunk(model, (int(shared["spec"]["n_features"]),), int(shared["batch_size"]),
+                              shared.get("stack_clients", "gpu"))
+    if not chunk:  # not stacked here (see FedCRefParams.stack_clients): the plain function, client by client
         raise ValueError("fc_train_many: the autoencoder trains client by client here")
     starts, data, rngs, owner = [], [], [], []
     for i, client in enumerate(batch.clients):

@@ -113,7 +113,8 @@ def test_fit_many_rejects_mismatched_inputs_in_one_line():
 
 
 def _cfg(alg: str, batched: bool, backend: str = "local", rounds: int = 1, **params):
-    return dict(algorithm={"name": alg, "params": {"model": "cnn8", "epochs": 2, "eval_every": 1, **params}},
+    params = {"model": "cnn8", "epochs": 2, "eval_every": 1, "stack_clients": "always", **params}
+    return dict(algorithm={"name": alg, "params": params},
                 data=ROTATED, federation={"n_clients": 8, "fraction": 0.5, "rounds": rounds}, seed=2,
                 runtime={"backend": backend, "batched": batched, "progress": False})
 
@@ -188,7 +189,8 @@ def test_fedcref_autoencoders_train_batched_as_client_by_client(spy):
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", SharedSamplesWarning)
-        s = Session(algorithm={"name": "fedcref", "params": {"hidden": [16, 8], "local_epochs": 2, "fed_rounds": 1,
+        s = Session(algorithm={"name": "fedcref", "params": {"stack_clients": "always", "hidden": [16, 8],
+                                                             "local_epochs": 2, "fed_rounds": 1,
                                                              "max_iterations": 1, "batch_size": 32,
                                                              "init": "kmeans", "local_k": 3}},
                     data={"dataset": "sklearn:digits", "partition": {"name": "class-subsets", "classes": [2, 3],
@@ -201,7 +203,7 @@ def test_fedcref_autoencoders_train_batched_as_client_by_client(spy):
         saved = {c: copy.deepcopy(host.clients[c].state) for c in ids}
         assert res.summary["rounds"] > 0
         spec = {"n_features": 64, "hidden": (16, 8), "output": "sigmoid", "seed": 3}  # FedCRef's, as it builds it
-        sh = {"spec": spec, "epochs": 2, "batch_size": 16, "lr": 1e-3}
+        sh = {"spec": spec, "epochs": 2, "batch_size": 16, "lr": 1e-3, "stack_clients": "always"}
         out = {}
         for mode in (True, False):
             spy.clear()
@@ -229,3 +231,13 @@ def test_large_networks_train_client_by_client_on_the_cpu_and_chunks_change_no_b
     whole, _ = _many(model, starts, data, **kw)
     chunked, _ = _many(model, starts, data, chunk=2, **kw)
     np.testing.assert_array_equal(whole, chunked)
+
+
+def test_on_the_cpu_clients_stack_only_when_asked(spy):
+    """stack_clients='gpu' (the default) trains client by client on the CPU, where stacking measured slower;
+    'never' never stacks; both give the loop's bits."""
+    loop = fedray.run(**_cfg("fedavg", False), output=None)
+    for mode in ("gpu", "never"):
+        res = fedray.run(**_cfg("fedavg", True, stack_clients=mode), output=None)
+        assert not spy, f"stack_clients={mode!r} stacked clients on the CPU"
+        np.testing.assert_array_equal(res.model["weights"], loop.model["weights"])

@@ -120,13 +120,20 @@ def _count_activations(model: nn.Module, sample_shape: tuple[int, ...]) -> int:
     return max(1, total)
 
 
-def clients_per_chunk(model: nn.Module, sample_shape: Sequence[int], batch_size: int) -> int:
-    """How many clients train in one stacked batch: 0 (train client by client: a large network on
-    the CPU, see :data:`CPU_CLIENT_LIMIT`), else at least 2. Depends only on the network, the
-    sample shape, B and the device, never on which clients share a host."""
-    if not can_batch(model):
+def clients_per_chunk(model: nn.Module, sample_shape: Sequence[int], batch_size: int,
+                      stack: str = "always") -> int:
+    """How many clients train in one stacked batch: 0 (train client by client: ``stack`` is
+    "never", or "gpu" and the network is on the CPU, or a large network on the CPU, see
+    :data:`CPU_CLIENT_LIMIT`), else at least 2. Depends only on the network, the sample shape,
+    B, the device and ``stack``, never on which clients share a host."""
+    if stack not in ("gpu", "always", "never"):
+        raise ValueError(f"stack: must be 'gpu', 'always' or 'never'; got {stack!r}")
+    if stack == "never" or not can_batch(model):
         return 0
-    if next(model.parameters()).device.type != "cpu":
+    on_cpu = next(model.parameters()).device.type == "cpu"
+    if stack == "gpu" and on_cpu:
+        return 0
+    if not on_cpu:
         return 1 << 30
     per_client = int(batch_size) * activation_size(model, sample_shape)
     if per_client > CPU_CLIENT_LIMIT:
