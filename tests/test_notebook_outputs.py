@@ -49,10 +49,9 @@ def executed_output_problems(nb: dict) -> list[str]:
     return problems(_texts(nb), paths=False)
 
 
-# scaling_study.ipynb records timings and is re-executed on a quiet machine only; its committed
-# layout section still shows the raylet's worker-pool note (fedray.connect now keeps it out).
-RE_EXECUTE = {"scaling_study.ipynb": "committed outputs predate the fix of the raylet note; re-execute on a "
-                                     "quiet machine (load < 2.5) and drop this mark"}
+# Notebooks whose committed outputs are known to be stale (none now). Notebooks that record timings
+# (scaling_study.ipynb) are re-executed on a quiet machine only (load < 2.5).
+RE_EXECUTE: dict[str, str] = {}
 
 
 @pytest.mark.parametrize("path", [pytest.param(p, marks=pytest.mark.xfail(reason=RE_EXECUTE[p.name], strict=True))
