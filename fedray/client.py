@@ -289,7 +289,9 @@ class ClientHost:
         self._block: np.ndarray | None = None
         self._block_y: np.ndarray | None = None
         self._offset: dict[int, tuple[int, int]] = {}  # client id -> (position in ok, first row)
-        if not ok or len({c._X.shape[1:] for c in ok}) != 1:
+        # A read-only shard is the caller's own array (fedray.from_arrays on the local runtime) or
+        # the object store's: it is kept as it is, not copied, and its clients run client by client.
+        if not ok or len({c._X.shape[1:] for c in ok}) != 1 or not all(c._X.flags.writeable for c in ok):
             return
         sizes = np.array([c._X.shape[0] for c in ok], dtype=np.int64)
         offsets = np.concatenate([[0], np.cumsum(sizes)])
