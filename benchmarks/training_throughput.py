@@ -105,6 +105,8 @@ def run(model_name: str, algorithm: str, mode: str, args: argparse.Namespace) ->
                               "eval_every": 5, "device": args.device}
     if algorithm == "flacc":
         params["n_merge"] = 1
+    if mode == "batched":
+        params["stack_clients"] = "always"  # stack on the CPU too (the default stacks on a GPU only)
     runtime: dict[str, Any] = {"backend": args.backend, "batched": mode == "batched", "progress": False}
     if args.backend == "ray":
         runtime["num_cpus"] = args.num_cpus

@@ -124,6 +124,8 @@ def run_table(args: argparse.Namespace) -> tuple[pd.DataFrame, pd.DataFrame, dic
     """Run every (federation, seed, method, variant); returns runs, rounds and FLACC details."""
     train = {"epochs": args.epochs, "lr": args.lr, "batch_size": args.batch_size, "eval_every": args.eval_every,
              "model": args.model}
+    if args.stack_clients != "gpu":
+        train["stack_clients"] = args.stack_clients
     runs, rounds, details = [], [], {}
     for fed in args.federations:
         for seed in args.seeds:
@@ -289,6 +291,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--model", default="auto", help="auto = cnn8 for 8x8 digits, the paper's cnn28 for 28x28")
     p.add_argument("--backend", default="local", choices=["local", "ray"])
     p.add_argument("--num-cpus", type=int, default=None, help="CPUs of an embedded Ray instance")
+    p.add_argument("--stack-clients", choices=["gpu", "always", "never"], default="gpu",
+                   help="train a host's clients as one stacked network: on a GPU only (default), always, never")
     p.add_argument("--per-client", action="store_true",
                    help="train client by client (runtime.batched = false), to check the batched training")
     p.add_argument("--quick", action="store_true", help="a few seconds: 12 clients, 4 rounds, one variant each")
