@@ -117,7 +117,7 @@ def fc_train_many(payloads: list[dict], shared: dict, batch: Any) -> list[dict[s
     chunk = clients_per_chunk(model, (int(shared["spec"]["n_features"]),), int(shared["batch_size"]),
                               shared.get("stack_clients", "gpu"))
     if not chunk:  # not stacked here (see FedCRefParams.stack_clients): the plain function, client by client
-        raise ValueError("fc_train_many: the autoencoder trains client by client here")
+        return [fc_train(p, shared, c) for p, c in zip(payloads, batch.clients)]
     starts, data, rngs, owner = [], [], [], []
     for i, client in enumerate(batch.clients):
         st, X = client.state, client.data.X
