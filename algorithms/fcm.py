@@ -29,8 +29,8 @@ from pydantic import Field
 from fedray.centers import CenterAlgorithm, CenterParams
 from fedray.algorithm import Reply, RoundContext, Task, batched, register
 from fedray.errors import RoundFailedError
-from fedray.ops import (column_sums, memberships_from_d2, row_sums, segment_colsums, sq_distances, warn_empty,
-                        weighted_sums)
+from fedray.kernels import fcm_stats as fcm_kernel
+from fedray.ops import warn_empty
 from fedray.stats import Stats, StatsBlock, total
 
 
@@ -45,51 +45,35 @@ class FCMParams(CenterParams):
 
 
 def fcm_stats_many(payloads: list[dict], centers: np.ndarray, batch: Any) -> StatsBlock | list[Stats | None]:
-    """:func:`fcm_stats` for all of a host's clients: memberships and the sums of u^m and
-    u^m d^2 in one pass over their rows; the sums of u^m x client by client (the same
-    ``einsum`` on the same rows as the plain function, so the same bits)."""
+    """:func:`fcm_stats` for all of a host's clients in one fused pass over their rows
+    (:func:`fedray.kernels.fcm_stats`, one segment per client: the same bits)."""
     payload = payloads[0]
     if any(p != payload for p in payloads):
         raise ValueError("fcm_stats_many: clients with different payloads")  # run client by client
-    m = payload["m"]
-    n, k = len(batch), centers.shape[0]
-    X, offsets, owner = batch.X, batch.offsets, batch.owner
-    d2 = sq_distances(X, centers)
-    W = memberships_from_d2(d2.copy(), m) ** m
-    u = segment_colsums(W, owner, n)
+    k, F = centers.shape
     objective = bool(payload.get("objective"))
-    obj = row_sums(np.add.reduce(W * d2, axis=1), owner, n) if objective else None
-    ws = np.empty((n, k, X.shape[1]))
-    for i in range(n):
-        a, b = offsets[i], offsets[i + 1]
-        ws[i] = weighted_sums(X[a:b], W[a:b])
-    if payload.get("guard"):
-        F = X.shape[1]
-        keep = batch.sizes > k * (F + 1) / F
-        if not keep.all():
-            return [(Stats(u=u[i], ws=ws[i], obj=obj[i]) if objective else Stats(u=u[i], ws=ws[i]))
-                    if keep[i] else None for i in range(n)]
+    keep = batch.sizes > k * (F + 1) / F if payload.get("guard") else None
+    u, ws, obj = fcm_kernel(batch.X, centers, payload["m"], batch.offsets, objective)
+    if keep is not None and not keep.all():
+        return [(Stats(u=u[i], ws=ws[i], obj=obj[i]) if objective else Stats(u=u[i], ws=ws[i]))
+                if keep[i] else None for i in range(len(batch))]
     return StatsBlock(u=u, ws=ws, obj=obj) if objective else StatsBlock(u=u, ws=ws)
 
 
 @batched(fcm_stats_many)
 def fcm_stats(payload: dict, centers: np.ndarray, client: Any) -> Stats | None:
-    """U_c = sum u^m (k,), WS_c = sum u^m x (k, d) and, if ``payload["objective"]``, sum u^m d^2.
-
-    The sums over rows run in row order (``bincount``), like :func:`fcm_stats_many`'s.
-    """
+    """U_c = sum u^m (k,), WS_c = sum u^m x (k, d) and, if ``payload["objective"]``, sum u^m d^2:
+    one fused pass over the shard, rows in order (:func:`fedray.kernels.fcm_stats`)."""
     X = client.data.X
     k = centers.shape[0]
     if payload.get("guard"):
         F = X.shape[1]
         if not X.shape[0] > k * (F + 1) / F:
             return None
-    d2 = sq_distances(X, centers)
-    W = memberships_from_d2(d2.copy(), payload["m"]) ** payload["m"]
-    if not payload.get("objective"):
-        return Stats(u=column_sums(W), ws=weighted_sums(X, W))
-    return Stats(u=column_sums(W), ws=weighted_sums(X, W), obj=np.bincount(
-        np.zeros(X.shape[0], dtype=np.intp), weights=np.add.reduce(W * d2, axis=1), minlength=1).reshape(()))
+    u, ws, obj = fcm_kernel(X, centers, payload["m"], None, bool(payload.get("objective")))
+    if obj is None:
+        return Stats(u=u[0], ws=ws[0])
+    return Stats(u=u[0], ws=ws[0], obj=obj[0])
 
 
 @register

@@ -154,7 +154,7 @@ class FedKMeans(CenterAlgorithm):
 
     def update(self, ctx: RoundContext, replies: list[Reply]) -> dict[str, float]:
         p = self.params
-        t = total(r.update for r in replies)
+        t = total(replies)
         counts = t["counts"]
         nz = counts > 0
         target = self.centers.copy()

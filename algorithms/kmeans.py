@@ -18,7 +18,8 @@ from pydantic import Field
 
 from fedray.centers import CenterAlgorithm, CenterParams
 from fedray.algorithm import Reply, RoundContext, Task, batched, register
-from fedray.ops import assign, cluster_sums, warn_empty
+from fedray.kernels import lloyd_stats as lloyd_kernel
+from fedray.ops import warn_empty
 from fedray.stats import Stats, StatsBlock, total
 
 
@@ -27,30 +28,22 @@ class KMeansParams(CenterParams):
 
 
 def lloyd_stats_many(payloads: list[Any], centers: np.ndarray, batch: Any) -> StatsBlock:
-    """:func:`lloyd_stats` for all of a host's clients in one pass over their rows.
+    """:func:`lloyd_stats` for all of a host's clients in one fused pass over their rows.
 
-    Assignment is row by row, and every per-client sum is a ``bincount`` over the client's
-    rows in order, as in :func:`lloyd_stats`: the bits are the same. The result is one
-    column-wise block (row ``i`` = client ``i``), so no per-client object is built.
+    Every client is a segment of the host's block (``batch.offsets``); its sums add its
+    rows in order, as :func:`lloyd_stats` does, so the bits are the same. The result is
+    one column-wise block (row ``i`` = client ``i``): no per-client object is built.
     """
-    n, k = len(batch), centers.shape[0]
-    labels, d2 = assign(batch.X, centers)
-    owner = batch.owner
-    cell = owner * k + labels  # (client, cluster) of every row
-    sums = cluster_sums(batch.X, cell, n * k).reshape(n, k, -1)
-    counts = np.bincount(cell, minlength=n * k).astype(float).reshape(n, k)
-    return StatsBlock(sums=sums, counts=counts, sse=np.bincount(owner, weights=d2, minlength=n))
+    sums, counts, sse = lloyd_kernel(batch.X, centers, batch.offsets)
+    return StatsBlock(sums=sums, counts=counts, sse=sse)
 
 
 @batched(lloyd_stats_many)
 def lloyd_stats(payload: Any, centers: np.ndarray, client: Any) -> Stats:
-    """Per-cluster sums (k, d), counts (k,) and the sum of squared distances for ``centers``."""
-    X = client.data.X
-    labels, d2 = assign(X, centers)
-    k = centers.shape[0]
-    # The sum of squares is a bincount (a plain sum in row order) like the batched form's.
-    return Stats(sums=cluster_sums(X, labels, k), counts=np.bincount(labels, minlength=k).astype(float),
-                 sse=np.bincount(np.zeros(len(d2), dtype=np.intp), weights=d2, minlength=1).reshape(()))
+    """Per-cluster sums (k, d), counts (k,) and the sum of squared distances for ``centers``
+    (one fused pass over the shard, :func:`fedray.kernels.lloyd_stats`)."""
+    sums, counts, sse = lloyd_kernel(client.data.X, centers)
+    return Stats(sums=sums[0], counts=counts[0], sse=sse[0])
 
 
 @register
@@ -65,7 +58,7 @@ class FederatedKMeans(CenterAlgorithm):
         return Task(lloyd_stats, None, self.centers)
 
     def update(self, ctx: RoundContext, replies: list[Reply]) -> dict[str, float]:
-        t = total(r.update for r in replies)
+        t = total(replies)
         counts = t["counts"]
         new = self.centers.copy()
         # At least half a point: exact counts are integers, so this is "non-empty"; noisy

@@ -252,7 +252,7 @@ class CenterAlgorithm(Algorithm):
                        "m": getattr(self.params, "m", None) if self.fuzzy else None}
             return Task(evaluate_pass1, payload, self.centers, evaluation=True)
         if stage == 1:
-            t = total(r.update for r in previous)
+            t = total(previous)
             self._eval1 = t
             counts = t["counts"]
             means = np.where(counts[:, None] > 0, t["sums"] / np.maximum(counts, 1)[:, None], self.centers)
@@ -262,7 +262,7 @@ class CenterAlgorithm(Algorithm):
 
     def summarize_evaluation(self, stages: list[list[Reply]]) -> dict[str, Any]:
         t1 = self._eval1
-        dist = total(r.update for r in stages[1])["dist"]
+        dist = total(stages[1])["dist"]
         counts = t1["counts"]
         mean_dist = np.where(counts > 0, dist / np.maximum(counts, 1), 0.0)
         out: dict[str, Any] = {

@@ -9,6 +9,7 @@ import warnings
 
 import numpy as np
 
+from fedray import kernels
 from fedray.errors import EmptyClusterWarning
 
 _CHUNK = 1 << 20  # elements of the (rows x centres x features) difference block
@@ -40,11 +41,9 @@ def sq_distances(X: np.ndarray, C: np.ndarray) -> np.ndarray:
 
 
 def assign(X: np.ndarray, C: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Nearest centre of every row and the squared distance to it."""
-    d2 = sq_distances(X, C)
-    lab = np.argmin(d2, axis=1)
-    # The smallest value is the value at the first smallest index: the same bits as indexing d2 by lab.
-    return lab, np.min(d2, axis=1)
+    """Nearest centre of every row (the first of equals) and the squared distance to it,
+    ``sum_d (x_d - c_d)^2`` in feature order (:func:`fedray.kernels.nearest`)."""
+    return kernels.nearest(X, C)
 
 
 def cluster_sums(X: np.ndarray, labels: np.ndarray, k: int, weights: np.ndarray | None = None) -> np.ndarray:
@@ -123,9 +122,12 @@ def lloyd(X: np.ndarray, C0: np.ndarray, max_iter: int = 300, tol: float = 1e-8,
     labels = np.zeros(X.shape[0], dtype=np.int64)
     it = 0
     for it in range(1, max_iter + 1):
-        labels, _ = assign(X, C)
-        sums = cluster_sums(X, labels, k, w)
-        counts = np.bincount(labels, weights=w, minlength=k)
+        if weights is None:  # one fused pass (the same sums in row order as the weighted path with w = 1)
+            sums, counts = (a[0] for a in kernels.lloyd_stats(X, C)[:2])
+        else:
+            labels, _ = assign(X, C)
+            sums = cluster_sums(X, labels, k, w)
+            counts = np.bincount(labels, weights=w, minlength=k)
         new = C.copy()
         nz = counts > 0
         new[nz] = sums[nz] / counts[nz, None]
@@ -161,10 +163,7 @@ def fcm(X: np.ndarray, C0: np.ndarray, m: float = 2.0, tol: float = 1e-3, max_it
     C = np.array(C0, dtype=np.float64, copy=True)
     it = 0
     for it in range(1, max_iter + 1):
-        U = fcm_memberships(X, C, m)
-        W = U ** m
-        den = W.sum(axis=0)
-        num = _weighted_sums(X, W)
+        den, num = (a[0] for a in kernels.fcm_stats(X, C, m)[:2])  # sums of u^m and u^m x, rows in order
         new = C.copy()
         nz = den > 0
         new[nz] = num[nz] / den[nz, None]

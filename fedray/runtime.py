@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from fedray.algorithm import Reply, Task
+from fedray.algorithm import Replies, Reply, Task
 from fedray.client import ClientHost, Outcome, PackedOutcomes, UniformTasks
 from fedray.data.federation import ClientSpec
 from fedray.errors import ConfigError, RoundFailedError
@@ -81,6 +81,13 @@ def _client_id(r: Reply) -> int:
     return r.client_id
 
 
+def _sort(result: ExecResult) -> None:
+    if isinstance(result.replies, Replies):
+        result.replies.sort_by_client()
+    else:
+        result.replies.sort(key=_client_id)
+
+
 def _collect(outcomes: Any, result: ExecResult) -> None:
     parts = outcomes if isinstance(outcomes, list) else [outcomes]
     if any(isinstance(p, PackedOutcomes) for p in parts):
@@ -88,9 +95,12 @@ def _collect(outcomes: Any, result: ExecResult) -> None:
         for p in parts:
             if isinstance(p, PackedOutcomes):
                 # Replies straight from the columns: one row view per client, no Outcome in between.
-                rows = p.block().rows()
-                result.replies.extend(map(Reply, p.client_ids.tolist(), rows, p.seconds.tolist(),
-                                          p.nbytes.tolist()))
+                # Kept as columns: a Reply per client is built only if something reads one.
+                if isinstance(result.replies, Replies):
+                    result.replies.add_columns(p.client_ids, p.block(), p.seconds, p.nbytes)
+                else:
+                    result.replies.extend(map(Reply, p.client_ids.tolist(), p.block().rows(), p.seconds.tolist(),
+                                              p.nbytes.tolist()))
                 rest.extend(p.others)
             else:
                 rest.append(p)
@@ -208,9 +218,9 @@ class LocalExecutor(Executor):
     def execute(self, round_: int, tasks: dict[int, Task], timeout: float | None = None) -> ExecResult:
         shared, which = _plan(tasks)
         items = _items(sorted(tasks), tasks, which)
-        result = ExecResult([])
+        result = ExecResult(Replies())
         _collect(self.host.run_parts(round_, items, *shared), result)
-        result.replies.sort(key=_client_id)
+        _sort(result)
         return result
 
     def gather_data(self, labels: bool = True):
@@ -411,7 +421,7 @@ class RayExecutor(Executor):
         shared, which = _plan(tasks)
         refs = [ray.put(s) for s in shared]
         per_actor = self._per_actor(tasks, which)
-        result = ExecResult([])
+        result = ExecResult(Replies())
         for a in (self._dead.intersection(per_actor) if self._dead else ()):
             for cid, _, _ in per_actor.pop(a):
                 result.failed.append(cid)
@@ -454,7 +464,7 @@ class RayExecutor(Executor):
         if not not_ready and round_ >= 0:
             self._round_s.append(time.monotonic() - t0)
         result.spillover.sort()
-        result.replies.sort(key=_client_id)
+        _sort(result)
         result.failed.sort()
         result.late.sort()
         return result

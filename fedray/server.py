@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from fedray.algorithm import Algorithm, Reply, RoundContext, Task
+from fedray.algorithm import Algorithm, Reply, RoundContext, Task, reply_columns
 from fedray.errors import FedrayError, RoundFailedError
 from fedray.runtime import Executor
 from fedray.seeding import sample_clients
@@ -139,17 +139,20 @@ class Server:
         metrics = self.algorithm.aggregate(ctx, res.replies)
         bytes_down = _bytes_down(tasks)
         n_rep = len(res.replies)
-        ids = np.fromiter((r.client_id for r in res.replies), dtype=np.int64, count=n_rep)
-        up = np.fromiter((r.nbytes for r in res.replies), dtype=np.int64, count=n_rep)
+        ids, seconds, up = reply_columns(res.replies)
         bytes_up = int(up.sum())
         self._grow(int(ids.max()) + 1 if n_rep else 0)
         # A round the client took part in, or one where it only evaluated the current model
         # (supervised methods evaluate every client, sampled or not; clients.parquet keeps both).
-        only_eval = np.fromiter((tasks[c].evaluation for c in ids.tolist()), dtype=bool, count=n_rep)
+        first = tasks[int(ids[0])] if n_rep else None
+        if first is not None and all(t is first for t in tasks.values()):  # one task for every client
+            only_eval = np.full(n_rep, bool(first.evaluation))
+        else:
+            only_eval = np.fromiter((tasks[c].evaluation for c in ids.tolist()), dtype=bool, count=n_rep)
         self._rounds[ids[~only_eval]] += 1  # a client answers once a round: no repeated index
         self._evaluated[ids[only_eval]] += 1
         self._bytes_up[ids] += up
-        self._compute_s[ids] += np.fromiter((r.seconds for r in res.replies), dtype=np.float64, count=n_rep)
+        self._compute_s[ids] += seconds
         if len(sampled) < info.n_clients and "objective" in metrics:  # a sum over this round's cohort only
             metrics = {("objective_sampled" if k == "objective" else k): v for k, v in metrics.items()}
         out = {"round": self.round, "phase": phase, "clients_sampled": len(tasks),

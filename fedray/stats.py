@@ -170,9 +170,18 @@ def total(items: Iterable[Stats]) -> Stats:
     :class:`StatsBlock` are stacked as slices of the block, without a per-row copy.
     Items that are not :class:`Stats` are added with ``+`` in order.
     """
+    stacked = getattr(items, "stacked_updates", None)
+    if stacked is not None:  # a round's Replies kept column-wise: no per-client object
+        st = stacked()
+        if st is not None:
+            return _reduce(st)
     items = list(items)
     if not items:
         raise ValueError("cannot sum an empty sequence of statistics")
+    from fedray.algorithm import Reply  # (fedray.algorithm does not import this module at load)
+
+    if isinstance(items[0], Reply):
+        items = [r.update for r in items]
     if len(items) == 1:
         return items[0]
     if not all(type(s) is Stats for s in items):
