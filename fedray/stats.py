@@ -169,6 +169,11 @@ def total(items: Iterable[Stats]) -> Stats:
     their order, not on how they were produced. Runs of consecutive rows of one
     :class:`StatsBlock` are stacked as slices of the block, without a per-row copy.
     Items that are not :class:`Stats` are added with ``+`` in order.
+
+    ``items`` may also be a round's replies (:class:`~fedray.algorithm.Reply` objects,
+    or the :class:`~fedray.algorithm.Replies` that ``aggregate`` receives): their
+    updates are summed. Replies that hosts sent column-wise are summed straight from
+    the columns, with the same bits and no per-client object.
     """
     stacked = getattr(items, "stacked_updates", None)
     if stacked is not None:  # a round's Replies kept column-wise: no per-client object
