@@ -81,19 +81,24 @@ def _build() -> dict[str, Callable[..., Any]]:
     jit = njit(cache=True, nogil=True, fastmath=False)
 
     @jit
+    def row_d2(X, j, CT, acc):  # acc[k] = sum_d (X[j, d] - CT[d, k])^2, features in order
+        D, K = CT.shape
+        for k in range(K):
+            acc[k] = 0.0
+        for d in range(D):
+            xd = X[j, d]
+            for k in range(K):
+                t = xd - CT[d, k]
+                acc[k] += t * t
+
+    @jit
     def lloyd(X, CT, offsets, sums, counts, sse, labels, d2):
         D, K = CT.shape
         acc = np.empty(K)
         for s in range(offsets.shape[0] - 1):
             tot = 0.0
             for j in range(offsets[s], offsets[s + 1]):
-                for k in range(K):
-                    acc[k] = 0.0
-                for d in range(D):
-                    xd = X[j, d]
-                    for k in range(K):
-                        t = xd - CT[d, k]
-                        acc[k] += t * t
+                row_d2(X, j, CT, acc)
                 bk = 0
                 best = acc[0]
                 for k in range(1, K):
@@ -119,13 +124,7 @@ def _build() -> dict[str, Callable[..., Any]]:
         for s in range(offsets.shape[0] - 1):
             tot = 0.0
             for j in range(offsets[s], offsets[s + 1]):
-                for k in range(K):
-                    d2[k] = 0.0
-                for d in range(D):
-                    xd = X[j, d]
-                    for k in range(K):
-                        t = xd - CT[d, k]
-                        d2[k] += t * t
+                row_d2(X, j, CT, d2)
                 den = 0.0
                 for k in range(K):
                     c = d2[k] if d2[k] > eps else eps
