@@ -72,11 +72,6 @@ def column_sums(A: np.ndarray) -> np.ndarray:
     return segment_colsums(A, np.zeros(A.shape[0], dtype=np.intp), 1)[0]
 
 
-def row_sums(v: np.ndarray, owner: np.ndarray, n: int) -> np.ndarray:
-    """Per-segment sums of a vector (rows,) in row order, shape (n,)."""
-    return np.bincount(owner, weights=v, minlength=n)
-
-
 def fcm_memberships(X: np.ndarray, C: np.ndarray, m: float) -> np.ndarray:
     """Fuzzy c-means memberships u[j, c] = 1 / sum_l (d_jc / d_jl)^(2/(m-1)), shape (n, k).
 
@@ -172,14 +167,6 @@ def fcm(X: np.ndarray, C0: np.ndarray, m: float = 2.0, tol: float = 1e-3, max_it
         if shift < tol:
             break
     return C, fcm_memberships(X, C, m), it
-
-
-def _weighted_sums(X: np.ndarray, W: np.ndarray) -> np.ndarray:
-    """sum_j W[j, c] * X[j, :] for every c, shape (k, n_features), without BLAS."""
-    return np.einsum("nk,nd->kd", W, X, optimize=False)
-
-
-weighted_sums = _weighted_sums
 
 
 def warn_empty(empty: np.ndarray, round_: int, what: str = "cluster", seen: set[int] | None = None) -> None:
