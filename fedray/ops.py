@@ -113,11 +113,10 @@ def lloyd(X: np.ndarray, C0: np.ndarray, max_iter: int = 300, tol: float = 1e-8,
     """
     C = np.array(C0, dtype=np.float64, copy=True)
     k = C.shape[0]
-    w = np.ones(X.shape[0]) if weights is None else np.asarray(weights, dtype=float)
-    labels = np.zeros(X.shape[0], dtype=np.int64)
+    w = None if weights is None else np.asarray(weights, dtype=float)
     it = 0
     for it in range(1, max_iter + 1):
-        if weights is None:  # one fused pass (the same sums in row order as the weighted path with w = 1)
+        if w is None:  # one fused pass (the same sums in row order as the weighted path with w = 1)
             sums, counts = (a[0] for a in kernels.lloyd_stats(X, C)[:2])
         else:
             labels, _ = assign(X, C)
