@@ -56,7 +56,7 @@ class Task:
         return f"{self.fn.__module__}:{self.fn.__qualname__}"
 
 
-def batched(many: Callable[[list[Any], Any, Any], Any]) -> Callable[[ClientFn], ClientFn]:
+def batched(many: Callable[[list[Any], Any, Any], Any], *, shared: str = "one") -> Callable[[ClientFn], ClientFn]:
     """Give a client function a batched form, run once for all of a host's clients in a round.
 
     ``many(payloads, shared, batch) -> list of updates`` receives the payloads of the
@@ -78,12 +78,21 @@ def batched(many: Callable[[list[Any], Any, Any], Any]) -> Callable[[ClientFn], 
 
         @batched(_lloyd_many)
         def lloyd_stats(payload, centers, client): ...
+
+    ``shared="each"`` lets one call cover the clients of a host that run this function
+    with *different* shared objects (the clusters' models of clustered FL): ``many``
+    then receives a list with each client's shared object in place of the one object
+    (the same object repeated for the clients that share it). Nothing is sent twice:
+    the shared objects still travel once per host.
     """
     if not callable(many):
         raise TypeError(f"batched: expected a function, got {many!r}")
+    if shared not in ("one", "each"):
+        raise ValueError(f"batched: shared must be 'one' or 'each'; got {shared!r}")
 
     def attach(fn: ClientFn) -> ClientFn:
         fn.__fedray_batched__ = many  # type: ignore[attr-defined]
+        fn.__fedray_batched_shared__ = shared  # type: ignore[attr-defined]
         return fn
 
     return attach
@@ -92,6 +101,12 @@ def batched(many: Callable[[list[Any], Any, Any], Any]) -> Callable[[ClientFn], 
 def batched_form(fn: ClientFn) -> Callable[[list[Any], Any, Any], list[Any]] | None:
     """The batched form declared with :func:`batched`, or None."""
     return getattr(fn, "__fedray_batched__", None)
+
+
+def batched_shared(fn: ClientFn) -> str:
+    """How the batched form of ``fn`` takes its shared object: "one" (one call per shared
+    object) or "each" (a list, one per client); see :func:`batched`."""
+    return getattr(fn, "__fedray_batched_shared__", "one")
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from fedray.algorithm import Task, batched_form
+from fedray.algorithm import Task, batched_form, batched_shared
 from fedray.data.federation import ClientSpec, materialize_many
 from fedray.errors import DataError, FedrayError
 from fedray.seeding import client_rng
@@ -354,7 +354,10 @@ class ClientHost:
             many = batched_form(tasks.task.fn)
             ids = tasks.client_ids()
             if many is not None and ids and all(cid in self._offset for cid in ids):
-                return self._run_batch(round_, many, ids, [tasks.task.payload] * len(ids), tasks.shared_index,
+                one: int | list[int] = tasks.shared_index
+                if batched_shared(tasks.task.fn) == "each":
+                    one = [tasks.shared_index] * len(ids)
+                return self._run_batch(round_, many, ids, [tasks.task.payload] * len(ids), one,
                                        tasks.task.evaluation, shared, tasks)
         tasks = task_items(tasks)
         if not self.batched:
@@ -370,7 +373,8 @@ class ClientHost:
             if many is None or cid not in offset:
                 single.append(item)
             else:
-                key = (fn, sidx, task.evaluation)
+                # shared="each": one call for every shared object (the key's -1 is never an index)
+                key = (fn, -1 if batched_shared(fn) == "each" else sidx, task.evaluation)
                 g = groups.get(key)
                 if g is None:
                     groups[key] = [item]
@@ -380,8 +384,11 @@ class ClientHost:
         for (fn, sidx, evaluation), items in groups.items():
             # A group of one runs the batched form too: which clients share a host differs between
             # runtimes, and a client must run the same code (the same float rounding) in all of them.
+            which: int | list[int] = sidx
+            if batched_shared(fn) == "each":
+                which = [item[2] for item in items]
             out += self._run_batch(round_, forms[fn], [item[0] for item in items],
-                                   [item[1].payload for item in items], sidx, evaluation, shared, items)
+                                   [item[1].payload for item in items], which, evaluation, shared, items)
         return out
 
     def _batch(self, round_: int, ids: list[int], evaluation: bool) -> ClientBatch:
@@ -413,12 +420,18 @@ class ClientHost:
         see_labels = evaluation or (bool(ids) and self.clients[ids[0]]._supervised)
         return ClientBatch(np.asarray(ids), views, X, offsets, y if see_labels else None)
 
-    def _run_batch(self, round_: int, many: Any, ids: list[int], payloads: list[Any], sidx: int, evaluation: bool,
-                   shared: tuple[Any, ...], items: Any) -> list[Outcome | PackedOutcomes]:
+    def _run_batch(self, round_: int, many: Any, ids: list[int], payloads: list[Any], sidx: int | list[int],
+                   evaluation: bool, shared: tuple[Any, ...], items: Any) -> list[Outcome | PackedOutcomes]:
+        """Run a batched form; ``sidx`` is the index of the shared object, or one index per
+        client (a form declared with ``shared="each"``, which receives the list of objects)."""
         batch = self._batch(round_, ids, evaluation)
         t0 = time.perf_counter()
+        if isinstance(sidx, list):
+            arg: Any = [shared[i] if i >= 0 else None for i in sidx]
+        else:
+            arg = shared[sidx] if sidx >= 0 else None
         try:
-            updates = many(payloads, shared[sidx] if sidx >= 0 else None, batch)
+            updates = many(payloads, arg, batch)
             if len(updates) != len(ids):
                 raise ValueError(f"batched client function returned {len(updates)} updates for {len(ids)} clients")
         except Exception:  # noqa: BLE001 - the plain function, client by client, reports who failed and why

@@ -275,8 +275,10 @@ def _trains_by_default(algorithm: Any) -> bool:
                for hook in ("client_train", "client_loss"))
 
 
-def client_round_many(payloads: list[Mapping[str, Any]], shared: Any, batch: Any) -> list[dict[str, Any]]:
-    """:func:`client_round` for the clients of one host at once (its batched form, :func:`fedray.batched`).
+def client_round_many(payloads: list[Mapping[str, Any]], shared: list[Any], batch: Any) -> list[dict[str, Any]]:
+    """:func:`client_round` for the clients of one host at once (its batched form, :func:`fedray.batched`,
+    declared with ``shared="each"``: ``shared[i]`` is client i's shared object, so the clients of
+    all the clusters' models train in one call).
 
     Every client chooses its model and evaluates as in :func:`client_round`, in client-id
     order. Clients whose class trains by the base's hooks (``client_train`` and
@@ -302,7 +304,7 @@ def client_round_many(payloads: list[Mapping[str, Any]], shared: Any, batch: Any
             model = model_for(payload["spec"], payload.get("device", "auto"))
             ctx = ClientContext(client, payload, split, out={"n": split.n_train, "n_test": split.n_test})
             contexts.append(ctx)
-            ctx.start = algorithm.choose_model(model, shared, ctx)
+            ctx.start = algorithm.choose_model(model, shared[i], ctx)
             ctx.load(model)
             if payload.get("eval"):
                 ctx.out.update(algorithm.client_evaluate(model, ctx))
@@ -333,7 +335,7 @@ def client_round_many(payloads: list[Mapping[str, Any]], shared: Any, batch: Any
     return [ctx.out for ctx in contexts]
 
 
-@batched(client_round_many)
+@batched(client_round_many, shared="each")
 def client_round(payload: Mapping[str, Any], shared: Any, client: Any) -> dict[str, Any]:
     """The client function of every supervised algorithm: choose, evaluate, train.
 

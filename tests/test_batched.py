@@ -217,6 +217,33 @@ def test_a_stats_block_reply_becomes_one_packed_message_and_per_client_updates()
     assert all(o.nbytes == 24 for o in out)
 
 
+def test_a_batched_form_taking_each_shared_object_covers_clients_of_different_objects_in_one_call():
+    """shared="each": one call for the clients of several shared objects (the clusters' models), each
+    client given its own object; a form without it is called once per object."""
+    calls: list[list[float]] = []
+
+    def many(payloads, shared, batch):
+        calls.append(list(shared) if isinstance(shared, list) else [shared] * len(batch))
+        return [{"y": s} for s in (shared if isinstance(shared, list) else [shared] * len(batch))]
+
+    def plain(payload, shared, client):
+        return {"y": shared}
+
+    each = batched(many, shared="each")(lambda payload, shared, client: plain(payload, shared, client))
+    one = batched(many)(lambda payload, shared, client: plain(payload, shared, client))
+    host = ClientHost(_specs(4), 0, False, (2,))
+    tasks = [(0, 1), (1, 0), (2, 1), (3, -1)]  # (client, shared index): objects 0 and 1, and none
+    out = host.run(0, [(c, Task(each), s) for c, s in tasks], 10.0, 20.0)
+    assert calls == [[20.0, 10.0, 20.0, None]]
+    assert [o.update["y"] for o in sorted(out, key=lambda o: o.client_id)] == [20.0, 10.0, 20.0, None]
+    calls.clear()
+    out = host.run(0, [(c, Task(one), s) for c, s in tasks], 10.0, 20.0)
+    assert sorted(map(len, calls)) == [1, 1, 2]  # one call per shared object
+    assert [o.update["y"] for o in sorted(out, key=lambda o: o.client_id)] == [20.0, 10.0, 20.0, None]
+    with pytest.raises(ValueError, match="shared must be 'one' or 'each'"):
+        batched(many, shared="all")
+
+
 # --- fedray.total: the same bits however the clients are split into blocks ---------------------------------
 def test_total_of_block_rows_does_not_depend_on_how_clients_are_split_among_blocks():
     from fedray.stats import StatsBlock, total

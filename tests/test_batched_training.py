@@ -55,7 +55,7 @@ SGD, MOMENTUM = dict(optimizer="sgd"), dict(optimizer="sgd", momentum=0.9, weigh
 
 @pytest.mark.parametrize("name,shape,opt,path", [
     (name, shape, opt, path) for name, shape in [("mlp", (20,)), ("cnn8", (1, 8, 8))] for opt in (SGD, MOMENTUM)
-    for path in ("explicit", "vmap")] + [("cnn1d", (16,), SGD, "explicit")])  # + grouped 1-D convolutions
+    for path in ("explicit", "vmap")] + [("cnn1d", (16,), SGD, "explicit")])  # + 1-D convolutions
 def test_batched_training_equals_the_loop_within_1e_5_with_uneven_clients(name, shape, opt, path):
     model, starts, data = _problem(name, shape)
     kw = dict(epochs=3 if name != "cnn1d" else 1, batch_size=16, lr=0.1, path=path, **opt)
@@ -67,6 +67,45 @@ def test_batched_training_equals_the_loop_within_1e_5_with_uneven_clients(name, 
     np.testing.assert_array_equal(w_many[3], starts[3])  # no rows: the client does not move
     assert np.isnan(l_many[3]) and np.isnan(l_loop[3])
     np.testing.assert_allclose(np.delete(l_many, 3), np.delete(l_loop, 3), rtol=1e-5)
+
+
+@pytest.mark.parametrize("conv1d", [False, True])
+def test_the_written_out_forward_handles_any_stride_padding_dilation_and_pooling(conv1d):
+    """The stacked forward (convolutions as matrix products of patches, channels-last pooling, a ReLU
+    moved behind its pooling) gives the loop's weights for layer settings the built-in models lack."""
+    torch.manual_seed(0)
+    if conv1d:
+        shape: tuple[int, ...] = (1, 24)
+        model = nn.Sequential(nn.Conv1d(1, 4, 5, stride=2, padding=3, dilation=2), nn.ReLU(),
+                              nn.MaxPool1d(3, stride=2, padding=1, ceil_mode=True),
+                              nn.Conv1d(4, 3, 3, padding=1), nn.ReLU(), nn.MaxPool1d(2), nn.Flatten(),
+                              nn.Linear(9, 10))
+    else:
+        shape = (1, 9, 11)
+        model = nn.Sequential(
+            nn.Conv2d(1, 6, 3, stride=2, padding=(1, 2)), nn.ReLU(), nn.MaxPool2d(3, stride=2, padding=1),
+            nn.Conv2d(6, 5, 2, dilation=2, padding=1), nn.MaxPool2d(2, ceil_mode=True), nn.ReLU(),
+            nn.Flatten(), nn.Linear(20, 10))
+    with torch.no_grad():
+        n_out = model(torch.zeros(1, *shape)).shape
+    assert n_out == (1, 10)
+    assert nn_batched._layers(model) is not None, "the explicit forward must know these layers"
+    rs = np.random.default_rng(3)
+    w0 = get_flat(model)
+    starts = np.stack([w0 + 0.05 * rs.normal(size=w0.shape).astype(np.float32) for _ in SIZES])
+    data = [(rs.normal(size=(n, *shape)).astype(np.float32), rs.integers(0, 10, n)) for n in SIZES]
+    kw = dict(epochs=2, batch_size=16, lr=0.1, **SGD)
+    w_loop, _ = _loop(model, starts, data, **kw)
+    w_many, _ = _many(model, starts, data, path="explicit", **kw)
+    for i in range(len(SIZES)):
+        assert _rel(w_many[i], w_loop[i]) < 1e-5, f"client {i} ({SIZES[i]} rows)"
+        assert not np.array_equal(w_loop[i], starts[i]) or SIZES[i] == 0
+
+
+def test_relu_moves_behind_its_max_pooling_in_the_written_out_forward():
+    layers = nn_batched._layers(build_model("cnn8", (1, 8, 8), 10, 0))
+    kinds = [type(m).__name__ for _, m in layers]
+    assert kinds[kinds.index("Conv2d") + 1:kinds.index("Conv2d") + 3] == ["MaxPool2d", "ReLU"]
 
 
 def test_batched_adam_follows_torch_adam_on_an_mlp():
@@ -141,6 +180,18 @@ def test_one_round_batched_equals_the_per_client_loop_within_1e_5(alg, params, s
     assert _rel(on.model["weights"], off.model["weights"]) < 1e-5
     np.testing.assert_allclose(on.history["train_loss"], off.history["train_loss"], rtol=1e-5)
     assert on.history["accuracy"].tolist() == off.history["accuracy"].tolist()  # evaluated before training
+
+
+def test_clients_of_different_cluster_models_train_in_one_stacked_call(spy):
+    """After FL+HC clusters every client alone, the four clients trained in a round hold four different
+    models; the host still trains them in one stacked call (the batched form takes each client's
+    shared object), and the result stays within 1e-5 of the loop."""
+    params = dict(n_pre=1, distance_threshold=1e-6, rounds=4)
+    on = fedray.run(**_cfg("flhc", True, **params), output=None)
+    assert len(on.model["model_keys"]) == 8  # one model per client after the clustering round
+    assert spy[2:] == [4, 4], f"the clients of different models trained apart: {spy}"
+    off = fedray.run(**_cfg("flhc", False, **params), output=None)
+    assert _rel(on.model["weights"], off.model["weights"]) < 1e-5
 
 
 def test_local_and_ray_give_the_same_bits_with_batched_training(ray_session, spy):

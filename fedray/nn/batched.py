@@ -4,9 +4,13 @@ The clients of one host that train the same architecture in a round keep one
 stacked copy of its parameters each (leading dimension: the client) and take
 their optimizer steps together: one forward and backward pass per step computes
 every client's gradient on its own mini-batch — written out layer by layer for the
-built-in layers (linear layers as batched matrix products, convolutions as one
-grouped convolution, the clients being the groups), else by ``torch.func.vmap`` of
-``grad_and_value(functional_call(...))``. Each client runs exactly the steps of
+built-in layers, else by ``torch.func.vmap`` of ``grad_and_value(functional_call(...))``.
+The written-out forward is made of batched matrix products: linear layers directly,
+convolutions on their patches (im2col; the input layer's patches are cut once per
+call, not per step), with channels-last activations between a convolution and the
+next dense layer so that max pooling runs on contiguous channels; a ReLU right
+before a max pooling is applied after it (the same values and gradients, on a
+fraction of the values). Each client runs exactly the steps of
 :func:`fedray.nn.train.fit`:
 
 * epoch e visits its rows in the order ``rng.permutation(n_i)`` of its own
@@ -164,8 +168,8 @@ def fit_many(model: nn.Module, starts: np.ndarray, data: Sequence[tuple[np.ndarr
         As :func:`fedray.nn.train.fit`.
     path : {"auto", "explicit", "vmap"}
         How the clients' gradients are computed: ``explicit``, one forward of the stacked
-        networks written out layer by layer (linear layers as batched matrix products,
-        convolutions as one grouped convolution; the built-in models' layers), or ``vmap``
+        networks written out layer by layer (linear layers and convolutions as batched
+        matrix products; the built-in models' layers), or ``vmap``
         (``torch.func``: any batchable network, slower for small networks). ``auto``:
         explicit where every layer is known.
     loss : {"cross_entropy", "mse"}
@@ -198,8 +202,8 @@ def fit_many(model: nn.Module, starts: np.ndarray, data: Sequence[tuple[np.ndarr
                           weight_decay=weight_decay, path=path, loss=loss) for a in range(0, C, chunk)]
         return np.concatenate([w for w, _ in parts]), np.concatenate([l for _, l in parts])
     if C == 1:
-        # One client trains beside an empty one: a single client may get other kernels (an ungrouped
-        # convolution), and a client's bits must not depend on how many clients share its host.
+        # One client trains beside an empty one: a single client may get other kernels (a matrix product
+        # instead of a batched one), and a client's bits must not depend on how many clients share its host.
         empty = (np.zeros((0, *np.shape(data[0][0])[1:]), dtype=np.float32),
                  np.zeros(0, dtype=np.int64))[:len(data[0])]
         w, losses = fit_many(model, np.concatenate([np.asarray(starts)] * 2), [data[0], empty], [rngs[0], rngs[0]],
@@ -243,7 +247,10 @@ def fit_many(model: nn.Module, starts: np.ndarray, data: Sequence[tuple[np.ndarr
         live_t = torch.from_numpy(mask.any(axis=2)).to(dev)  # (C, T): the client takes step t
 
         step_fn = _stacked_step(model, names, loss) if explicit else _vmap_step(model, loss)
+        if explicit:
+            X = step_fn.prepare(X)  # type: ignore[attr-defined]
         state: dict[str, list[torch.Tensor]] = {}
+        plain = optimizer == "sgd" and not momentum and not weight_decay
         total = torch.zeros(C, device=dev)
         was_training = model.training
         model.train()
@@ -252,6 +259,11 @@ def fit_many(model: nn.Module, starts: np.ndarray, data: Sequence[tuple[np.ndarr
                 rows = idx_t[:, t]
                 grads, step_loss = step_fn(params, X[rows], Y[rows], mask_t[:, t])
                 total += step_loss.detach() * last_t[:, t]
+                if plain:
+                    # a client without rows in step t has a zero loss, so zero gradients: p - lr * 0 = p
+                    torch._foreach_add_([params[name] for name in names], [grads[name] for name in names],
+                                        alpha=-lr)
+                    continue
                 live = live_t[:, t]
                 for name in names:
                     p, g = params[name], grads[name]
@@ -324,39 +336,118 @@ def _layers(model: nn.Module) -> list[tuple[str, nn.Module]] | None:
             return True
         return False
 
-    return out if walk("", model) else None
+    if not walk("", model):
+        return None
+    # max(relu(h)) = relu(max(h)) over any window, with the same gradient (the first maximum gets it,
+    # and relu passes nothing where the maximum is <= 0): pool first, on fewer values
+    for i in range(len(out) - 1):
+        if type(out[i][1]) is nn.ReLU and type(out[i + 1][1]) in (nn.MaxPool1d, nn.MaxPool2d):
+            out[i], out[i + 1] = out[i + 1], out[i]
+    return out
 
 
 def _stacked_forward(layers: list[tuple[str, nn.Module]], params: dict[str, torch.Tensor],
-                     x: torch.Tensor) -> torch.Tensor:
-    """The outputs (C, B, ...) of C copies of the network (``params[name]``: (C, *shape)) on ``x`` (C, B, ...)."""
+                     x: torch.Tensor, start: int = 0) -> torch.Tensor:
+    """The outputs (C, B, ...) of C copies of the network (``params[name]``: (C, *shape)) on ``x`` (C, B, ...).
+
+    Convolutions are batched matrix products of their patches (im2col, :func:`_conv_as_matmul`), and
+    the activations from a convolution to the next flatten or linear layer stay channels-last
+    (C, B, *spatial, channels), where max pooling runs on channels-last memory. ``start > 0``:
+    ``x`` holds the patches (C, B, *out_spatial, K) of convolution ``layers[start - 1]``
+    (see :func:`_input_patches`), and the forward goes on from there.
+    """
     from fedray.nn.models import _Reshape
 
     C, B = x.shape[:2]
+    last = False  # activations are (C, B, *spatial, channels)
+    if start:
+        prefix = layers[start - 1][0]
+        x, last = _conv_of_patches(x, params[prefix + "weight"], params.get(prefix + "bias")), True
+        layers = layers[start:]
+
+    def first(t: torch.Tensor) -> torch.Tensor:  # channels-last -> channels-first
+        nd = t.dim() - 3
+        return t.permute(0, 1, 2 + nd, *range(2, 2 + nd))
+
     for prefix, m in layers:
         if isinstance(m, nn.Linear):
+            if last:
+                x, last = first(x), False
             w, b = params[prefix + "weight"], params.get(prefix + "bias")
             x = torch.bmm(x, w.transpose(1, 2)) if b is None else torch.baddbmm(b.unsqueeze(1), x, w.transpose(1, 2))
         elif isinstance(m, (nn.Conv1d, nn.Conv2d)):
-            # One grouped convolution: the clients are the groups.
-            w, b = params[prefix + "weight"], params.get(prefix + "bias")
-            cin, spatial = x.shape[2], x.shape[3:]
-            xg = x.transpose(0, 1).reshape(B, C * cin, *spatial)
-            conv = F.conv2d if isinstance(m, nn.Conv2d) else F.conv1d
-            y = conv(xg, w.reshape(C * w.shape[1], *w.shape[2:]), None if b is None else b.reshape(-1), m.stride,
-                     m.padding, m.dilation, C)
-            x = y.reshape(B, C, w.shape[1], *y.shape[2:]).transpose(0, 1).contiguous()
+            if not last:
+                nd = x.dim() - 3
+                x, last = x.permute(0, 1, *range(3, 3 + nd), 2), True
+            x = _conv_as_matmul(m, params[prefix + "weight"], params.get(prefix + "bias"), x)
         elif isinstance(m, (nn.MaxPool1d, nn.MaxPool2d)):
+            if last:
+                # channels-last memory: max_pool2d's vectorised kernel over the channels, no copy
+                sp = x.shape[2:-1]
+                nd = len(sp)
+                xs = x.reshape(C * B, *([1] if nd == 1 else []), *sp, x.shape[-1]).permute(0, 3, 1, 2)
+                y = F.max_pool2d(xs, _as_2d(m.kernel_size, nd), _as_2d(m.stride if m.stride else m.kernel_size, nd),
+                                 _as_2d(m.padding, nd, 0), _as_2d(m.dilation, nd), m.ceil_mode)
+                y = y.permute(0, 2, 3, 1)
+                x = y.reshape(C, B, *y.shape[1 + (nd == 1):])
+                continue
             pool = F.max_pool2d if isinstance(m, nn.MaxPool2d) else F.max_pool1d
             y = pool(x.reshape(C * B, *x.shape[2:]), m.kernel_size, m.stride, m.padding, m.dilation, m.ceil_mode)
             x = y.reshape(C, B, *y.shape[1:])
         elif isinstance(m, nn.Flatten):
+            if last:
+                x, last = first(x), False
             x = x.reshape(C, B, -1)
         elif isinstance(m, _Reshape):
+            if last:
+                x, last = first(x), False
             x = x.reshape(C, B, *m.shape)
         else:
             x = m(x)
-    return x
+    return first(x) if last else x
+
+
+def _conv_as_matmul(m: nn.Module, w: torch.Tensor, b: torch.Tensor | None, x: torch.Tensor) -> torch.Tensor:
+    """C clients' convolutions (``w``: (C, out, in, *k)) of channels-last ``x`` (C, B, *spatial, in) as one
+    batched matrix product of the patches (im2col): (C, B * positions, in * prod(k)) @ (C, in * prod(k), out);
+    the result is channels-last (C, B, *out_spatial, out)."""
+    return _conv_of_patches(_patches(m, x, tuple(w.shape[3:]), 2), w, b)
+
+
+def _patches(m: nn.Module, x: torch.Tensor, k: tuple[int, ...], lead: int) -> torch.Tensor:
+    """The patches of channels-last ``x`` (*lead, *spatial, in) that convolution ``m`` (kernel ``k``)
+    multiplies: (*lead, *out_spatial, in * prod(k)), in the order of ``weight.reshape(out, -1)``."""
+    nd = len(k)
+    pads = [0, 0]
+    for p in reversed(_tuple(m.padding, nd)):
+        pads += [p, p]
+    if any(pads):
+        x = F.pad(x, pads)
+    st, dil = _tuple(m.stride, nd), _tuple(m.dilation, nd)
+    for d in range(nd):
+        x = x.unfold(lead + d, dil[d] * (k[d] - 1) + 1, st[d])
+        if dil[d] > 1:
+            x = x[..., ::dil[d]]
+    # (*lead, *out_spatial, in, *k)
+    return x.reshape(*x.shape[:lead + nd], -1)
+
+
+def _conv_of_patches(cols: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
+    """(C, B, *out_spatial, K) patches times the clients' kernels: (C, B, *out_spatial, out)."""
+    C = cols.shape[0]
+    flat = cols.reshape(C, -1, cols.shape[-1])
+    wm = w.reshape(C, w.shape[1], -1).transpose(1, 2)
+    y = torch.bmm(flat, wm) if b is None else torch.baddbmm(b.unsqueeze(1), flat, wm)
+    return y.reshape(*cols.shape[:-1], w.shape[1])
+
+
+def _tuple(v: int | Sequence[int], n: int) -> tuple[int, ...]:
+    return tuple(int(a) for a in v) if isinstance(v, (tuple, list)) else (int(v),) * n
+
+
+def _as_2d(v: int | Sequence[int], nd: int, one: int = 1) -> tuple[int, ...]:
+    """A pooling setting for ``max_pool2d``: a 1-D pooling runs as a 1 x k one (``one`` in front)."""
+    return (one, *_tuple(v, 1)) if nd == 1 else _tuple(v, 2)
 
 
 def _stacked_step(model: nn.Module, names: list[str],
@@ -365,12 +456,13 @@ def _stacked_step(model: nn.Module, names: list[str],
     the sum of the clients' losses has, for each client's parameters, that client's gradient."""
     layers = _layers(model)
     assert layers is not None
+    start = _input_conv(layers)
 
     def step(params: dict[str, torch.Tensor], xb: torch.Tensor, yb: torch.Tensor,
              mb: torch.Tensor) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
         leaves = {k: v.detach().requires_grad_(True) for k, v in params.items()}
         with torch.enable_grad():
-            out = _stacked_forward(layers, leaves, xb)
+            out = _stacked_forward(layers, leaves, xb, start)
             C, B = out.shape[:2]
             if loss == "cross_entropy":
                 rows = F.cross_entropy(out.reshape(C * B, -1), yb.reshape(-1), reduction="none").reshape(C, B)
@@ -380,7 +472,35 @@ def _stacked_step(model: nn.Module, names: list[str],
             grads = torch.autograd.grad(value.sum(), [leaves[k] for k in names])
         return dict(zip(names, grads)), value.detach()
 
+    step.prepare = (lambda X: _input_patches(layers, start, X)) if start else (lambda X: X)  # type: ignore[attr-defined]
     return step
+
+
+def _input_conv(layers: list[tuple[str, nn.Module]]) -> int:
+    """1 + the index of the network's first layer when it is a convolution on the input (after
+    reshapes only), else 0: its patches can be cut once from all the rows (:func:`_input_patches`)."""
+    from fedray.nn.models import _Reshape
+
+    for i, (_, m) in enumerate(layers):
+        if isinstance(m, (nn.Conv1d, nn.Conv2d)):
+            return i + 1
+        if not isinstance(m, _Reshape):
+            return 0
+    return 0
+
+
+def _input_patches(layers: list[tuple[str, nn.Module]], start: int, X: torch.Tensor) -> torch.Tensor:
+    """The patches (N, *out_spatial, K) of every row of ``X`` (N, *sample_shape) for the input convolution
+    ``layers[start - 1]``: cut once per call of :func:`fit_many`, then gathered by the steps' rows."""
+    N = X.shape[0]
+    for _, m in layers[:start - 1]:
+        X = X.reshape(N, *m.shape)
+    conv = layers[start - 1][1]
+    nd = 2 if isinstance(conv, nn.Conv2d) else 1
+    x = X.permute(0, *range(2, 2 + nd), 1)  # channels-last
+    return _patches(conv, x, _tuple(conv.kernel_size, nd), 1).contiguous()
+
+
 
 
 def _adam(p: torch.Tensor, g: torch.Tensor, st: list[torch.Tensor], step: int, lr: float,
