@@ -28,6 +28,12 @@ class ClientActor:
         # before the executor notices and sets it up again.
         self._adopted = False
 
+    def preload(self, packages: tuple[str, ...]) -> None:
+        """Import the run's packages (torch) in the background (:func:`fedray.extras.preload`)."""
+        from fedray.extras import preload
+
+        preload(packages)
+
     def ready(self, specs: list) -> int:
         """Build the shards from their recipes, inside the actor."""
         self._host = ClientHost(specs, *self._args)

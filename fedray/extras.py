@@ -10,13 +10,21 @@ before Ray starts, with one line naming the extra.
 """
 from __future__ import annotations
 
+import importlib
 import importlib.util
+import logging
+import sys
+import threading
+from collections.abc import Iterable
 from typing import Any
 
 from fedray.errors import ConfigError
 
+log = logging.getLogger(__name__)
+
 # package -> extra of fedray that installs it
 EXTRA_OF = {"torch": "nn"}
+_PRELOADING: set[str] = set()
 
 
 def requirements(cls: Any) -> tuple[str, ...]:
@@ -50,3 +58,26 @@ def check_requirements(cls: Any) -> None:
     raise ConfigError(f"algorithm.name: {cls.name!r} needs {', '.join(absent)}, which is "
                       f"not installed; install it with: pip install \"{spec}\" (or pip install torch first to "
                       "choose its build)")
+
+
+def preload(packages: Iterable[str]) -> None:
+    """Import ``packages`` in a background thread, once per process (torch takes 1-2 s).
+
+    Sessions call it in the driver and in every client actor as soon as they start, for the
+    packages of the algorithm they will run (:func:`requirements`), so the import overlaps
+    with starting Ray and building the shards instead of holding up the first round. A
+    failure is left for the real import to report where the package is used.
+    """
+    todo = [p for p in packages if p not in sys.modules and p not in _PRELOADING]
+    if not todo:
+        return
+    _PRELOADING.update(todo)
+
+    def load() -> None:
+        for name in todo:
+            try:
+                importlib.import_module(name)
+            except Exception as exc:  # noqa: BLE001 - reported by the import that needs it
+                log.debug("preloading %s failed: %s", name, exc)
+
+    threading.Thread(target=load, name="fedray-preload", daemon=True).start()

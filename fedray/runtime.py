@@ -137,6 +137,10 @@ class Executor:
     def shutdown(self) -> None:
         pass
 
+    def preload(self, packages: tuple[str, ...]) -> None:
+        """Import ``packages`` in the background where the clients run (:func:`fedray.extras.preload`);
+        runtimes whose clients run in this process import them at first use."""
+
     # Records kept by wrapping layers (message log, privacy account); saved in checkpoints.
     def report(self) -> dict[str, Any]:
         return {}
@@ -318,7 +322,8 @@ class RayExecutor(Executor):
     backend = "ray"
 
     def __init__(self, specs: list[ClientSpec], seed: int, supervised: bool, sample_shape: tuple[int, ...],
-                 runtime: Any = None, runtime_env: dict[str, Any] | None = None, **_: Any) -> None:
+                 runtime: Any = None, runtime_env: dict[str, Any] | None = None, preload: tuple[str, ...] = (),
+                 **_: Any) -> None:
         import ray
 
         from fedray.actors.client_actor import ClientActor
@@ -358,6 +363,9 @@ class RayExecutor(Executor):
             group = chunks[start : start + batch]
             new = [ClientActor.options(**options).remote(seed, supervised, tuple(sample_shape),
                                                                  runtime.batched) for _ in group]
+            if preload:  # the import runs beside the shards' construction (an actor runs its calls in order)
+                for a in new:
+                    a.preload.remote(tuple(preload))
             recipes = [ray.put(chunk) for chunk in group]  # kept: a restarted actor gets them again
             self._recipes.extend(recipes)
             # Wait for the batch to be created before asking for more (bounded start-up pressure).
@@ -385,6 +393,13 @@ class RayExecutor(Executor):
         self._late: dict[int, tuple[int, Any]] = {}
         log.info("created %d client actors (%d clients each, %.2f CPUs each) in %.1f s",
                  self.n_actors, self.clients_per_actor, actor_cpus, time.perf_counter() - t0)
+
+    def preload(self, packages: tuple[str, ...]) -> None:
+        """Ask every live actor to import ``packages`` in the background; nothing waits for it."""
+        if packages:
+            for i, actor in enumerate(self.actors):
+                if i not in self._dead:
+                    actor.preload.remote(tuple(packages))
 
     def _get(self, refs: list[Any], what: str, timeout: float | None = None) -> list[Any]:
         """``ray.get`` under a deadline (``runtime.call_timeout``); a stuck or dead actor is one line."""
@@ -592,10 +607,13 @@ def check_feasible(options: dict[str, Any], n_actors: int) -> None:
 
 
 def make_executor(backend: str, specs: list[ClientSpec], seed: int, supervised: bool,
-                  sample_shape: tuple[int, ...], runtime: Any, runtime_env: dict[str, Any] | None = None) -> Executor:
-    """Build the executor for ``backend`` (shards are built where the clients live)."""
+                  sample_shape: tuple[int, ...], runtime: Any, runtime_env: dict[str, Any] | None = None,
+                  preload: tuple[str, ...] = ()) -> Executor:
+    """Build the executor for ``backend`` (shards are built where the clients live). ``preload``:
+    packages the client actors import in the background as they start (:func:`fedray.extras.preload`)."""
     if backend == "local":
         return LocalExecutor(specs, seed, supervised, sample_shape, runtime=runtime)
     if backend == "ray":
-        return RayExecutor(specs, seed, supervised, sample_shape, runtime=runtime, runtime_env=runtime_env)
+        return RayExecutor(specs, seed, supervised, sample_shape, runtime=runtime, runtime_env=runtime_env,
+                           preload=preload)
     raise ConfigError(f"runtime.backend: must be 'local' or 'ray'; got {backend!r}")

@@ -19,6 +19,7 @@ from fedray.algorithm import Algorithm, FederationInfo, Task, get_algorithm, mak
 from fedray.config import ExperimentConfig, make_config
 from fedray.data.federation import Federation, build_federation
 from fedray.errors import ConfigError, DataError
+from fedray.extras import requirements
 from fedray.results import Result, peak_memory_mb
 from fedray.runtime import Executor, ensure_ray, make_executor
 from fedray.progress import Progress
@@ -44,6 +45,8 @@ class Session:
         self.config: ExperimentConfig = make_config(config, **kwargs) if (kwargs or not isinstance(config, ExperimentConfig)) else config
         cfg = self.config
         self.algorithm_cls = get_algorithm(cfg.algorithm.name)
+        # torch for the neural methods: the client actors import it while they build their shards
+        self._preloaded = requirements(self.algorithm_cls)
         check_memory(cfg)
         self.federation: Federation = build_federation(cfg.data, cfg.federation.n_clients, cfg.seed)
         rt = cfg.runtime
@@ -56,7 +59,7 @@ class Session:
             self.runtime_env = actor_runtime_env(cfg)
         self.executor: Executor = make_executor(rt.backend, self.federation.specs, cfg.seed,
                                                 self.algorithm_cls.supervised, self.federation.sample_shape, rt,
-                                                runtime_env=self.runtime_env)
+                                                runtime_env=self.runtime_env, preload=self._preloaded)
         # Disclosures outside the protected path, counted for the privacy summary (fedray.privacy).
         self.disclosures: dict[str, int] = {}
         try:
@@ -149,6 +152,19 @@ class Session:
         p = make_params(cls, cfg.algorithm.params if params is None else params)
         return cls(p, self.info, cfg.seed)
 
+    def _preload_for(self, algorithm: Any) -> None:
+        """Start importing what the run's algorithm needs (torch) in the clients' processes, beside the
+        driver's own work; an unknown name is left for :meth:`make_algorithm` to report."""
+        try:
+            cls = (type(algorithm) if isinstance(algorithm, Algorithm) else algorithm if isinstance(algorithm, type)
+                   else get_algorithm(algorithm) if algorithm else self.algorithm_cls)
+            packages = requirements(cls)
+        except Exception:  # noqa: BLE001 - make_algorithm raises the one-line error
+            return
+        if packages and packages != self._preloaded:
+            self.executor.preload(packages)
+            self._preloaded = packages
+
     def run(self, algorithm: str | type[Algorithm] | Algorithm | None = None, params: dict[str, Any] | None = None, *,
             output: str | Path | None | bool = None, progress: bool | None = None,
             central_baseline: bool | None = None, resume_from: dict[str, Any] | None = None) -> Result:
@@ -159,6 +175,7 @@ class Session:
         """
         cfg = self.config
         t0 = time.perf_counter()
+        self._preload_for(algorithm)
         if resume_from is not None:
             alg = resume_from["server"]["algorithm"]
         else:

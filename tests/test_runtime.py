@@ -50,3 +50,39 @@ def test_layout_auto_fills_cpu_slots():
     assert resolve_layout(3, "auto", None, 8.0) == (1, 1.0)
     cpa, cpus = resolve_layout(8, 1, None, 2.0)
     assert cpa == 1 and cpus * 8 <= 2.0
+
+
+def _torch_loaded(actors, wait: float) -> list[bool]:
+    """Whether each actor's process has imported torch, polled for up to ``wait`` seconds."""
+    import sys
+    import time
+
+    import ray
+
+    t0 = time.monotonic()
+    while True:
+        got = ray.get([a.__ray_call__.remote(lambda self: "torch" in sys.modules) for a in actors])
+        if all(got) or time.monotonic() - t0 > wait:
+            return got
+        time.sleep(0.1)
+
+
+def test_client_actors_import_torch_early_for_neural_methods_and_never_for_clustering(ray_session):
+    """A session whose algorithm needs torch has its actors import it while they start (not in the
+    first round); a clustering session leaves torch out of its actors until a neural run asks."""
+    import warnings
+
+    from fedray.errors import SharedSamplesWarning
+    from fedray.session import Session
+
+    data = {"dataset": "sklearn:digits", "partition": {"name": "rotated", "samples": [30, 40]}}
+    base = dict(data=data, federation={"n_clients": 4, "rounds": 1}, runtime={"backend": "ray", "progress": False})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SharedSamplesWarning)
+        with Session(algorithm={"name": "kmeans"}, **base) as s:
+            s.run(output=False)
+            assert _torch_loaded(s.executor.actors, 0) == [False, False]
+            s._preload_for("fedavg")  # what run("fedavg") does first
+            assert _torch_loaded(s.executor.actors, 60) == [True, True]
+        with Session(algorithm={"name": "fedavg", "params": {"model": "cnn8"}}, **base) as s:
+            assert _torch_loaded(s.executor.actors, 60) == [True, True]
