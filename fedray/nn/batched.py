@@ -375,11 +375,23 @@ def _stacked_forward(layers: list[tuple[str, nn.Module]], params: dict[str, torc
                 x, last = first(x), False
             w, b = params[prefix + "weight"], params.get(prefix + "bias")
             x = torch.bmm(x, w.transpose(1, 2)) if b is None else torch.baddbmm(b.unsqueeze(1), x, w.transpose(1, 2))
-        elif isinstance(m, (nn.Conv1d, nn.Conv2d)):
+        elif isinstance(m, (nn.Conv1d, nn.Conv2d)) and _patches_pay(m):
             if not last:
                 nd = x.dim() - 3
                 x, last = x.permute(0, 1, *range(3, 3 + nd), 2), True
             x = _conv_as_matmul(m, params[prefix + "weight"], params.get(prefix + "bias"), x)
+        elif isinstance(m, (nn.Conv1d, nn.Conv2d)):
+            # wide kernels (patches much larger than the output): one grouped convolution, the clients
+            # being the groups
+            if last:
+                x, last = first(x), False
+            w, b = params[prefix + "weight"], params.get(prefix + "bias")
+            cin, spatial = x.shape[2], x.shape[3:]
+            xg = x.transpose(0, 1).reshape(B, C * cin, *spatial)
+            conv = F.conv2d if isinstance(m, nn.Conv2d) else F.conv1d
+            y = conv(xg, w.reshape(C * w.shape[1], *w.shape[2:]), None if b is None else b.reshape(-1), m.stride,
+                     m.padding, m.dilation, C)
+            x = y.reshape(B, C, w.shape[1], *y.shape[2:]).transpose(0, 1).contiguous()
         elif isinstance(m, (nn.MaxPool1d, nn.MaxPool2d)):
             if last:
                 # channels-last memory: max_pool2d's vectorised kernel over the channels, no copy
@@ -405,6 +417,19 @@ def _stacked_forward(layers: list[tuple[str, nn.Module]], params: dict[str, torc
         else:
             x = m(x)
     return first(x) if last else x
+
+
+def _patches_pay(m: nn.Module) -> bool:
+    """Whether convolution ``m`` runs as a matrix product of its patches: when a position's patch
+    (in x prod(kernel) values) is at most twice its output (out channels); wider kernels would copy
+    each input value prod(kernel) times for little arithmetic, and run as a grouped convolution."""
+    return m.in_channels * math.prod(_tuple(m.kernel_size, 1 if isinstance(m, nn.Conv1d) else 2)) \
+        <= 2 * m.out_channels
+
+
+#: The input convolution's patches are cut once per :func:`fit_many` for all rows when they take at most
+#: this many values (``cnn8``: 576 a row); larger ones (``cnn28``: 19 600 a row) are cut step by step.
+INPUT_PATCHES_MAX = 32_000_000
 
 
 def _conv_as_matmul(m: nn.Module, w: torch.Tensor, b: torch.Tensor | None, x: torch.Tensor) -> torch.Tensor:
@@ -456,7 +481,18 @@ def _stacked_step(model: nn.Module, names: list[str],
     the sum of the clients' losses has, for each client's parameters, that client's gradient."""
     layers = _layers(model)
     assert layers is not None
-    start = _input_conv(layers)
+    conv_at = _input_conv(layers)
+    start = 0  # set by prepare: the rows are the input convolution's patches
+
+    def prepare(X: torch.Tensor) -> torch.Tensor:
+        """The rows the steps gather from: ``X``, or its patches for the input convolution when
+        they fit in :data:`INPUT_PATCHES_MAX` values."""
+        nonlocal start
+        start = 0
+        if conv_at and len(X) and len(X) * _input_patches(layers, conv_at, X[:1]).numel() <= INPUT_PATCHES_MAX:
+            start = conv_at
+            return _input_patches(layers, conv_at, X)
+        return X
 
     def step(params: dict[str, torch.Tensor], xb: torch.Tensor, yb: torch.Tensor,
              mb: torch.Tensor) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
@@ -472,18 +508,19 @@ def _stacked_step(model: nn.Module, names: list[str],
             grads = torch.autograd.grad(value.sum(), [leaves[k] for k in names])
         return dict(zip(names, grads)), value.detach()
 
-    step.prepare = (lambda X: _input_patches(layers, start, X)) if start else (lambda X: X)  # type: ignore[attr-defined]
+    step.prepare = prepare  # type: ignore[attr-defined]
     return step
 
 
 def _input_conv(layers: list[tuple[str, nn.Module]]) -> int:
     """1 + the index of the network's first layer when it is a convolution on the input (after
-    reshapes only), else 0: its patches can be cut once from all the rows (:func:`_input_patches`)."""
+    reshapes only) that runs on its patches (:func:`_patches_pay`), else 0: its patches can be cut
+    once from all the rows (:func:`_input_patches`)."""
     from fedray.nn.models import _Reshape
 
     for i, (_, m) in enumerate(layers):
         if isinstance(m, (nn.Conv1d, nn.Conv2d)):
-            return i + 1
+            return i + 1 if _patches_pay(m) else 0
         if not isinstance(m, _Reshape):
             return 0
     return 0
