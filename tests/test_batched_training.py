@@ -102,6 +102,26 @@ def test_the_written_out_forward_handles_any_stride_padding_dilation_and_pooling
         assert not np.array_equal(w_loop[i], starts[i]) or SIZES[i] == 0
 
 
+def test_input_patches_cut_once_or_step_by_step_give_the_same_bits(monkeypatch):
+    """cnn8's input patches are cut once for all rows; above INPUT_PATCHES_MAX they are cut at each step
+    from the gathered rows: the same products, so the same bits."""
+    model, starts, data = _problem("cnn8", (1, 8, 8))
+    kw = dict(epochs=2, batch_size=16, lr=0.1)
+    once, _ = _many(model, starts, data, **kw)
+    monkeypatch.setattr(nn_batched, "INPUT_PATCHES_MAX", 0)
+    stepwise, _ = _many(model, starts, data, **kw)
+    np.testing.assert_array_equal(once, stepwise)
+
+
+def test_only_narrow_kernels_run_as_matrix_products_of_patches():
+    """A patch at most twice the output: cnn8's and cnn28's first convolutions; cnn28's second one
+    (32 x 25 values a patch for 64 outputs) stays a grouped convolution."""
+    convs = [m for m in build_model("cnn28", (1, 28, 28), 10, 0).modules() if isinstance(m, nn.Conv2d)]
+    assert [nn_batched._patches_pay(m) for m in convs] == [True, False]
+    assert all(nn_batched._patches_pay(m) for m in build_model("cnn8", (1, 8, 8), 10, 0).modules()
+               if isinstance(m, nn.Conv2d))
+
+
 def test_relu_moves_behind_its_max_pooling_in_the_written_out_forward():
     layers = nn_batched._layers(build_model("cnn8", (1, 8, 8), 10, 0))
     kinds = [type(m).__name__ for _, m in layers]
