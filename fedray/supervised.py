@@ -115,7 +115,8 @@ class SupervisedParams(Params):
                                    description="seed of the initial weights θ₀ (default: the run's seed)")
     stack_clients: Literal["gpu", "always", "never"] = Field(
         default="gpu", description="train a host's clients together as one stacked network (fedray.nn.batched): on "
-        "a GPU only (on 2 CPUs a stacked FLACC run measured slower than the loop), always, or never")
+        "a GPU only (the default, so CPU runs keep the per-client loop's bits and the published tables), always "
+        "(also small networks on the CPU, about twice as fast there), or never")
 
     @field_validator("model")
     @classmethod

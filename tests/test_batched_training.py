@@ -305,7 +305,7 @@ def test_large_networks_train_client_by_client_on_the_cpu_and_chunks_change_no_b
 
 
 def test_on_the_cpu_clients_stack_only_when_asked(spy):
-    """stack_clients='gpu' (the default) trains client by client on the CPU, where stacking measured slower;
+    """stack_clients='gpu' (the default) trains client by client on the CPU, so CPU runs keep the loop's bits;
     'never' never stacks; both give the loop's bits."""
     loop = fedray.run(**_cfg("fedavg", False), output=None)
     for mode in ("gpu", "never"):
