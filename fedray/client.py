@@ -366,15 +366,21 @@ class ClientHost:
         single: list[tuple[int, Task, int]] = []
         offset = self._offset
         forms: dict[Any, Any] = {}  # function -> its batched form (looked up once per function)
+        each: set[Any] = set()  # functions whose batched form takes each client's shared object
         for item in tasks:
             cid, task, sidx = item
             fn = task.fn
-            many = forms[fn] if fn in forms else forms.setdefault(fn, batched_form(fn))
+            if fn in forms:
+                many = forms[fn]
+            else:
+                many = forms[fn] = batched_form(fn)
+                if batched_shared(fn) == "each":
+                    each.add(fn)
             if many is None or cid not in offset:
                 single.append(item)
             else:
                 # shared="each": one call for every shared object (the key's -1 is never an index)
-                key = (fn, -1 if batched_shared(fn) == "each" else sidx, task.evaluation)
+                key = (fn, -1 if fn in each else sidx, task.evaluation)
                 g = groups.get(key)
                 if g is None:
                     groups[key] = [item]
@@ -384,9 +390,7 @@ class ClientHost:
         for (fn, sidx, evaluation), items in groups.items():
             # A group of one runs the batched form too: which clients share a host differs between
             # runtimes, and a client must run the same code (the same float rounding) in all of them.
-            which: int | list[int] = sidx
-            if batched_shared(fn) == "each":
-                which = [item[2] for item in items]
+            which: int | list[int] = [item[2] for item in items] if fn in each else sidx
             out += self._run_batch(round_, forms[fn], [item[0] for item in items],
                                    [item[1].payload for item in items], which, evaluation, shared, items)
         return out
