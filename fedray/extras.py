@@ -63,10 +63,11 @@ def check_requirements(cls: Any) -> None:
 def preload(packages: Iterable[str]) -> None:
     """Import ``packages`` in a background thread, once per process (torch takes 1-2 s).
 
-    Sessions call it in the driver and in every client actor as soon as they start, for the
-    packages of the algorithm they will run (:func:`requirements`), so the import overlaps
-    with starting Ray and building the shards instead of holding up the first round. A
-    failure is left for the real import to report where the package is used.
+    Client actors call it as soon as they start, for the packages of the session's algorithm
+    (:func:`requirements`), and again before a run of an algorithm that needs others, so the
+    import overlaps with building the shards and the driver's own work instead of holding
+    up the first round. A failure is left for the real import to report where the package
+    is used.
     """
     todo = [p for p in packages if p not in sys.modules and p not in _PRELOADING]
     if not todo:
