@@ -69,11 +69,8 @@ def test_batched_training_equals_the_loop_within_1e_5_with_uneven_clients(name, 
     np.testing.assert_allclose(np.delete(l_many, 3), np.delete(l_loop, 3), rtol=1e-5)
 
 
-@pytest.mark.parametrize("conv1d", [False, True])
-def test_the_written_out_forward_handles_any_stride_padding_dilation_and_pooling(conv1d):
-    """The stacked forward (convolutions as matrix products of patches, channels-last pooling, a ReLU
-    moved behind its pooling) gives the loop's weights for layer settings the built-in models lack."""
-    torch.manual_seed(0)
+def _odd_convnet(conv1d: bool) -> tuple[nn.Module, tuple[int, ...]]:
+    """Strides, dilation, uneven padding, overlapping and padded pooling, ceil mode, ReLU before and after a pooling."""
     if conv1d:
         shape: tuple[int, ...] = (1, 24)
         model = nn.Sequential(nn.Conv1d(1, 4, 5, stride=2, padding=3, dilation=2), nn.ReLU(),
@@ -86,6 +83,16 @@ def test_the_written_out_forward_handles_any_stride_padding_dilation_and_pooling
             nn.Conv2d(1, 6, 3, stride=2, padding=(1, 2)), nn.ReLU(), nn.MaxPool2d(3, stride=2, padding=1),
             nn.Conv2d(6, 5, 2, dilation=2, padding=1), nn.MaxPool2d(2, ceil_mode=True), nn.ReLU(),
             nn.Flatten(), nn.Linear(20, 10))
+    return model, shape
+
+
+@pytest.mark.parametrize("conv1d", [False, True])
+def test_the_written_out_forward_handles_any_stride_padding_dilation_and_pooling(conv1d):
+    """The stacked forward (convolutions as matrix products of patches, channels-last pooling, a ReLU
+    moved behind its pooling) gives the loop's weights for layer settings the built-in models lack."""
+    with torch.random.fork_rng(devices=[]):  # seeded weights, the global generator untouched
+        torch.manual_seed(0)
+        model, shape = _odd_convnet(conv1d)
     with torch.no_grad():
         n_out = model(torch.zeros(1, *shape)).shape
     assert n_out == (1, 10)
