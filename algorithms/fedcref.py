@@ -66,9 +66,10 @@ class FedCRefParams(Params):
                                        "(1: the paper's rule, it may stop after its first)")
     link: Literal["best", "first", "mutual-best"] = Field("best", description="which qualifying cluster of another "
                                                           "client a cluster links to (first: the authors' code)")
-    candidates: Literal["all", "member"] = Field(
-        "all", description="community models a client refines with: every community's (the paper) or only those "
-        "of the communities its own clusters belong to")
+    candidates: Literal["all", "member", "replace"] = Field(
+        "all", description="models a client refines with: its own and every community's (the paper); its own and "
+        "those of the communities its clusters belong to (member); or every community's, with each community's "
+        "model standing in for the client's own models of the clusters in it (replace)")
     association: Literal["reconstruction", "none", "oracle"] = Field(
         "reconstruction", description="reconstruction-error test (paper); none: refinement alone (ablation); oracle: "
         "true classes (an upper bound, uses labels)")
@@ -203,11 +204,16 @@ class FedCRef(Algorithm):
                 sh = {"spec": self.spec, "community": self.community, "stability": p.stability,
                       "may_stop": self.iteration + 1 >= p.min_active_iterations}
                 member: dict[int, list[int]] = {}
+                replaced: dict[int, list[int]] = {}
                 for k, nodes in enumerate(self.groups):
                     for i in nodes:
                         member.setdefault(int(self.owner[i]), []).append(k)
-                return {c: Task(fc.fc_refine, {"warm": p.warm_start, "communities": None if p.candidates == "all"
-                                               else sorted(set(member.get(c, [])))}, sh)
+                        replaced.setdefault(int(self.owner[i]), []).append(int(self.node_cluster[i]))
+                return {c: Task(fc.fc_refine, {"warm": p.warm_start,
+                                               "communities": sorted(set(member.get(c, [])))
+                                               if p.candidates == "member" else None,
+                                               "replaced": sorted(set(replaced.get(c, [])))
+                                               if p.candidates == "replace" else None}, sh)
                         for c in sorted(self.active)}
 
     def aggregate(self, ctx: RoundContext, replies: list[Reply]) -> dict[str, float]:

@@ -219,7 +219,9 @@ def fc_refine(payload: dict, shared: dict, client: Any) -> dict[str, Any]:
     """Phase 4 (Algorithm 2) on the client's own models plus every community model.
 
     ``payload["communities"]`` (``candidates="member"``) limits the community models
-    to those indices; None offers every one (the paper).
+    to those indices; None offers every one (the paper).  ``payload["replaced"]``
+    (``candidates="replace"``) lists the client's clusters that are in a community:
+    their own models leave the candidates and the community models stand in.
     New labels are renumbered to the old ones (Hungarian); a client whose
     agreement with its previous labels exceeds the stability threshold stops
     refining and is marked to retrain its models once on its final labels.
@@ -232,6 +234,8 @@ def fc_refine(payload: dict, shared: dict, client: Any) -> dict[str, Any]:
     comm = shared["community"]
     if comm is not None and payload.get("communities") is not None:   # candidates="member"
         comm = comm[np.asarray(payload["communities"], dtype=np.int64)]
+    if comm is not None and payload.get("replaced"):   # candidates="replace": a community model stands in
+        own = np.delete(own, np.asarray(payload["replaced"], dtype=np.int64), axis=0)
     cand = own if comm is None or not len(comm) else np.vstack([own, comm])
     E = errors_matrix(ae_for(shared["spec"]), cand, X)
     raw, selected = refine_labels(E, int(old.max()) + 1)

@@ -217,3 +217,34 @@ def test_member_candidates_refine_only_with_the_clients_own_communities():
     assert refine([1])["community_models"] == 1           # the client's own community
     assert refine([])["community_models"] == 0            # in no community: its own models only
     assert refine([])["k"] == 2
+
+
+def test_replace_candidates_drop_the_own_models_of_clusters_in_a_community():
+    """candidates='replace': the own model of a cluster in a community leaves the candidates and the community
+    models stand in; with nothing replaced the client's own model wins a tie against an equal community model."""
+    from types import SimpleNamespace
+
+    from fedray.algorithms.fedcref_client import fc_refine
+    from fedray.nn.autoencoder import initial_ae_weights
+
+    spec = {"n_features": 4, "hidden": (3, 2), "output": "linear", "seed": 0}
+    X = np.random.default_rng(0).normal(size=(40, 4)).astype(np.float32)
+    zero = np.zeros_like(initial_ae_weights(spec))          # outputs 0: the same errors for every zero model
+    own = np.stack([zero, 50 * initial_ae_weights(spec)]).astype(np.float32)
+    comm = np.stack([zero, zero]).astype(np.float32)
+    shared = {"spec": spec, "community": comm, "stability": 0.99}
+
+    def refine(replaced):
+        st = {"fc_labels": np.arange(40) % 2, "fc_weights": own, "fc_active": True}
+        c = SimpleNamespace(state=st, data=SimpleNamespace(X=X), rng=np.random.default_rng(1), id=0, name="c")
+        return fc_refine({"communities": None, "replaced": replaced}, shared, c)
+
+    assert refine(None)["community_models"] == 0     # the paper: own model 0 ties the community models and wins
+    assert refine([])["community_models"] == 0
+    assert refine([0])["community_models"] == 1      # own model 0 replaced: a community model takes its samples
+    assert refine([0, 1])["community_models"] == refine([0, 1])["k"]   # every cluster in a community
+
+
+def test_replace_is_a_named_choice_of_candidates():
+    with pytest.raises(ConfigError, match=r"candidates"):
+        _session(candidates="swap")

@@ -1,0 +1,126 @@
+"""FedCRef: how much can any association add? Reconstruction-error ceilings (evaluation only).
+
+FedCRef's final clusters come from Algorithm 2: each sample goes to the
+candidate autoencoder that reconstructs it best. However good the association,
+the client's ACC is then bounded by how well reconstruction error separates the
+classes. This script measures that bound on a ``class-subsets`` federation by
+replacing every learned piece with an oracle that reads the true labels
+(evaluation only; nothing here is a method):
+
+* ``own clean``: each client trains one autoencoder per class it holds on its
+  clean samples of that class (a perfect local clustering, no federation) and
+  assigns every sample to the best of them;
+* ``pooled clean``: one autoencoder per class trained on the union of all
+  clients' samples of that class (perfect association and perfect labels:
+  the best a community model can be); each client assigns with the models of
+  its own classes;
+* ``pooled, Algorithm 2``: Algorithm 2 over the client's clean models and all
+  ten pooled models, as FedCRef's refinement would run it with perfect
+  communities (``candidates="all"``);
+* ``pooled only, Algorithm 2``: Algorithm 2 over the ten pooled models alone
+  (as ``candidates="replace"`` with every cluster in a community).
+
+The gap between ``pooled clean`` and ``own clean`` is what federation could add
+to a client that had already repaired its own labels, which is what the
+no-federation ablation does from a simulated dirty start.
+
+    python experiments/fedcref_ceiling.py --data-dir ../shared/datasets --clients 10 --classes 2 5 \\
+        --samples-per-class 150 --seeds 0 1 2
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from fedray.algorithms.fedcref_rules import refine_labels
+from fedray.data.datasets import load_dataset
+from fedray.data.fedcref_federations import class_subsets_indices
+from fedray.metrics import acc_from_table, contingency
+from fedray.nn.autoencoder import ae_for, errors_matrix, initial_ae_weights, train_autoencoder
+from fedray.nn.train import get_flat, set_flat, torch_threads
+from fedray.seeding import client_rng, data_rng
+
+log = logging.getLogger("fedcref_ceiling")
+
+
+def _acc(pred: np.ndarray, y: np.ndarray, n_classes: int) -> float:
+    return acc_from_table(contingency(pred, y, int(pred.max()) + 1, n_classes))
+
+
+def _train(model, spec: dict, X: np.ndarray, epochs: int, rng: np.random.Generator) -> np.ndarray:
+    set_flat(model, initial_ae_weights(spec))
+    train_autoencoder(model, X, epochs=epochs, batch_size=32, lr=1e-3, rng=rng)
+    return get_flat(model)
+
+
+def ceilings(args: argparse.Namespace, seed: int) -> list[dict]:
+    """One row per client: the ACC of each oracle."""
+    ds = load_dataset(args.dataset, args.data_dir)
+    n_classes = int(ds.y.max()) + 1
+    parts, chosen, repeats = class_subsets_indices(ds.y, args.clients, data_rng(seed, 11), args.classes,
+                                                   args.samples_per_class)
+    spec = {"n_features": ds.X.shape[1], "hidden": tuple(args.hidden), "output": "sigmoid", "seed": seed}
+    model = ae_for(spec, device="cpu")
+    pooled = np.zeros((n_classes, len(initial_ae_weights(spec))), dtype=np.float32)
+    for c in range(n_classes):
+        idx = np.unique(np.concatenate([p[ds.y[p] == c] for p in parts]))
+        if idx.size:
+            pooled[c] = _train(model, spec, ds.X[idx].astype(np.float32), args.epochs, client_rng(seed, 10_000 + c, 0))
+    rows = []
+    for cid, idx in enumerate(parts):
+        X, y = ds.X[idx].astype(np.float32), ds.y[idx]
+        held = sorted(set(y.tolist()))
+        own = np.stack([_train(model, spec, X[y == c], args.epochs, client_rng(seed, cid, 0, k))
+                        for k, c in enumerate(held)])
+        E_own = errors_matrix(model, own, X)
+        E_pool = errors_matrix(model, pooled, X)
+        k = len(held)
+        rows.append({
+            "seed": seed, "client": cid, "classes": k, "samples": len(y), "repeats": repeats,
+            "own clean": _acc(np.argmin(E_own, axis=1), y, n_classes),
+            "pooled clean": _acc(np.argmin(E_pool[:, held], axis=1), y, n_classes),
+            "pooled, Algorithm 2": _acc(refine_labels(np.hstack([E_own, E_pool]), k)[0], y, n_classes),
+            "pooled only, Algorithm 2": _acc(refine_labels(E_pool, k)[0], y, n_classes),
+        })
+    return rows
+
+
+def main(argv: list[str] | None = None) -> pd.DataFrame:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--dataset", default="mnist")
+    ap.add_argument("--data-dir", default=None)
+    ap.add_argument("--clients", type=int, default=10)
+    ap.add_argument("--classes", nargs=2, type=int, default=[2, 5])
+    ap.add_argument("--samples-per-class", type=int, default=150)
+    ap.add_argument("--epochs", type=int, default=20)
+    ap.add_argument("--hidden", type=int, nargs="+", default=[100, 64, 32])
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0])
+    ap.add_argument("--out", default="results/fedcref-ceiling")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    rows: list[dict] = []
+    with torch_threads(1):
+        for seed in args.seeds:
+            t0 = time.perf_counter()
+            rows.extend(ceilings(args, seed))
+            log.info("seed %d done in %.0f s", seed, time.perf_counter() - t0)
+            pd.DataFrame(rows).to_csv(out / "clients.csv", index=False)
+    df = pd.DataFrame(rows)
+    cols = ["own clean", "pooled clean", "pooled, Algorithm 2", "pooled only, Algorithm 2"]
+    table = df.groupby("seed")[cols].mean()
+    table["pooled clean - own clean"] = table["pooled clean"] - table["own clean"]
+    with pd.option_context("display.width", 200):
+        print(table.round(3).to_string())
+    table.round(4).to_csv(out / "seeds.csv")
+    return table
+
+
+if __name__ == "__main__":
+    main()
