@@ -54,3 +54,23 @@ def test_association_diagnostic_labels_every_cross_client_pair_once(tmp_path):
         assert n == {"true": int((cross & same).sum()), "false": int((cross & ~same).sum())}
     assert (grid.groupby("normalisation")["edges"].apply(lambda e: e.is_monotonic_increasing)).all()
     assert grid["true_pass"].between(0, 1).all() and grid["false_pass"].between(0, 1).all()
+
+
+def test_ceiling_script_scores_every_client_with_each_oracle(tmp_path):
+    """One row per client and oracle ACC in [0, 1]; each client holds lo..hi classes of S samples; the
+    per-seed table is the clients' mean, and its last column is pooled minus own."""
+    spec = importlib.util.spec_from_file_location("_exp_fedcref_ceiling", SCRIPT.parent / "fedcref_ceiling.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    table = mod.main(["--dataset", "sklearn:digits", "--clients", "3", "--classes", "2", "3",
+                      "--samples-per-class", "15", "--epochs", "2", "--hidden", "8", "4", "--seeds", "0", "1",
+                      "--out", str(tmp_path)])
+    rows = pd.read_csv(tmp_path / "clients.csv")
+    cols = ["own clean", "pooled clean", "pooled, Algorithm 2", "pooled only, Algorithm 2"]
+    assert len(rows) == 2 * 3 and list(table.index) == [0, 1]
+    assert rows["classes"].between(2, 3).all() and (rows["samples"] == 15 * rows["classes"]).all()
+    assert rows[cols].apply(lambda c: c.between(0, 1)).all().all()
+    assert (table[cols] - rows.groupby("seed")[cols].mean()).abs().max().max() < 1e-12
+    diff = table["pooled clean"] - table["own clean"]
+    assert (table["pooled clean - own clean"] - diff).abs().max() < 1e-12
+    assert (tmp_path / "seeds.csv").exists()
