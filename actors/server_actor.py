@@ -14,7 +14,18 @@ from fedray.server import Server
 class ServerActor:
     """Holds the algorithm's state and drives rounds; the driver polls :meth:`step` for progress."""
 
-    def __init__(self, algorithm: Any, executor: Any, kwargs: dict[str, Any], log_level: int = logging.WARNING) -> None:
+    def __init__(self, algorithm: Any = None, executor: Any = None, kwargs: dict[str, Any] | None = None,
+                 log_level: int = logging.WARNING) -> None:
+        # Built empty, a session keeps one ready (its process started and its imports done) for the
+        # next run, which hands it the run's algorithm with :meth:`start`.
+        self._server: Server | None = None
+        if algorithm is not None:
+            self.start(algorithm, executor, kwargs or {}, log_level)
+
+    def start(self, algorithm: Any, executor: Any, kwargs: dict[str, Any], log_level: int = logging.WARNING) -> None:
+        """Take the run: build its :class:`~fedray.server.Server` (once per actor)."""
+        if self._server is not None:
+            raise RuntimeError("this server actor already runs a run; a run needs a fresh one")
         # The round loop's warnings (failed, late, restarted clients) go to this process's
         # stderr, which Ray forwards to the driver's console.
         logger = logging.getLogger("fedray")
@@ -30,33 +41,39 @@ class ServerActor:
             "%s: %s", category.__name__, message)
         self._server = Server(algorithm, executor, **kwargs)  # private: algorithm state, history
 
+    @property
+    def _run(self) -> Server:
+        if self._server is None:
+            raise RuntimeError("this server actor has not started a run (call start first)")
+        return self._server
+
     def step(self) -> dict[str, Any] | None:
-        return self._server.step()
+        return self._run.step()
 
     def run_until(self, n_rounds: int) -> list[dict[str, Any]]:
         """Up to ``n_rounds`` rounds in one call (fewer remote calls on long runs)."""
         rows = []
         for _ in range(n_rounds):
-            row = self._server.step()
+            row = self._run.step()
             if row is None:
                 break
             rows.append(row)
         return rows
 
     def evaluate(self) -> dict[str, Any]:
-        return self._server.evaluate()
+        return self._run.evaluate()
 
     def result(self) -> dict[str, Any]:
-        return self._server.result()
+        return self._run.result()
 
     def state(self) -> dict[str, Any]:
-        return self._server.state()
+        return self._run.state()
 
     def algorithm(self) -> Any:
-        return self._server.algorithm
+        return self._run.algorithm
 
     def snapshot(self) -> dict[str, Any]:
-        return self._server.snapshot()
+        return self._run.snapshot()
 
     def restore(self, snap: dict[str, Any]) -> None:
-        self._server.restore(snap)
+        self._run.restore(snap)

@@ -86,3 +86,48 @@ def test_client_actors_import_torch_early_for_neural_methods_and_never_for_clust
             assert _torch_loaded(s.executor.actors, 60) == [True, True]
         with Session(algorithm={"name": "fedavg", "params": {"model": "cnn8"}}, **base) as s:
             assert _torch_loaded(s.executor.actors, 60) == [True, True]
+
+
+def test_each_ray_run_takes_the_server_started_ahead_and_leaves_a_fresh_one(ray_session):
+    """A ray session starts the next run's server actor ahead (so a run does not wait for its
+    process); each run gets its own actor, killed after the run, and runs back to back give the
+    same bits as a run in a session of its own; closing the session kills the spare."""
+    import ray
+    from ray.exceptions import RayActorError
+
+    kw = {**BASE, "runtime": {"backend": "ray", "progress": False}}
+    alone = fedray.run(**kw)
+    s = fedray.Session(**kw)
+    try:
+        first = s._spare_server
+        assert first is not None
+        a = s.run(output=False)
+        second = s._spare_server
+        assert second is not None and second._actor_id != first._actor_id
+        with pytest.raises(RayActorError):
+            ray.get(first.state.remote(), timeout=60)           # the used server is gone
+        b = s.run(output=False)
+        assert s._spare_server._actor_id not in (first._actor_id, second._actor_id)
+        for r in (a, b):
+            np.testing.assert_array_equal(r.centers, alone.centers)
+            pd.testing.assert_frame_equal(_strip(r.history), _strip(alone.history))
+        spare = s._spare_server
+    finally:
+        s.close()
+    assert s._spare_server is None
+    with pytest.raises(RayActorError):
+        ray.get(spare.state.remote(), timeout=60)
+
+
+def test_a_server_actor_without_a_run_says_so_in_one_line(ray_session):
+    import ray
+    from ray.exceptions import RayTaskError
+
+    from fedray.actors.server_actor import ServerActor
+
+    actor = ServerActor.remote()
+    try:
+        with pytest.raises(RayTaskError, match="has not started a run"):
+            ray.get(actor.step.remote(), timeout=60)
+    finally:
+        ray.kill(actor)
