@@ -217,17 +217,15 @@ class Session:
 
             from fedray.actors.server_actor import ServerActor
 
-            server, self._spare_server = self._spare_server, None
+            server, self._spare_server = self._spare_server, None  # started ahead (_prestart_server)
             if server is None:
                 server = ServerActor.options(runtime_env=self.runtime_env or None).remote()
-            try:
+
+            def begin() -> None:
                 _server_call(server.start.remote(alg, executor, kwargs, logging.getLogger("fedray").getEffectiveLevel()))
-            except BaseException:
-                ray.kill(server)
-                self._prestart_server()
-                raise
-            if resume_from is not None:
-                ray.get(server.restore.remote(resume_from["server"]))
+                if resume_from is not None:
+                    _server_call(server.restore.remote(resume_from["server"]))
+
             step = lambda: _server_call(server.step.remote())  # noqa: E731
             finish = lambda: _server_call([server.evaluate.remote(), server.result.remote(), server.state.remote()])  # noqa: E731
             snapshot = lambda: _server_call(server.snapshot.remote())  # noqa: E731
@@ -236,11 +234,13 @@ class Session:
             local = Server(alg, executor, **kwargs)
             if resume_from is not None:
                 local.restore(resume_from["server"])
+            begin = lambda: None  # noqa: E731
             step = local.step
             finish = lambda: [local.evaluate(), local.result(), local.state()]  # noqa: E731
             snapshot = local.snapshot
             state_of = local.state
         try:
+            begin()
             while (row := step()) is not None:
                 if checkpoint is not None:
                     checkpoint.after_round(row["round"], snapshot)
@@ -368,7 +368,7 @@ class Session:
             self._spare_server = None
 
     def close(self) -> None:
-        spare, self._spare_server = getattr(self, "_spare_server", None), None
+        spare, self._spare_server = self._spare_server, None
         if spare is not None:
             try:
                 import ray
