@@ -18,7 +18,7 @@ import numpy as np
 from fedray.algorithm import Algorithm, FederationInfo, Task, get_algorithm, make_params
 from fedray.config import ExperimentConfig, make_config
 from fedray.data.federation import Federation, build_federation
-from fedray.errors import ConfigError, DataError
+from fedray.errors import ConfigError, DataError, RoundFailedError
 from fedray.extras import requirements
 from fedray.results import Result, peak_memory_mb
 from fedray.runtime import Executor, ensure_ray, make_executor
@@ -218,11 +218,23 @@ class Session:
             from fedray.actors.server_actor import ServerActor
 
             server, self._spare_server = self._spare_server, None  # started ahead (_prestart_server)
+            ahead = server is not None
             if server is None:
                 server = ServerActor.options(runtime_env=self.runtime_env or None).remote()
 
             def begin() -> None:
-                _server_call(server.start.remote(alg, executor, kwargs, logging.getLogger("fedray").getEffectiveLevel()))
+                nonlocal server
+                args = (alg, executor, kwargs, logging.getLogger("fedray").getEffectiveLevel())
+                try:
+                    _server_call(server.start.remote(*args))
+                except RoundFailedError:
+                    if not ahead:
+                        raise
+                    # the actor started ahead died while it waited (a lost node, the OOM killer): a new one
+                    log.warning("the server actor started ahead for this run is gone; starting a new one")
+                    ray.kill(server)
+                    server = ServerActor.options(runtime_env=self.runtime_env or None).remote()
+                    _server_call(server.start.remote(*args))
                 if resume_from is not None:
                     _server_call(server.restore.remote(resume_from["server"]))
 

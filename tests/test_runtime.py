@@ -131,3 +131,18 @@ def test_a_server_actor_without_a_run_says_so_in_one_line(ray_session):
             ray.get(actor.step.remote(), timeout=60)
     finally:
         ray.kill(actor)
+
+
+def test_a_run_whose_server_started_ahead_died_starts_a_new_one(ray_session, caplog):
+    """Killed processes: the actor kept for the next run dies while it waits; the run says so in one
+    warning line, starts a fresh server and gives the same bits."""
+    import ray
+
+    kw = {**BASE, "runtime": {"backend": "ray", "progress": False}}
+    alone = fedray.run(**kw)
+    with fedray.Session(**kw) as s:
+        ray.kill(s._spare_server)
+        with caplog.at_level("WARNING", logger="fedray"):
+            r = s.run(output=False)
+    np.testing.assert_array_equal(r.centers, alone.centers)
+    assert any("started ahead for this run is gone" in m for m in caplog.messages)
