@@ -215,12 +215,10 @@ class Session:
         if cfg.runtime.backend == "ray":
             import ray
 
-            from fedray.actors.server_actor import ServerActor
-
             server, self._spare_server = self._spare_server, None  # started ahead (_prestart_server)
             ahead = server is not None
             if server is None:
-                server = ServerActor.options(runtime_env=self.runtime_env or None).remote()
+                server = self._new_server_actor()
 
             def begin() -> None:
                 nonlocal server
@@ -233,7 +231,7 @@ class Session:
                     # the actor started ahead died while it waited (a lost node, the OOM killer): a new one
                     log.warning("the server actor started ahead for this run is gone; starting a new one")
                     ray.kill(server)
-                    server = ServerActor.options(runtime_env=self.runtime_env or None).remote()
+                    server = self._new_server_actor()
                     _server_call(server.start.remote(*args))
                 if resume_from is not None:
                     _server_call(server.restore.remote(resume_from["server"]))
@@ -364,6 +362,13 @@ class Session:
         t = self._sum_over_clients(_histogram1d, edges)
         return None if t is None else (t["h"], edges)
 
+    def _new_server_actor(self) -> Any:
+        """An empty :class:`ServerActor` with this session's runtime environment (a run hands it
+        its algorithm with ``start``)."""
+        from fedray.actors.server_actor import ServerActor
+
+        return ServerActor.options(runtime_env=self.runtime_env or None).remote()
+
     def _prestart_server(self) -> None:
         """Start the next run's server actor now: an empty :class:`ServerActor` whose process
         starts and imports in the background, so that a run does not wait for it (about 1 s
@@ -372,9 +377,7 @@ class Session:
         if self._spare_server is not None:
             return
         try:
-            from fedray.actors.server_actor import ServerActor
-
-            self._spare_server = ServerActor.options(runtime_env=self.runtime_env or None).remote()
+            self._spare_server = self._new_server_actor()
         except Exception as exc:  # noqa: BLE001 - Ray may be going down; the next run starts its own
             log.debug("could not start a server actor ahead: %s", exc)
             self._spare_server = None
