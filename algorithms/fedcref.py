@@ -82,6 +82,9 @@ class FedCRefParams(Params):
                             "tuned on 500 samples per class; with ~150 per cluster, 40 give the community "
                             "models about as many optimizer steps; see docs/reproductions.md)")
     fed_epochs: int = Field(1, ge=1, description="local epochs in each federated round")
+    fed_trim: float = Field(0.0, ge=0.0, lt=1.0, description="share of a cluster's samples that a client leaves "
+                            "out of each FedAvg round: those the current community model reconstructs worst, "
+                            "most of them another class's on a dirty cluster (0: every sample, the paper)")
     batch_size: int = Field(32, ge=1, description="mini-batch size of autoencoder training")
     lr: float = Field(1e-3, gt=0.0, description="Adam learning rate of autoencoder training")
     stack_clients: Literal["gpu", "always", "never"] = Field(
@@ -196,7 +199,7 @@ class FedCRef(Algorithm):
                 self._associate(self._oracle_edges() if p.association == "oracle" else [])
             elif ph == "federate":
                 sh = {"spec": self.spec, "community": self.community, "epochs": p.fed_epochs,
-                      "batch_size": p.batch_size, "lr": p.lr}
+                      "batch_size": p.batch_size, "lr": p.lr, "trim": p.fed_trim}
                 jobs: dict[int, list[tuple[int, int]]] = {}
                 for c, nodes in enumerate(self.groups):
                     for i in nodes:

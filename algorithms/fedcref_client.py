@@ -196,10 +196,12 @@ def fc_federate(payload: list[tuple[int, int]], shared: dict, client: Any) -> di
     """Phase 3: one FedAvg round for each community the client's clusters belong to.
 
     ``payload`` = ``[(community, own cluster), ...]``; returns the trained weights
-    ``(J, P)`` and sample counts ``(J,)`` in that order.
+    ``(J, P)`` and sample counts ``(J,)`` in that order. With ``shared["trim"]`` =
+    q > 0 a client trains on the ``ceil((1 - q) n)`` samples of its cluster that the
+    community model reconstructs best (ties in sample order) and counts only those.
     """
     from fedray.nn.train import get_flat, set_flat
-    from fedray.nn.autoencoder import ae_for, train_autoencoder
+    from fedray.nn.autoencoder import ae_for, reconstruction_errors, train_autoencoder
 
     X, labels = client.data.X, client.state["fc_labels"]
     model = ae_for(shared["spec"])
@@ -208,6 +210,10 @@ def fc_federate(payload: list[tuple[int, int]], shared: dict, client: Any) -> di
     for j, (c, p) in enumerate(payload):
         set_flat(model, shared["community"][c])
         Xp = X[labels == p]
+        trim = float(shared.get("trim", 0.0))
+        if trim > 0 and len(Xp) > 1:
+            keep = int(np.ceil((1.0 - trim) * len(Xp)))
+            Xp = Xp[np.sort(np.argsort(reconstruction_errors(model, Xp), kind="stable")[:keep])]
         if len(Xp):
             train_autoencoder(model, Xp, epochs=shared["epochs"], batch_size=shared["batch_size"], lr=shared["lr"],
                               rng=client.rng)

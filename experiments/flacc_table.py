@@ -134,7 +134,7 @@ def run_table(args: argparse.Namespace) -> tuple[pd.DataFrame, pd.DataFrame, dic
                             "partition": {"name": fed, "samples": list(args.samples)}},
                    "federation": {"n_clients": args.n_clients, "fraction": args.fraction, "rounds": args.rounds},
                    "runtime": {"backend": args.backend, "progress": False, "num_cpus": args.num_cpus,
-                               "batched": not args.per_client}}
+                               "batched": not args.per_client, "clients_per_actor": args.clients_per_actor}}
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always", SharedSamplesWarning)
                 session = Session(cfg)
@@ -291,6 +291,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--model", default="auto", help="auto = cnn8 for 8x8 digits, the paper's cnn28 for 28x28")
     p.add_argument("--backend", default="local", choices=["local", "ray"])
     p.add_argument("--num-cpus", type=int, default=None, help="CPUs of an embedded Ray instance")
+    p.add_argument("--clients-per-actor", default="auto", type=lambda v: v if v == "auto" else int(v),
+                   help="clients hosted by one actor with --backend ray (auto: one actor per CPU)")
     p.add_argument("--stack-clients", choices=["gpu", "always", "never"], default="gpu",
                    help="train a host's clients as one stacked network: on a GPU only (default), always, never")
     p.add_argument("--per-client", action="store_true",

@@ -248,3 +248,37 @@ def test_replace_candidates_drop_the_own_models_of_clusters_in_a_community():
 def test_replace_is_a_named_choice_of_candidates():
     with pytest.raises(ConfigError, match=r"candidates"):
         _session(candidates="swap")
+
+
+def test_fed_trim_leaves_out_the_samples_the_community_model_reconstructs_worst():
+    """fed_trim=q: a client trains the community model on the ceil((1-q) n) samples of its cluster with the
+    smallest reconstruction error, counts only those, and gets the same weights as a client holding only them."""
+    from types import SimpleNamespace
+
+    from fedray.algorithms.fedcref_client import fc_federate
+    from fedray.nn.autoencoder import initial_ae_weights
+
+    spec = {"n_features": 4, "hidden": (3, 2), "output": "linear", "seed": 0}
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(10, 4)).astype(np.float32)
+    far = np.array([1, 4, 8])
+    X[far] *= 40                                        # the zero model's error is mean(x^2): these are worst
+    comm = np.zeros((1, initial_ae_weights(spec).size), np.float32)
+
+    def federate(Xc, trim):
+        st = {"fc_labels": np.zeros(len(Xc), np.int64)}
+        c = SimpleNamespace(state=st, data=SimpleNamespace(X=Xc), rng=np.random.default_rng(5), id=0, name="c")
+        return fc_federate([(0, 0)], {"spec": spec, "community": comm, "epochs": 2, "batch_size": 4, "lr": 1e-2,
+                                      "trim": trim}, c)
+
+    trimmed = federate(X, 0.3)
+    inliers = federate(np.delete(X, far, axis=0), 0.0)
+    assert trimmed["n"].tolist() == [7]
+    np.testing.assert_array_equal(trimmed["weights"], inliers["weights"])
+    assert federate(X, 0.0)["n"].tolist() == [10]
+    assert not np.array_equal(federate(X, 0.0)["weights"], inliers["weights"])
+
+
+def test_fed_trim_outside_its_range_is_a_one_line_config_error():
+    with pytest.raises(ConfigError, match=r"fed_trim: .*less than 1"):
+        _session(fed_trim=1.0)
