@@ -29,6 +29,19 @@ and 1 000 000 x 10 (10^7 rows of 8 features each); ``--sizes`` names others as
 only, and ``1`` (one actor per client) only up to ``--max-literal`` clients.
 The table is printed and, with ``--out``, written as ``round_overhead.md`` and
 ``round_overhead.csv`` together with the machine's load before and after.
+
+Host reference, measured in the same run before the configurations (so that
+figures from machines of different speed can be compared): in this process, 10^6
+rows x 8 features (64 MB), the best of 5 plain reads (``numpy.sum``) and of 5
+fused statistics passes (``fedray.kernels``, one segment per 1000 rows, K = 8).
+Each row of the table then gets
+
+* ``pass_s``     that one-process fused pass scaled to the configuration's rows
+  (what one core needs for the arithmetic alone);
+* ``x_pass``     ``round_s / pass_s`` (below 1 when the actors split the rows over
+  several cores and add little);
+* ``read_frac``  the plain read of the configuration's rows over ``round_s``: the
+  fraction of the memory-read limit that a round reaches.
 """
 from __future__ import annotations
 
@@ -44,7 +57,8 @@ from typing import Any
 
 COLUMNS = ["algorithm", "backend", "clients_per_actor", "n_clients", "points", "actors", "round_s", "first_round_s",
            "startup_s", "ray_init_s",
-           "init_s", "peak_mem_mb", "peak_rss_mb", "processes", "rounds", "bytes_per_round", "error"]
+           "init_s", "peak_mem_mb", "peak_rss_mb", "processes", "rounds", "bytes_per_round", "pass_s", "x_pass",
+           "read_frac", "error"]
 
 
 #: ``--scale``: (clients, points per client), 10^7 rows at the largest.
@@ -113,8 +127,10 @@ def _child(spec: dict[str, Any], timeout: float, niceness: int | None = None) ->
 def _fmt(v: Any, col: str) -> str:
     if v is None or (isinstance(v, float) and v != v):
         return ""
-    if col in ("round_s", "first_round_s"):
+    if col in ("round_s", "first_round_s", "pass_s"):
         return f"{v:.4f}"
+    if col in ("x_pass", "read_frac"):
+        return f"{v:.2f}"
     if col in ("startup_s", "ray_init_s", "init_s"):
         return f"{v:.2f}"
     if col in ("peak_mem_mb", "peak_rss_mb", "bytes_per_round"):
@@ -134,6 +150,47 @@ def load() -> str:
     except OSError:
         la = os.getloadavg()
         return f"load average: {la[0]:.2f}, {la[1]:.2f}, {la[2]:.2f}"
+
+
+REF_ROWS = 1_000_000
+
+
+def host_reference(algorithms: list[str], repeat: int = 5) -> dict[str, float]:
+    """Seconds, best of ``repeat``, for 10^6 rows x 8 features in this process: a plain
+    read (``read``) and one fused statistics pass per algorithm (K = 8, 1000 rows a segment)."""
+    import numpy as np
+
+    from fedray import kernels
+
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((REF_ROWS, 8))
+    C = rng.standard_normal((8, 8))
+    offsets = np.arange(0, REF_ROWS + 1, 1000)
+    calls = {"read": lambda: X.sum(),
+             "kmeans": lambda: kernels.lloyd_stats(X, C, offsets),
+             "federated-fcm": lambda: kernels.fcm_stats(X, C, 2.0, offsets)}
+    ref = {}
+    for name in ["read"] + [a for a in algorithms if a in calls]:
+        calls[name]()  # compile / warm up
+        best = float("inf")
+        for _ in range(repeat):
+            t = time.perf_counter()
+            calls[name]()
+            best = min(best, time.perf_counter() - t)
+        ref[name] = best
+    return ref
+
+
+def against_reference(row: dict[str, Any], ref: dict[str, float]) -> None:
+    """Adds ``pass_s``, ``x_pass`` and ``read_frac`` to a measured row (see the module's doc)."""
+    rows = row.get("n_clients", 0) * row.get("points", 0)
+    r = row.get("round_s")
+    if not rows or r is None or r != r or row.get("algorithm") not in ref:
+        return
+    scale = rows / REF_ROWS
+    row["pass_s"] = ref[row["algorithm"]] * scale
+    row["x_pass"] = r / row["pass_s"]
+    row["read_frac"] = ref["read"] * scale / r
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -198,16 +255,22 @@ def main(argv: list[str] | None = None) -> int:
                                       rounds=args.rounds, num_cpus=args.num_cpus, init=args.init, points=points))
     before = load()
     print(f"# round overhead: {len(specs)} configurations; {before}", flush=True)
+    ref = host_reference(algorithms)
+    ref_line = ("host reference, one process, 10^6 rows x 8: plain read {:.1f} ms; ".format(ref["read"] * 1e3)
+                + "; ".join(f"{a} fused pass {ref[a] * 1e3:.1f} ms" for a in algorithms if a in ref))
+    print(f"# {ref_line}", flush=True)
     rows = []
     t0 = time.perf_counter()
     for spec in specs:
         row = _child(spec, args.timeout, args.ray_worker_niceness)
+        against_reference(row, ref)
         rows.append(row)
         print(markdown([row]).splitlines()[-1] if not row.get("error") else f"{spec}: {row['error']}", flush=True)
     after = load()
     table = markdown(rows)
     print()
     print(table)
+    print(ref_line)
     print(f"load before: {before}\nload after:  {after}\ntotal {time.perf_counter() - t0:.0f} s")
     if args.out:
         out = Path(args.out)
@@ -216,6 +279,7 @@ def main(argv: list[str] | None = None) -> int:
         nice = "Ray's default (15)" if args.ray_worker_niceness is None else str(args.ray_worker_niceness)
         note = (f"Command: `{cmd}`\n\nLoad before: `{before}`\n\nLoad after: `{after}`\n\n"
                 f"Ray worker niceness: {nice}\n\n"
+                f"Host reference ({ref_line})\n\n"
                 f"CPUs: {os.cpu_count()}, Python {sys.version.split()[0]}\n\n")
         (out / "round_overhead.md").write_text(note + table)
         import csv
