@@ -66,6 +66,9 @@ class FedCRefParams(Params):
                                        "(1: the paper's rule, it may stop after its first)")
     link: Literal["best", "first", "mutual-best"] = Field("best", description="which qualifying cluster of another "
                                                           "client a cluster links to (first: the authors' code)")
+    ratio: float = Field(0.0, ge=0.0, lt=1.0, description="ratio test beyond the paper (0: off): also link two "
+                         "clusters of different clients that fail τ when each is the other's best foreign match and "
+                         "their statistic is at most this share of the best either reaches with a third client")
     candidates: Literal["all", "member", "replace"] = Field(
         "all", description="models a client refines with: its own and every community's (the paper); its own and "
         "those of the communities its clusters belong to (member); or every community's, with each community's "
@@ -243,7 +246,8 @@ class FedCRef(Algorithm):
                 rows = np.flatnonzero(self.owner == r.client_id)
                 S[rows] = r.update[: rows.size]
             self.last_statistics = S
-            return self._associate(link_clusters(S, self.owner, self.params.tau, self.params.link))
+            return self._associate(link_clusters(S, self.owner, self.params.tau, self.params.link,
+                                                     self.params.ratio))
         if ph == "federate":
             num = np.zeros(self.community.shape, dtype=np.float64)
             den = np.zeros(len(self.groups))

@@ -108,7 +108,7 @@ def association_statistic(e_own: np.ndarray, e_other: np.ndarray, percentile: fl
 
 
 def link_clusters(S: np.ndarray, owner: np.ndarray, tau: float = 0.2,
-                  mode: LinkMode = "best") -> list[tuple[int, int]]:
+                  mode: LinkMode = "best", ratio: float = 0.0) -> list[tuple[int, int]]:
     """Edges of the association graph.
 
     Parameters
@@ -125,6 +125,15 @@ def link_clusters(S: np.ndarray, owner: np.ndarray, tau: float = 0.2,
         the smallest ``max(S[i, j], S[j, i])``; ``"first"`` to the qualifying node
         with the smallest index; ``"mutual-best"`` keeps a best link only when it is
         also the best of the other end.
+    ratio : float in [0, 1)
+        0 (the paper): only the τ test links. Above 0, a ratio test (an option
+        beyond the paper) also links nodes ``i`` and ``j`` that fail the τ test
+        when each is the other's best foreign node (smallest ``max(S[i, j],
+        S[j, i])`` over the nodes of all other clients) and that score is at most
+        ``ratio`` times the best score either of them reaches with a node of any
+        third client. A class held by only two clients then links even where its
+        errors are small, so that a fixed gap between two models is a large
+        relative one, as long as no third client's cluster comes close.
 
     Returns
     -------
@@ -133,6 +142,8 @@ def link_clusters(S: np.ndarray, owner: np.ndarray, tau: float = 0.2,
     _check_p_tau(100.0, tau)
     if mode not in ("best", "first", "mutual-best"):
         raise ConfigError(f"link: must be 'best', 'first' or 'mutual-best'; got {mode!r}")
+    if not 0.0 <= float(ratio) < 1.0:
+        raise ConfigError(f"ratio: must be in [0, 1); got {ratio!r}")
     S = np.asarray(S, dtype=np.float64)
     owner = np.asarray(owner)
     M = S.shape[0]
@@ -153,7 +164,27 @@ def link_clusters(S: np.ndarray, owner: np.ndarray, tau: float = 0.2,
         if mode == "mutual-best" and choice.get((j, int(owner[i]))) != i:
             continue
         edges.add((min(i, j), max(i, j)))
+    if ratio > 0:
+        edges |= _ratio_links(score, owner, other, float(ratio))
     return sorted(edges)
+
+
+def _ratio_links(score: np.ndarray, owner: np.ndarray, other: np.ndarray, ratio: float) -> set[tuple[int, int]]:
+    """Mutual best foreign pairs whose score is at most ``ratio`` times the best score
+    either end reaches with a node of a third client (see :func:`link_clusters`)."""
+    foreign = np.where(other, score, np.inf)
+    best = np.argmin(foreign, axis=1)
+    out: set[tuple[int, int]] = set()
+    for i in range(score.shape[0]):
+        j = int(best[i])
+        if j <= i or int(best[j]) != i or not np.isfinite(foreign[i, j]):
+            continue  # each mutual pair once, from its smaller node
+        third = owner != owner[i]
+        third &= owner != owner[j]
+        rival = min(float(foreign[i, third].min(initial=np.inf)), float(foreign[j, third].min(initial=np.inf)))
+        if np.isfinite(rival) and foreign[i, j] <= ratio * rival:  # no third client: nothing to compare with
+            out.add((i, j))
+    return out
 
 
 def communities(n_nodes: int, edges: list[tuple[int, int]], min_size: int = 2) -> tuple[list[list[int]], np.ndarray]:

@@ -282,3 +282,10 @@ def test_fed_trim_leaves_out_the_samples_the_community_model_reconstructs_worst(
 def test_fed_trim_outside_its_range_is_a_one_line_config_error():
     with pytest.raises(ConfigError, match=r"fed_trim: .*less than 1"):
         _session(fed_trim=1.0)
+
+
+def test_ratio_outside_its_range_is_a_one_line_config_error():
+    with pytest.raises(ConfigError, match=r"ratio: .*less than 1"):
+        _session(ratio=1.0)
+    with pytest.raises(ConfigError, match=r"ratio: .*greater than or equal to 0"):
+        _session(ratio=-0.5)

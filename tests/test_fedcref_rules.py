@@ -100,6 +100,39 @@ def test_link_never_joins_clusters_of_the_same_client():
     assert link_clusters(S, np.array([0, 0, 1]), 0.2) == [(0, 2), (1, 2)]
 
 
+
+def _three_clients(pair: float = 0.14, rival: float = 0.45):
+    # one cluster per client; clients 0 and 1 hold the same class, client 2 another one
+    S = np.array([[np.nan, pair, rival],
+                  [pair, np.nan, rival + 0.05],
+                  [rival, rival + 0.05, np.nan]])
+    return S, np.array([0, 1, 2])
+
+
+def test_ratio_test_links_a_mutual_best_pair_far_ahead_of_any_third_client():
+    S, owner = _three_clients()
+    assert link_clusters(S, owner, 0.1) == []                  # the τ test alone rejects 0.14
+    assert link_clusters(S, owner, 0.1, ratio=0.5) == [(0, 1)]  # 0.14 <= 0.5 * 0.45
+    assert link_clusters(S, owner, 0.1, ratio=0.3) == []        # 0.14 > 0.3 * 0.45
+
+
+def test_ratio_test_needs_a_third_client_close_rivals_and_mutual_best_block_it():
+    S, owner = _three_clients(rival=0.2)                        # a third client's cluster comes close
+    assert link_clusters(S, owner, 0.1, ratio=0.5) == []
+    two = np.array([[np.nan, 0.9], [0.9, np.nan]])              # two clients: nothing to compare with
+    assert link_clusters(two, np.array([0, 1]), 0.1, ratio=0.9) == []
+    S, owner = _three_clients()
+    S[1, 2] = S[2, 1] = 0.05                                    # node 1's best is now node 2, not node 0
+    assert (0, 1) not in link_clusters(S, owner, 0.01, ratio=0.9)
+
+
+def test_ratio_zero_is_the_paper_and_a_ratio_outside_its_range_is_a_clear_error():
+    S, owner = _two_clients()
+    assert link_clusters(S, owner, 0.2, "best", ratio=0.0) == link_clusters(S, owner, 0.2, "best")
+    for bad in (-0.1, 1.0, 2.0):
+        with pytest.raises(ConfigError, match="ratio"):
+            link_clusters(S, owner, 0.2, ratio=bad)
+
 def test_communities_are_components_with_at_least_two_nodes():
     groups, member = communities(7, [(0, 3), (3, 5), (1, 4)])
     assert groups == [[0, 3, 5], [1, 4]]
