@@ -10,8 +10,8 @@ the script reports
 * the distributions (quantiles) of the statistic over true (same majority class)
   and false pairs, for each normalisation;
 * the association graph the test would give at the first exchange for a grid
-  of (P, tau): edges, wrong associations, communities, classes covered, isolated
-  clusters.
+  of (P, tau) and, with ``--ratios``, FedCRef's ``ratio`` option: edges, wrong
+  associations, communities, classes covered, isolated clusters.
 
 Writes ``distributions.csv``, ``grid.csv`` and ``nodes_seed*_epochs*.csv`` (each
 cluster's client and majority class) to ``--out``.
@@ -103,6 +103,8 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     ap.add_argument("--normalisations", nargs="+", default=list(NORMALISATIONS), choices=list(NORMALISATIONS))
     ap.add_argument("--percentiles", type=float, nargs="+", default=[50, 75, 85, 95])
     ap.add_argument("--taus", type=float, nargs="+", default=[0.1, 0.2, 0.3, 0.4, 0.5])
+    ap.add_argument("--ratios", type=float, nargs="+", default=[0.0],
+                    help="FedCRef's ratio option (0: the tau test alone; e.g. 0 0.5)")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0])
     ap.add_argument("--out", default="results/fedcref-diag")
     args = ap.parse_args(argv)
@@ -131,14 +133,14 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
                             dist_rows.append({"seed": seed, "epochs": epochs, "normalisation": norm, "P": P,
                                               "pairs": kind, "n": int(v.size),
                                               **{f"q{q}": float(np.quantile(v, q / 100)) for q in (5, 25, 50, 75, 95)}})
-                        for tau in args.taus:
-                            edges = link_clusters(S, b["owner"], tau, "best")
+                        for tau, ratio in ((t, r) for t in args.taus for r in args.ratios):
+                            edges = link_clusters(S, b["owner"], tau, "best", ratio)
                             groups, _ = communities(len(b["owner"]), edges)
                             q = association_quality(edges, groups, b["node_class"], len(b["owner"]))
                             tp = float(np.mean(both[same & other] <= tau))
                             fp = float(np.mean(both[~same & other] <= tau))
                             grid_rows.append({"seed": seed, "epochs": epochs, "normalisation": norm, "P": P,
-                                              "tau": tau, "true_pass": tp, "false_pass": fp, **q,
+                                              "tau": tau, "ratio": ratio, "true_pass": tp, "false_pass": fp, **q,
                                               "clusters": len(b["owner"])})
                 pd.DataFrame(dist_rows).to_csv(out / "distributions.csv", index=False)
                 pd.DataFrame(grid_rows).to_csv(out / "grid.csv", index=False)

@@ -42,13 +42,17 @@ def test_association_diagnostic_labels_every_cross_client_pair_once(tmp_path):
     spec.loader.exec_module(mod)
     grid = mod.main(["--dataset", "sklearn:digits", "--clients", "4", "--classes", "2", "3",
                      "--samples-per-class", "20", "--epochs", "2", "--hidden", "8", "4", "--percentiles", "75",
-                     "--taus", "0.2", "0.5", "--out", str(tmp_path)])
+                     "--taus", "0.2", "0.5", "--ratios", "0", "0.9", "--out", str(tmp_path)])
     dist = pd.read_csv(tmp_path / "distributions.csv")
     nodes = pd.read_csv(tmp_path / "nodes_seed0_epochs2.csv")
     owner, cls = nodes["owner"].to_numpy(), nodes["majority_class"].to_numpy()
     cross = owner[:, None] != owner[None, :]
     same = cls[:, None] == cls[None, :]
-    assert len(grid) == 3 * 1 * 2                                   # normalisations x P x tau
+    assert len(grid) == 3 * 1 * 2 * 2                               # normalisations x P x tau x ratio
+    # the ratio test only adds edges to those of the tau test
+    paired = grid.pivot_table(index=["normalisation", "tau"], columns="ratio", values="edges")
+    assert (paired[0.9] >= paired[0.0]).all()
+    grid = grid[grid["ratio"] == 0.0]
     for _, g in dist.groupby("normalisation"):
         n = dict(zip(g["pairs"].astype(str).str.lower(), g["n"]))
         assert n == {"true": int((cross & same).sum()), "false": int((cross & ~same).sum())}
