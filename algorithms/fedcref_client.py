@@ -204,13 +204,13 @@ def fc_federate(payload: list[tuple[int, int]], shared: dict, client: Any) -> di
     from fedray.nn.autoencoder import ae_for, reconstruction_errors, train_autoencoder
 
     X, labels = client.data.X, client.state["fc_labels"]
+    trim = float(shared.get("trim", 0.0))
     model = ae_for(shared["spec"])
     W = np.zeros((len(payload), shared["community"].shape[1]), dtype=np.float32)
     n = np.zeros(len(payload), dtype=np.int64)
     for j, (c, p) in enumerate(payload):
         set_flat(model, shared["community"][c])
         Xp = X[labels == p]
-        trim = float(shared.get("trim", 0.0))
         if trim > 0 and len(Xp) > 1:
             keep = int(np.ceil((1.0 - trim) * len(Xp)))
             Xp = Xp[np.sort(np.argsort(reconstruction_errors(model, Xp), kind="stable")[:keep])]
