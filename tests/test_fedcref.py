@@ -289,3 +289,18 @@ def test_ratio_outside_its_range_is_a_one_line_config_error():
         _session(ratio=1.0)
     with pytest.raises(ConfigError, match=r"ratio: .*greater than or equal to 0"):
         _session(ratio=-0.5)
+
+
+def test_ratio_adds_links_to_the_first_exchange_the_tau_test_misses():
+    """The same seed gives the same first exchange; with a τ nothing passes, ratio 0 links nothing, and a
+    ratio below 1 links at least the pair with the smallest statistic (each is the other's best, and no
+    third client's cluster scores lower), keeping every τ edge."""
+    with _session(n_clients=4, S=25, tau=0.001, max_iterations=1) as s:
+        plain = s.run(output=False)
+        ratio = s.run("fedcref", {**TINY, "tau": 0.001, "max_iterations": 1, "ratio": 0.99}, output=False)
+    first_plain = {tuple(e) for e in plain.model["edge_history"][0]}
+    first_ratio = {tuple(e) for e in ratio.model["edge_history"][0]}
+    assert first_plain == set()
+    assert first_ratio and first_plain <= first_ratio
+    owner = ratio.model["node_owner"]
+    assert all(owner[i] != owner[j] for i, j in first_ratio)
