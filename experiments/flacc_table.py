@@ -259,6 +259,16 @@ def figures(rounds: pd.DataFrame, details: dict[str, Any], args: argparse.Namesp
     return paths
 
 
+def _clients_per_actor(v: str) -> str | int:
+    """``auto`` or a positive whole number (argparse names this function in its one-line error)."""
+    if v == "auto":
+        return v
+    n = int(v)
+    if n < 1:
+        raise ValueError(v)
+    return n
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--dataset", default="sklearn:digits", help="sklearn:digits (embedded) or mnist")
@@ -291,7 +301,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--model", default="auto", help="auto = cnn8 for 8x8 digits, the paper's cnn28 for 28x28")
     p.add_argument("--backend", default="local", choices=["local", "ray"])
     p.add_argument("--num-cpus", type=int, default=None, help="CPUs of an embedded Ray instance")
-    p.add_argument("--clients-per-actor", default="auto", type=lambda v: v if v == "auto" else int(v),
+    p.add_argument("--clients-per-actor", default="auto", type=_clients_per_actor,
                    help="clients hosted by one actor with --backend ray (auto: one actor per CPU)")
     p.add_argument("--stack-clients", choices=["gpu", "always", "never"], default="gpu",
                    help="train a host's clients as one stacked network: on a GPU only (default), always, never")
