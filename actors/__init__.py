@@ -1,2 +1,2 @@
-"""Ray actors of fedray: thin wrappers over :class:`fedray.client.ClientHost` and
-:class:`fedray.server.Server`. No algorithm maths lives here."""
+"""Ray actors of fedray: thin wrappers over :class:`fedray.runtime.host.ClientHost` and
+:class:`fedray.loop.server.Server`. No algorithm maths lives here."""

@@ -6,12 +6,12 @@ from typing import Any
 
 import ray
 
-from fedray.client import ClientHost, pack_parts
+from fedray.runtime.host import ClientHost, pack_parts
 
 
 @ray.remote
 class ClientActor:
-    """A Ray actor around :class:`~fedray.client.ClientHost`.
+    """A Ray actor around :class:`~fedray.runtime.host.ClientHost`.
 
     Shards are built from their recipes here, inside the actor, so the driver
     never holds the federation's rows.
@@ -29,8 +29,8 @@ class ClientActor:
         self._adopted = False
 
     def preload(self, packages: tuple[str, ...]) -> None:
-        """Import the run's packages (torch) in the background (:func:`fedray.extras.preload`)."""
-        from fedray.extras import preload
+        """Import the run's packages (torch) in the background (:func:`fedray.core.extras.preload`)."""
+        from fedray.core.extras import preload
 
         preload(packages)
 

@@ -1,4 +1,4 @@
-"""The server actor: runs :class:`fedray.server.Server` (the round loop) inside Ray."""
+"""The server actor: runs :class:`fedray.loop.server.Server` (the round loop) inside Ray."""
 from __future__ import annotations
 
 import logging
@@ -7,7 +7,7 @@ from typing import Any
 
 import ray
 
-from fedray.server import Server
+from fedray.loop.server import Server
 
 
 @ray.remote(num_cpus=0)
@@ -23,7 +23,7 @@ class ServerActor:
             self.start(algorithm, executor, kwargs or {}, log_level)
 
     def start(self, algorithm: Any, executor: Any, kwargs: dict[str, Any], log_level: int = logging.WARNING) -> None:
-        """Take the run: build its :class:`~fedray.server.Server` (once per actor)."""
+        """Take the run: build its :class:`~fedray.loop.server.Server` (once per actor)."""
         if self._server is not None:
             raise RuntimeError("this server actor already runs a run; a run needs a fresh one")
         # The round loop's warnings (failed, late, restarted clients) go to this process's

@@ -23,7 +23,7 @@
   so one cut-off suits any model size and learning rate).
 
 All are supervised; the shared machinery (client function, per-group FedAvg,
-evaluation every r rounds, metrics) is :mod:`fedray.supervised`.
+evaluation every r rounds, metrics) is :mod:`fedray.nn.supervised`.
 No torch is imported here.
 """
 from __future__ import annotations
@@ -33,10 +33,12 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 from pydantic import Field
 
-from fedray.algorithm import Reply, RoundContext, Task, register
-from fedray.supervised import (ClientContext, SupervisedAlgorithm, SupervisedParams, client_round,
-                               cosine_similarities, weighted_average)
-from fedray.errors import ConfigError
+from fedray.core.contract import Reply, RoundContext, Task
+from fedray.core.registry import register
+from fedray.nn.supervised_client import ClientContext, client_round
+from fedray.nn.supervised import SupervisedAlgorithm, SupervisedParams
+from fedray.core.ops import cosine_similarities, weighted_average
+from fedray.core.errors import ConfigError
 
 
 @register

@@ -26,12 +26,13 @@ from typing import Any
 import numpy as np
 from pydantic import Field
 
-from fedray.centers import CenterAlgorithm, CenterParams
-from fedray.algorithm import Reply, RoundContext, Task, batched, register
-from fedray.errors import RoundFailedError
-from fedray.kernels import fcm_stats as fcm_kernel
-from fedray.ops import warn_empty
-from fedray.stats import Stats, StatsBlock, total
+from fedray.core.centers import CenterAlgorithm, CenterParams
+from fedray.core.contract import Reply, RoundContext, Task, batched
+from fedray.core.registry import register
+from fedray.core.errors import RoundFailedError
+from fedray.core.kernels import fcm_stats as fcm_kernel
+from fedray.core.ops import warn_empty
+from fedray.core.stats import Stats, StatsBlock, total
 
 
 class FCMParams(CenterParams):
@@ -46,7 +47,7 @@ class FCMParams(CenterParams):
 
 def fcm_stats_many(payloads: list[dict], centers: np.ndarray, batch: Any) -> StatsBlock | list[Stats | None]:
     """:func:`fcm_stats` for all of a host's clients in one fused pass over their rows
-    (:func:`fedray.kernels.fcm_stats`, one segment per client: the same bits)."""
+    (:func:`fedray.core.kernels.fcm_stats`, one segment per client: the same bits)."""
     payload = payloads[0]
     if any(p != payload for p in payloads):
         raise ValueError("fcm_stats_many: clients with different payloads")  # run client by client
@@ -63,7 +64,7 @@ def fcm_stats_many(payloads: list[dict], centers: np.ndarray, batch: Any) -> Sta
 @batched(fcm_stats_many)
 def fcm_stats(payload: dict, centers: np.ndarray, client: Any) -> Stats | None:
     """U_c = sum u^m (k,), WS_c = sum u^m x (k, d) and, if ``payload["objective"]``, sum u^m d^2:
-    one fused pass over the shard, rows in order (:func:`fedray.kernels.fcm_stats`)."""
+    one fused pass over the shard, rows in order (:func:`fedray.core.kernels.fcm_stats`)."""
     X = client.data.X
     k = centers.shape[0]
     if payload.get("guard"):
@@ -109,6 +110,6 @@ class FederatedFCM(CenterAlgorithm):
 
     @staticmethod
     def central(X: np.ndarray, C0: np.ndarray, params: FCMParams, rounds: int) -> np.ndarray:
-        from fedray.ops import fcm
+        from fedray.core.ops import fcm
 
         return fcm(X, C0, m=params.m, tol=params.tol, max_iter=rounds)[0]

@@ -36,11 +36,12 @@ from pydantic import Field, field_validator
 
 import logging
 
-from fedray.algorithm import Algorithm, Params, Reply, RoundContext, Task, register
+from fedray.core.contract import Algorithm, Params, Reply, RoundContext, Task
+from fedray.core.registry import register
 from fedray.algorithms import fedcref_client as fc
 from fedray.algorithms.fedcref_rules import association_quality, communities, global_stop, link_clusters
-from fedray.errors import ConfigError
-from fedray.metrics import acc_from_table
+from fedray.core.errors import ConfigError
+from fedray.core.metrics import acc_from_table
 
 log = logging.getLogger(__name__)
 
@@ -124,7 +125,7 @@ class FedCRef(Algorithm):
 
     name = "fedcref"
     Params = FedCRefParams
-    requires = ("torch",)  # trains autoencoders (fedray.extras: needs the nn extra)
+    requires = ("torch",)  # trains autoencoders (fedray.core.extras: needs the nn extra)
     description = "federated clustering: per-cluster autoencoders, association, communities, refinement"
 
     def __init__(self, params: FedCRefParams, info, seed: int) -> None:

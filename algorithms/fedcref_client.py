@@ -18,9 +18,9 @@ from typing import Any
 
 import numpy as np
 
-from fedray.algorithm import batched
+from fedray.core.contract import batched
 from fedray.algorithms.fedcref_rules import align_labels, association_statistic, refine_labels, stability
-from fedray.errors import DataError
+from fedray.core.errors import DataError
 
 
 def _who(client: Any) -> str:
@@ -47,7 +47,7 @@ def initial_labels(payload: dict, X: np.ndarray, y: np.ndarray | None, rng: np.r
             labels[moved] = (labels[moved] + shift) % k_true
         return labels
     if init == "kmeans":
-        from fedray.ops import kmeans, assign
+        from fedray.core.ops import kmeans, assign
 
         if k == "silhouette":
             return _by_silhouette(X, payload["k_range"], rng, lambda Z, kk: assign(Z, kmeans(Z, kk, rng, n_init=3))[0])
@@ -260,7 +260,7 @@ def fc_refine(payload: dict, shared: dict, client: Any) -> dict[str, Any]:
 
 def fc_evaluate(payload: dict, shared: Any, client: Any) -> np.ndarray:
     """Evaluation only: contingency table (K, n_classes) of the current local clusters vs the true labels."""
-    from fedray.metrics import contingency
+    from fedray.core.metrics import contingency
 
     labels, y = client.state["fc_labels"], client.labels
     return contingency(labels, y, int(labels.max()) + 1, int(payload["n_classes"]))

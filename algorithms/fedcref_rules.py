@@ -36,8 +36,8 @@ from scipy.optimize import linear_sum_assignment
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
-from fedray.errors import ConfigError
-from fedray.metrics import contingency
+from fedray.core.errors import ConfigError
+from fedray.core.metrics import contingency
 
 __all__ = ["LinkMode", "NORMALISATIONS", "Normalisation", "association_quality", "association_statistic",
            "align_labels", "communities", "global_stop", "link_clusters", "refine_labels", "stability"]

@@ -22,7 +22,7 @@ c_k = Σ_l W_k^(l) c_k^(l) / Σ_l W_k^(l) with W_k^(l) = Σ_x u_k(x). It has no 
 of local centres, which is why it fails on non-IID clients (Table 2); it starts from
 centres shared by all clients (``init="random-box"``).
 
-After training, the evaluation adds FedFuzzDB (:mod:`fedray.validation`, eqs.
+After training, the evaluation adds FedFuzzDB (:mod:`fedray.analysis.validation`, eqs.
 15–17) as ``fuzzy_db`` to the final metrics.
 """
 from __future__ import annotations
@@ -32,10 +32,11 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field, field_validator
 
-from fedray.algorithm import FederationInfo, Reply, RoundContext, Task, register
-from fedray.centers import CenterAlgorithm, CenterParams
-from fedray.ops import fcm, kmeans, kmeans_plusplus, lloyd
-from fedray.stats import total
+from fedray.core.contract import FederationInfo, Reply, RoundContext, Task
+from fedray.core.registry import register
+from fedray.core.centers import CenterAlgorithm, CenterParams
+from fedray.core.ops import fcm, kmeans, kmeans_plusplus, lloyd
+from fedray.core.stats import total
 
 
 class FedFCMParams(CenterParams):
@@ -143,7 +144,7 @@ class FedFCM(CenterAlgorithm):
         if stage < 2:
             return super().evaluation_task(stage, previous)
         if stage == 2 and self.centers is not None and self.centers.shape[0] >= 2:
-            from fedray.validation import fuzzy_db_stats
+            from fedray.analysis.validation import fuzzy_db_stats
 
             self._eval2 = previous
             p = self.params
@@ -153,7 +154,7 @@ class FedFCM(CenterAlgorithm):
     def summarize_evaluation(self, stages: list[list[Reply]]) -> dict[str, Any]:
         out = super().summarize_evaluation(stages[:2])
         if len(stages) > 2:
-            from fedray.validation import fuzzy_db_from_stats
+            from fedray.analysis.validation import fuzzy_db_from_stats
 
             out["fuzzy_db"] = fuzzy_db_from_stats(self.centers, total(r.update for r in stages[2]),
                                                   self.params.q, self.params.p)

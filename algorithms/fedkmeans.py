@@ -35,10 +35,11 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field
 
-from fedray.algorithm import FederationInfo, Reply, RoundContext, Task, batched, register
-from fedray.centers import CenterAlgorithm, CenterParams
-from fedray.ops import assign, cluster_sums
-from fedray.stats import Stats, StatsBlock, total
+from fedray.core.contract import FederationInfo, Reply, RoundContext, Task, batched
+from fedray.core.registry import register
+from fedray.core.centers import CenterAlgorithm, CenterParams
+from fedray.core.ops import assign, cluster_sums
+from fedray.core.stats import Stats, StatsBlock, total
 
 
 class FedKMeansParams(CenterParams):
@@ -187,6 +188,6 @@ class FedKMeans(CenterAlgorithm):
     @staticmethod
     def central(X: np.ndarray, C0: np.ndarray, params: FedKMeansParams, rounds: int) -> np.ndarray:
         """Central Lloyd k-means on the union from the same start (the paper's "central" baseline)."""
-        from fedray.ops import lloyd
+        from fedray.core.ops import lloyd
 
         return lloyd(X, C0, max_iter=rounds, tol=params.tol ** 2)[0]

@@ -1,7 +1,7 @@
 """FLACC: federated learning via agglomerative client clustering (Mehta & Shao 2023).
 
 Algorithm 1 of the paper, on the shared clustered-FL machinery of
-:mod:`fedray.supervised`:
+:mod:`fedray.nn.supervised`:
 
 * **Merging phase** — FedAvg with model averaging (line 20): each round the
   sampled clients train the global model for E epochs and send their weights;
@@ -37,8 +37,9 @@ import numpy as np
 import pandas as pd
 from pydantic import Field
 
-from fedray.algorithm import FederationInfo, Reply, RoundContext, register
-from fedray.supervised import SupervisedAlgorithm, SupervisedParams
+from fedray.core.contract import FederationInfo, Reply, RoundContext
+from fedray.core.registry import register
+from fedray.nn.supervised import SupervisedAlgorithm, SupervisedParams
 from fedray.algorithms.flacc_rules import MergeEvent, SimilarityMemory, entities, merge_round
 
 

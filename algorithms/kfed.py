@@ -18,10 +18,11 @@ from typing import Any
 import numpy as np
 from pydantic import Field
 
-from fedray.algorithm import Algorithm, FederationInfo, Params, Reply, RoundContext, Task, register
-from fedray.centers import CenterAlgorithm, local_centers
-from fedray.errors import ConfigError, DataError
-from fedray.ops import kmeans
+from fedray.core.contract import Algorithm, FederationInfo, Params, Reply, RoundContext, Task
+from fedray.core.registry import register
+from fedray.core.centers import CenterAlgorithm, local_centers
+from fedray.core.errors import ConfigError, DataError
+from fedray.core.ops import kmeans
 
 
 class KFedParams(Params):

@@ -2,10 +2,10 @@
 
 Each round every sampled client assigns its points to the nearest current
 centre and sends, per cluster, the sum of its points and their count (a
-:class:`~fedray.stats.Stats`); the server sets each centre to
+:class:`~fedray.core.stats.Stats`); the server sets each centre to
 sum(sums) / sum(counts). With every client taking part, a round is exactly one
 Lloyd step on the union of the shards. An empty cluster keeps its centre and
-raises :class:`~fedray.errors.EmptyClusterWarning`; under differential privacy a
+raises :class:`~fedray.core.errors.EmptyClusterWarning`; under differential privacy a
 cluster whose noisy count is below one half counts as empty, and a round in which
 every cluster looks empty does not stop the run as "converged".
 """
@@ -16,11 +16,12 @@ from typing import Any
 import numpy as np
 from pydantic import Field
 
-from fedray.centers import CenterAlgorithm, CenterParams
-from fedray.algorithm import Reply, RoundContext, Task, batched, register
-from fedray.kernels import lloyd_stats as lloyd_kernel
-from fedray.ops import warn_empty
-from fedray.stats import Stats, StatsBlock, total
+from fedray.core.centers import CenterAlgorithm, CenterParams
+from fedray.core.contract import Reply, RoundContext, Task, batched
+from fedray.core.registry import register
+from fedray.core.kernels import lloyd_stats as lloyd_kernel
+from fedray.core.ops import warn_empty
+from fedray.core.stats import Stats, StatsBlock, total
 
 
 class KMeansParams(CenterParams):
@@ -41,7 +42,7 @@ def lloyd_stats_many(payloads: list[Any], centers: np.ndarray, batch: Any) -> St
 @batched(lloyd_stats_many)
 def lloyd_stats(payload: Any, centers: np.ndarray, client: Any) -> Stats:
     """Per-cluster sums (k, d), counts (k,) and the sum of squared distances for ``centers``
-    (one fused pass over the shard, :func:`fedray.kernels.lloyd_stats`)."""
+    (one fused pass over the shard, :func:`fedray.core.kernels.lloyd_stats`)."""
     sums, counts, sse = lloyd_kernel(client.data.X, centers)
     return Stats(sums=sums[0], counts=counts[0], sse=sse[0])
 
@@ -76,6 +77,6 @@ class FederatedKMeans(CenterAlgorithm):
     @staticmethod
     def central(X: np.ndarray, C0: np.ndarray, params: KMeansParams, rounds: int) -> np.ndarray:
         """The central algorithm on the union from the same start (for baselines)."""
-        from fedray.ops import lloyd
+        from fedray.core.ops import lloyd
 
         return lloyd(X, C0, max_iter=rounds, tol=params.tol ** 2)[0]

@@ -57,7 +57,7 @@ def run_flower(spec: dict[str, Any]) -> dict[str, Any]:
     from flwr.simulation import run_simulation
 
     from fedray.data.federation import ClientSpec, materialize
-    from fedray.ops import assign, cluster_sums
+    from fedray.core.ops import assign, cluster_sums
 
     n_clients, rounds, k = int(spec["clients"]), int(spec["rounds"]), int(spec["k"])
     source = _source(int(spec["points"]), int(spec["features"]), k, int(spec["seed"]))
@@ -138,7 +138,7 @@ def _version(dist: str) -> str:
 def run_fedray(spec: dict[str, Any]) -> dict[str, Any]:
     """The same workload on fedray's ray runtime in this process."""
     import fedray
-    from fedray.session import Session
+    from fedray.api.session import Session
 
     cfg = fedray.make_config({
         "seed": int(spec["seed"]),

@@ -33,7 +33,7 @@ The table is printed and, with ``--out``, written as ``round_overhead.md`` and
 Host reference, measured in the same run before the configurations (so that
 figures from machines of different speed can be compared): in this process, 10^6
 rows x 8 features (64 MB), the best of 5 plain reads (``numpy.sum``) and of 5
-fused statistics passes (``fedray.kernels``, one segment per 1000 rows, K = 8).
+fused statistics passes (``fedray.core.kernels``, one segment per 1000 rows, K = 8).
 Each row of the table then gets
 
 * ``pass_s``     that one-process fused pass scaled to the configuration's rows
@@ -87,7 +87,7 @@ def workload(algorithm: str, backend: str, n_clients: int, clients_per_actor: st
 def run_one(spec: dict[str, Any]) -> dict[str, Any]:
     """Measure one configuration in this process (called in a fresh child process)."""
     import fedray
-    from fedray.sweep import measure_run
+    from fedray.analysis.sweep import measure_run
 
     cfg = fedray.make_config(workload(**spec))
     try:
@@ -160,7 +160,7 @@ def host_reference(algorithms: list[str], repeat: int = 5) -> dict[str, float]:
     read (``read``) and one fused statistics pass per algorithm (K = 8, 1000 rows a segment)."""
     import numpy as np
 
-    from fedray import kernels
+    from fedray.core import kernels
 
     rng = np.random.default_rng(0)
     X = rng.standard_normal((REF_ROWS, 8))

@@ -28,8 +28,8 @@ import numpy as np
 import pandas as pd
 
 import fedray
-from fedray.metrics import best_permutation_distance
-from fedray.ops import assign, fcm
+from fedray.core.metrics import best_permutation_distance
+from fedray.core.ops import assign, fcm
 
 log = logging.getLogger("barcena_fraction")
 

@@ -33,8 +33,8 @@ from typing import Any
 import pandas as pd
 
 from fedray.algorithms.fedcref_report import central_baseline, plot_community_graph, plot_curves
-from fedray.errors import SharedSamplesWarning
-from fedray.session import Session
+from fedray.core.errors import SharedSamplesWarning
+from fedray.api.session import Session
 
 log = logging.getLogger("fedcref_tables")
 

@@ -40,8 +40,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from fedray.metrics import ari_from_table, contingency
-from fedray.session import Session
+from fedray.core.metrics import ari_from_table, contingency
+from fedray.api.session import Session
 
 log = logging.getLogger("flacc_sweeps")
 N_GROUPS = {"rotated": 4, "grouped": 5, "label-swapped": 5, "grouped+rotated": 4}

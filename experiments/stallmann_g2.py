@@ -29,9 +29,9 @@ import pandas as pd
 
 from fedray.data import load_dataset
 from fedray.data.scenarios import g2_config
-from fedray.kselect import central_curve, choose_k, select_k
-from fedray.session import Session
-from fedray.validation import knowledge_gap
+from fedray.analysis.kselect import central_curve, choose_k, select_k
+from fedray.api.session import Session
+from fedray.analysis.validation import knowledge_gap
 
 log = logging.getLogger("stallmann_g2")
 

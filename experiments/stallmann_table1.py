@@ -23,10 +23,10 @@ import numpy as np
 import pandas as pd
 
 from fedray.data.scenarios import MOTIVATIONAL_CENTERS
-from fedray.algorithm import Task
-from fedray.kselect import choose_k, local_index_curve, select_k
-from fedray.session import Session
-from fedray.validation import federated_variance, knowledge_gap
+from fedray.core.contract import Task
+from fedray.analysis.kselect import choose_k, local_index_curve, select_k
+from fedray.api.session import Session
+from fedray.analysis.validation import federated_variance, knowledge_gap
 
 log = logging.getLogger("stallmann_table1")
 

@@ -13,14 +13,15 @@ import logging
 
 from typing import Any
 
-from fedray.algorithm import (Algorithm, FederationInfo, Params, Reply, RoundContext, Task, available_algorithms,
-                              batched, register)
-from fedray.centers import CenterAlgorithm, CenterParams
-from fedray.config import ExperimentConfig, make_config
-from fedray.errors import ConfigError, DataError, EmptyClusterWarning, FedrayError, FedrayWarning, RoundFailedError
-from fedray.results import Result
-from fedray.session import Session, run
-from fedray.stats import Stats, StatsBlock, total
+from fedray.core.contract import Algorithm, FederationInfo, Params, Reply, RoundContext, Task, batched
+from fedray.core.registry import available_algorithms, register
+from fedray.core.centers import CenterAlgorithm, CenterParams
+from fedray.api.config import ExperimentConfig, make_config
+from fedray.core.errors import ConfigError, DataError, EmptyClusterWarning, FedrayError, FedrayWarning, RoundFailedError
+from fedray.api.results import Result
+from fedray.api.session import Session
+from fedray.api.run import run
+from fedray.core.stats import Stats, StatsBlock, total
 
 __version__ = "0.1.0"
 
@@ -29,8 +30,8 @@ logging.getLogger("fedray").addHandler(logging.NullHandler())
 # Public names whose modules are imported on first use: the supervised base pulls in the
 # model catalogue (and, when it trains, torch); arrays and estimators are optional conveniences.
 _LAZY = {
-    "SupervisedAlgorithm": "fedray.supervised",
-    "SupervisedParams": "fedray.supervised",
+    "SupervisedAlgorithm": "fedray.nn.supervised",
+    "SupervisedParams": "fedray.nn.supervised",
     "from_arrays": "fedray.data.arrays",
     "ArrayData": "fedray.data.arrays",
 }

@@ -9,7 +9,7 @@ import pytest
 from sklearn.datasets import load_iris
 
 import fedray
-from fedray.errors import ConfigError, DataError, FedrayError
+from fedray.core.errors import ConfigError, DataError, FedrayError
 
 LOCAL = {"backend": "local"}
 KMEANS = {"name": "kmeans", "params": {"n_clusters": 3, "init": "random-box"}}
@@ -163,7 +163,7 @@ def test_non_finite_value_message_equals_file_data_and_comes_before_ray(tmp_path
         "dataset": f"csv:{path}", "client_column": "site", "label_column": "label"}))
     assert want == "client 1 (b): non-finite value nan in column 'f2' (row 1 of the client's shard); clean or impute the data first (NaN and inf are not allowed)"
 
-    import fedray.session as S
+    import fedray.api.session as S
 
     def no_ray(*a, **k):
         raise AssertionError("Ray was started before the data was checked")
@@ -176,7 +176,7 @@ def test_non_finite_value_message_equals_file_data_and_comes_before_ray(tmp_path
 
 def test_empty_client_and_feature_mismatch_messages_equal_file_data():
     """An empty client and clients with different feature counts fail as they do for file shards."""
-    from fedray.session import check_descriptions
+    from fedray.data.checks import check_descriptions
 
     empty = _message(lambda: fedray.run(algorithm=KMEANS, runtime=LOCAL,
                                         data=fedray.from_arrays([X_IRIS[:50], X_IRIS[50:], np.zeros((0, 4))])))

@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 
 import fedray
-from fedray.supervised import cluster_metrics, cosine_similarities, weighted_average
+from fedray.core.metrics import cluster_metrics
+from fedray.core.ops import cosine_similarities, weighted_average
 from fedray.algorithms.baselines import bipartition, cluster_updates
-from fedray.errors import ConfigError
+from fedray.core.errors import ConfigError
 
 ROTATED = {"dataset": "sklearn:digits", "partition": {"name": "rotated", "samples": [40, 60]}}
 
@@ -53,7 +54,8 @@ def test_weighted_ifca_with_one_model_is_fedavg_bit_for_bit():
 def _fake_round(alg_name: str, params: dict, sizes: list[int]):
     """One aggregation of ``alg_name`` on hand-made replies: client i sends weights all equal to i
     after training on ``sizes[i]`` rows. Returns the server's models."""
-    from fedray.algorithm import FederationInfo, Reply, RoundContext, get_algorithm, make_params
+    from fedray.core.contract import FederationInfo, Reply, RoundContext
+    from fedray.core.registry import get_algorithm, make_params
 
     n = len(sizes)
     info = FederationInfo(n_clients=n, n_features=64, sample_shape=(64,), n_samples=np.array(sizes),
@@ -175,13 +177,13 @@ def test_bad_inputs_are_clear_errors():
 
 
 def test_algorithm_modules_import_without_torch():
-    code = ("import sys, fedray.algorithms.baselines, fedray.supervised, fedray.data.image_federations, "
-            "fedray.plots_cfl; assert 'torch' not in sys.modules, 'torch imported'")
+    code = ("import sys, fedray.algorithms.baselines, fedray.nn.supervised, fedray.data.image_federations, "
+            "fedray.plots.cfl; assert 'torch' not in sys.modules, 'torch imported'")
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
 def test_plots_of_accuracy_and_clusters(tmp_path):
-    from fedray import plots_cfl
+    from fedray.plots import cfl as plots_cfl
 
     res = _run("ifca", {"n_clusters": 2}, rounds=2)
     p1 = plots_cfl.accuracy_over_rounds({"rotated": {"ifca": res.history, "runs": np.array([[0.1, 0.5], [0.2, 0.6]])}},

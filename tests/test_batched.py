@@ -8,11 +8,11 @@ import pandas as pd
 import pytest
 
 import fedray
-from fedray.algorithm import Task, batched
-from fedray.client import ClientHost
+from fedray.core.contract import Task, batched
+from fedray.runtime.host import ClientHost
 from fedray.data.federation import ClientSpec
-from fedray.errors import DataError
-from fedray.stats import Stats
+from fedray.core.errors import DataError
+from fedray.core.stats import Stats
 
 BASE = dict(data={"dataset": "sklearn:wine", "scale": "standard", "partition": {"name": "dirichlet", "alpha": 0.5}},
             federation={"n_clients": 9, "rounds": 5}, seed=3)
@@ -110,7 +110,8 @@ def test_batched_rejects_a_non_function():
 
 # --- the batched forms of the statistics algorithms and the evaluation passes --------------------------------
 def _forms():
-    from fedray import centers, validation
+    from fedray.core import centers
+    from fedray.analysis import validation
     from fedray.algorithms import fcm, fedkmeans, kmeans
 
     return {"lloyd_stats": kmeans.lloyd_stats, "fcm_stats": fcm.fcm_stats,
@@ -144,7 +145,7 @@ def _count_calls(monkeypatch) -> dict[str, list[int]]:
 def test_every_batched_form_gives_the_plain_functions_bits(algorithm, params, used, monkeypatch, caplog):
     calls = _count_calls(monkeypatch)
     kw = dict(algorithm={"name": algorithm, "params": params}, **BASE)
-    with caplog.at_level(logging.DEBUG, logger="fedray.client"):
+    with caplog.at_level(logging.DEBUG, logger="fedray.runtime.host"):
         on = fedray.run(runtime={"backend": "local", "batched": True}, **kw)
     assert "batched client function failed" not in caplog.text  # used, not declined
     assert used <= set(calls), f"batched forms not used: {used - set(calls)}"
@@ -185,7 +186,7 @@ def test_batched_form_on_a_host_equals_the_plain_function_client_by_client(name,
     if payload and "mask" in payload:  # the ring of the clients taking part
         payload = {**payload, "mask": {"seed": 5, "order": list(range(6)) if ids is None else ids}}
     C = np.array([[-3.0, 1.0], [2.0, 2.0], [0.0, -4.0]])
-    with caplog.at_level(logging.DEBUG, logger="fedray.client"):
+    with caplog.at_level(logging.DEBUG, logger="fedray.runtime.host"):
         on = _host_outcomes(True, fn, payload, C, ids=ids)
     assert "batched client function failed" not in caplog.text
     off = _host_outcomes(False, fn, payload, C, ids=ids)
@@ -202,8 +203,8 @@ def test_batched_form_on_a_host_equals_the_plain_function_client_by_client(name,
 
 
 def test_a_stats_block_reply_becomes_one_packed_message_and_per_client_updates():
-    from fedray.client import PackedOutcomes
-    from fedray.stats import StatsBlock
+    from fedray.runtime.host import PackedOutcomes
+    from fedray.core.stats import StatsBlock
 
     @batched(lambda payloads, shared, batch: StatsBlock(n=batch.sizes.astype(float), s=np.ones((len(batch), 2))))
     def fn(payload, shared, client):
@@ -246,7 +247,7 @@ def test_a_batched_form_taking_each_shared_object_covers_clients_of_different_ob
 
 # --- fedray.total: the same bits however the clients are split into blocks ---------------------------------
 def test_total_of_block_rows_does_not_depend_on_how_clients_are_split_among_blocks():
-    from fedray.stats import StatsBlock, total
+    from fedray.core.stats import StatsBlock, total
 
     rng = np.random.default_rng(0)
     n = 40
@@ -267,7 +268,7 @@ def test_total_of_block_rows_does_not_depend_on_how_clients_are_split_among_bloc
 
 
 def test_total_still_rejects_mismatched_statistics_and_empty_input():
-    from fedray.stats import StatsBlock, total
+    from fedray.core.stats import StatsBlock, total
 
     with pytest.raises(ValueError, match="names"):
         total([Stats(a=np.ones(2)), Stats(b=np.ones(2))])
@@ -293,7 +294,7 @@ def test_batched_forms_equal_plain_on_ray_for_any_clients_per_actor(ray_session)
 
 def test_one_task_for_many_clients_travels_as_ids_and_gives_the_same_outcomes():
     from fedray.algorithms.kmeans import lloyd_stats
-    from fedray.client import UniformTasks
+    from fedray.runtime.host import UniformTasks
 
     C = np.array([[-3.0, 1.0], [2.0, 2.0]])
     task = Task(lloyd_stats, None, C)

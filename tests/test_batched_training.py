@@ -1,4 +1,4 @@
-"""Batched local training (fedray.nn.batched, the batched form of fedray.supervised.client_round).
+"""Batched local training (fedray.nn.batched, the batched form of fedray.nn.supervised.client_round).
 
 The clients of a host that train with the base's hooks train together; the result equals the
 per-client loop (runtime.batched = false) up to float rounding, and does not depend on which
@@ -260,10 +260,10 @@ def test_fedcref_autoencoders_train_batched_as_client_by_client(spy):
     import copy
     import warnings
 
-    from fedray.algorithm import Task
+    from fedray.core.contract import Task
     from fedray.algorithms import fedcref_client as fc
-    from fedray.errors import SharedSamplesWarning
-    from fedray.session import Session
+    from fedray.core.errors import SharedSamplesWarning
+    from fedray.api.session import Session
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", SharedSamplesWarning)

@@ -13,13 +13,13 @@ import pandas as pd
 import pytest
 
 import fedray
-from fedray import checkpoint
-from fedray.algorithm import Task
+from fedray.api import checkpoint
+from fedray.core.contract import Task
 from fedray.algorithms.kmeans import FederatedKMeans, lloyd_stats
-from fedray.cli import main
-from fedray.errors import ConfigError
-from fedray.session import Session
-from fedray.stats import Stats, total
+from fedray.tools.cli import main
+from fedray.core.errors import ConfigError
+from fedray.api.session import Session
+from fedray.core.stats import Stats, total
 
 BASE = dict(algorithm={"name": "kmeans", "params": {"n_clusters": 3, "init": "random-box", "tol": 1e-12,
                                                      "max_rounds": 9}},

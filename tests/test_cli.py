@@ -8,7 +8,7 @@ import sys
 import pandas as pd
 import yaml
 
-from fedray.cli import main
+from fedray.tools.cli import main
 
 
 def test_run_yaml_with_overrides_writes_outputs(tmp_path, capsys):

@@ -27,12 +27,12 @@ from pathlib import Path
 import pytest
 
 import raynodes
-from fedray.connect import _translate, check_versions, probe, resolve_address
-from fedray.errors import ConfigError
+from fedray.runtime.connect import _translate, check_versions, probe, resolve_address
+from fedray.core.errors import ConfigError
 
 
 def _fedray(args: list[str], env: dict, cwd: Path, timeout: float = 240) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "fedray.cli", *args], env=env, cwd=cwd, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "fedray.tools.cli", *args], env=env, cwd=cwd, capture_output=True,
                           text=True, timeout=timeout)
 
 

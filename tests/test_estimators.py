@@ -1,4 +1,4 @@
-"""scikit-learn style estimators (fedray.estimators): sklearn conventions, equality with KMeans, fedray.run."""
+"""scikit-learn style estimators (fedray.analysis.estimators): sklearn conventions, equality with KMeans, fedray.run."""
 from __future__ import annotations
 
 import numpy as np
@@ -10,9 +10,8 @@ from sklearn.datasets import load_iris, make_blobs
 from sklearn.utils.estimator_checks import check_estimator, parametrize_with_checks
 
 import fedray
-from fedray.errors import ConfigError, DataError
-from fedray.estimators import (EXPECTED_FAILED_CHECKS, ESTIMATORS, KFED, FedFCM, FederatedFuzzyCMeans, FederatedKMeans,
-                               FederatedMiniBatchKMeans)
+from fedray.core.errors import ConfigError, DataError
+from fedray.analysis.estimators import EXPECTED_FAILED_CHECKS, ESTIMATORS, KFED, FedFCM, FederatedFuzzyCMeans, FederatedKMeans, FederatedMiniBatchKMeans
 
 X_BLOBS, Y_BLOBS = make_blobs(600, n_features=4, centers=5, cluster_std=2.5, random_state=1)
 X_IRIS, Y_IRIS = load_iris(return_X_y=True)

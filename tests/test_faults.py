@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 
 import fedray
-from fedray.errors import ConfigError, RoundFailedError
-from fedray.faults import fault_plan
+from fedray.core.errors import ConfigError, RoundFailedError
+from fedray.layers.faults import fault_plan
 
 LOCAL = {"backend": "local"}
 FAULTS = {"crash_probability": 0.2, "delay_probability": 0.125, "delay_seconds": 5.0}  # 10% of all clients late
@@ -52,7 +52,7 @@ def test_fcm_on_s1_with_crashes_and_stragglers_converges_to_the_fault_free_ari(d
 
 
 def test_fault_plan_is_seeded_and_per_client():
-    from fedray.config import FaultsConfig
+    from fedray.api.config import FaultsConfig
 
     f = FaultsConfig(crash_probability=0.3, delay_probability=0.5, delay_seconds=2.0, crashes=[(4, 7)])
     crash, delay = fault_plan(f, 1, 4, 0, list(range(40)))
@@ -94,10 +94,10 @@ def test_too_few_answers_retry_then_fail_with_a_clear_message():
 
 
 def test_crashed_client_loses_its_state():
-    from fedray.algorithm import Task
-    from fedray.client import ClientHost
+    from fedray.core.contract import Task
+    from fedray.runtime.host import ClientHost
     from fedray.data import ClientSpec
-    from fedray.faults import crash_client
+    from fedray.layers.faults import crash_client
 
     host = ClientHost([ClientSpec(0, {"kind": "blobs", "seed": 0, "alpha": None, "n_centers": 2, "n_features": 2,
                                       "points_per_client": 5, "cluster_std": 1.0, "center_box": (-5, 5)}, None)],
@@ -125,7 +125,7 @@ def test_ray_actor_crashes_and_outside_kills_restart_actors_with_rebuilt_scaled_
     """Three actors of two clients. An actor killed from outside before the run and an injected
     actor crash in round 1 each drop that actor's clients for one round; the restarted actors
     rebuild and rescale their shards, so the run equals a local run without those clients then."""
-    from fedray.session import Session
+    from fedray.api.session import Session
 
     alg = {"name": "kmeans", "params": {"n_clusters": 3, "init": "random-box", "max_rounds": 4, "tol": 1e-12}}
     cfg = fedray.make_config(algorithm=alg, runtime={"backend": "ray", "clients_per_actor": 2, "max_restarts": -1},

@@ -8,7 +8,7 @@ import fedray
 
 
 def reference_fcm(X, V, m, tol, max_iter):
-    """Textbook FCM written independently of fedray.ops."""
+    """Textbook FCM written independently of fedray.core.ops."""
     for _ in range(max_iter):
         d = np.linalg.norm(X[:, None, :] - V[None, :, :], axis=2)
         d = np.maximum(d, np.finfo(float).eps)

@@ -6,8 +6,8 @@ import warnings
 import numpy as np
 import pytest
 
-from fedray.errors import ConfigError, DataError, SharedSamplesWarning
-from fedray.session import Session
+from fedray.core.errors import ConfigError, DataError, SharedSamplesWarning
+from fedray.api.session import Session
 
 TINY = {"hidden": [16, 8], "local_epochs": 2, "fed_rounds": 2, "max_iterations": 2, "batch_size": 32}
 
@@ -107,7 +107,8 @@ def test_oracle_association_is_pure_and_ablation_has_no_edges():
 
 
 def test_dirty_init_needs_labels():
-    from fedray.algorithm import FederationInfo, get_algorithm, make_params
+    from fedray.core.contract import FederationInfo
+    from fedray.core.registry import get_algorithm, make_params
 
     info = FederationInfo(n_clients=2, n_features=4, sample_shape=(4,), n_samples=np.array([5, 5]),
                           feature_min=np.zeros(4), feature_max=np.ones(4), has_labels=False)
@@ -174,7 +175,7 @@ def test_cli_says_in_one_line_each_that_no_community_formed_and_no_client_stayed
     path = tmp_path / "fedcref.yaml"
     path.write_text(yaml.safe_dump(cfg))
     out = tmp_path / "out"
-    code = "import sys; from fedray.cli import main; sys.exit(main(sys.argv[1:]))"
+    code = "import sys; from fedray.tools.cli import main; sys.exit(main(sys.argv[1:]))"
     proc = subprocess.run([sys.executable, "-W", "ignore::UserWarning", "-c", code, "run", str(path), "--out",
                            str(out), "-q"], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr

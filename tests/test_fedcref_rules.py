@@ -8,7 +8,7 @@ import pytest
 
 from fedray.algorithms.fedcref_rules import (align_labels, association_quality, association_statistic, communities,
                                              global_stop, link_clusters, refine_labels, stability)
-from fedray.errors import ConfigError
+from fedray.core.errors import ConfigError
 
 
 def test_statistic_is_percentile_of_minmax_normalised_differences():

@@ -6,9 +6,9 @@ import pytest
 
 import fedray
 from fedray.data.scenarios import MOTIVATIONAL_CENTERS
-from fedray.errors import ConfigError, DataError
-from fedray.ops import fcm
-from fedray.validation import center_distances
+from fedray.core.errors import ConfigError, DataError
+from fedray.core.ops import fcm
+from fedray.analysis.validation import center_distances
 
 MOTIVATIONAL = {"dataset": "scenario:stallmann-motivational"}
 LOCAL = {"backend": "local", "progress": False}
@@ -41,7 +41,7 @@ def test_one_round_is_local_fcm_to_convergence_from_the_global_centres():
     local = np.vstack([fcm(X, C0, m=2.0, tol=1e-5, max_iter=1000)[0] for X in shards])
     # the server's k-means, warm-started from C0, groups the 9 local centres: each global centre
     # is the mean of the local centres nearest to it
-    from fedray.ops import lloyd
+    from fedray.core.ops import lloyd
 
     np.testing.assert_allclose(res.model["centers"], lloyd(local, C0)[0], atol=1e-12)
 

@@ -7,8 +7,8 @@ import pytest
 import fedray
 from fedray.algorithms.fedkmeans import client_minibatch_kmeans
 from fedray.data import load_dataset
-from fedray.errors import ConfigError
-from fedray.server import Server
+from fedray.core.errors import ConfigError
+from fedray.loop.server import Server
 
 
 class _Client:
@@ -98,8 +98,8 @@ def test_cluster_that_stays_small_is_reassigned():
 def test_small_means_under_one_percent_of_all_points_not_of_the_round(base, reassigned):
     """The paper's rule: size < 0.01 * sum_i |P_i| over every client. A cluster with 1 of the
     50 points of the one sampled client (2 % of the round, 0.67 % of all 150) is small."""
-    from fedray.algorithm import Reply, RoundContext
-    from fedray.stats import Stats
+    from fedray.core.contract import Reply, RoundContext
+    from fedray.core.stats import Stats
 
     cfg = fedray.make_config(algorithm={"name": "fedkmeans", "params": {
         "n_clusters": 2, "init": [[5.0, 3.0, 1.5, 0.2], [6.5, 3.0, 5.5, 2.0]], "reassign_after": 1,

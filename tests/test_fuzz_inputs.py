@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import fedray
-from fedray.errors import FedrayError
+from fedray.core.errors import FedrayError
 
 TIME_LIMIT_S = 30  # per example; a run of these sizes takes well under a second
 ALGORITHMS = ["kmeans", "federated-fcm", "fedkmeans", "kfed", "fedfcm"]

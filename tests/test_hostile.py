@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 import fedray
-from fedray import checkpoint
-from fedray.errors import ConfigError
+from fedray.api import checkpoint
+from fedray.core.errors import ConfigError
 
-CLI = [sys.executable, "-c", "import sys; from fedray.cli import main; sys.exit(main())"]
+CLI = [sys.executable, "-c", "import sys; from fedray.tools.cli import main; sys.exit(main())"]
 
 
 class _Payload:
@@ -96,7 +96,7 @@ def test_a_non_empty_output_folder_is_refused_before_ray_starts(tmp_path, monkey
     out = tmp_path / "out"
     out.mkdir()
     (out / "messages.parquet").write_bytes(b"old run")
-    import fedray.session as S
+    import fedray.api.session as S
 
     monkeypatch.setattr(S, "ensure_ray", lambda *a, **k: pytest.fail("Ray started before the output check"))
     with pytest.raises(ConfigError, match=r"is not empty \(1 entries\).*--overwrite") as err:
@@ -340,8 +340,8 @@ def test_late_tasks_spilling_into_later_rounds_are_counted_apart_from_stragglers
 def test_calls_to_stuck_actors_fail_within_call_timeout(ray_session):
     import ray
 
-    from fedray.faults import delayed
-    from fedray.session import _moments
+    from fedray.layers.faults import delayed
+    from fedray.api.session import _moments
 
     with fedray.Session(RCFG, runtime={**RCFG["runtime"], "call_timeout": 2.0}) as s:
         sleepy = fedray.Task(delayed, {"delay": 6.0, "fn": _moments, "payload": None})
@@ -353,9 +353,9 @@ def test_calls_to_stuck_actors_fail_within_call_timeout(ray_session):
 
 
 def test_a_stalled_round_without_round_timeout_is_reported(ray_session, monkeypatch, caplog):
-    from fedray import runtime
-    from fedray.faults import delayed
-    from fedray.session import _moments
+    from fedray.runtime.executor import executor as runtime
+    from fedray.layers.faults import delayed
+    from fedray.api.session import _moments
 
     monkeypatch.setattr(runtime, "STALL_FIRST_S", 1.0)
     with fedray.Session(RCFG) as s:
@@ -368,9 +368,9 @@ def test_a_stalled_round_without_round_timeout_is_reported(ray_session, monkeypa
 
 
 def test_a_checkpoint_blocked_by_a_stuck_actor_is_skipped_not_hung(ray_session, tmp_path, checkpoint_key, caplog):
-    from fedray.checkpoint import Checkpointer
-    from fedray.faults import delayed
-    from fedray.session import _moments
+    from fedray.api.checkpoint import Checkpointer
+    from fedray.layers.faults import delayed
+    from fedray.api.session import _moments
 
     cfg = fedray.make_config(RCFG, runtime={**RCFG["runtime"], "call_timeout": 1.5}, checkpoint={"every": 1})
     with fedray.Session(cfg) as s:

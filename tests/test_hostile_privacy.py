@@ -13,13 +13,13 @@ import pandas as pd
 import pytest
 
 import fedray
-from fedray.algorithm import Task
-from fedray.errors import ConfigError, RoundFailedError
-from fedray.messages import find_own_rows
-from fedray.privacy import MOD, PrivacyLayer, decode
-from fedray.seeding import client_rng
-from fedray.session import Session
-from fedray.stats import Stats
+from fedray.core.contract import Task
+from fedray.core.errors import ConfigError, RoundFailedError
+from fedray.layers.messages import find_own_rows
+from fedray.layers.privacy import MOD, PrivacyLayer, decode
+from fedray.core.seeding import client_rng
+from fedray.api.session import Session
+from fedray.core.stats import Stats
 
 LOCAL = {"backend": "local"}
 START = [[-6.0, -6.0], [-6.0, 6.0], [6.0, -6.0], [6.0, 6.0]]
@@ -76,7 +76,7 @@ def test_the_server_cannot_compute_a_surviving_clients_mask():
     masked messages and even the survivors' self-masks (which the server reconstructs), one
     client's message does not unmask; the old seed-keyed derivation does not unmask it either.
     The attack harness is checked by unmasking with the client's own secret key."""
-    from fedray.privacy import pair_seed, prg
+    from fedray.layers.privacy import pair_seed, prg
 
     with _session() as s:
         layer = PrivacyLayer(s.executor, s.config.privacy, s.config.seed)
@@ -211,7 +211,7 @@ def test_set_up_under_privacy_sends_no_per_client_sums_or_extremes(tmp_path):
 
 
 def test_projection_and_density_under_privacy_do_not_send_a_one_row_clients_row(tmp_path, monkeypatch):
-    from fedray.runtime import LocalExecutor
+    from fedray.runtime.local import LocalExecutor
 
     data = {"dataset": _sites(tmp_path, {"big": 40, "mid": 20, "one": 1}, d=3), "client_column": "site"}
     kw = dict(algorithm={"name": "kmeans"}, data=data, federation={"n_clients": None}, runtime=LOCAL)

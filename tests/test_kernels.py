@@ -1,4 +1,4 @@
-"""The fused row kernels (fedray.kernels): the compiled and the numpy implementation give the
+"""The fused row kernels (fedray.core.kernels): the compiled and the numpy implementation give the
 same bits, a segment's statistics do not depend on the other segments of the call, and the
 statistics are the textbook ones."""
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fedray import kernels
+from fedray.core import kernels
 
 
 def _data(seed: int, rows: int = 3000, d: int = 5, k: int = 6) -> tuple[np.ndarray, np.ndarray]:

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import fedray
-from fedray.errors import ConfigError, DataError
+from fedray.core.errors import ConfigError, DataError
 
 
 def _cfg(params, n_clients=8, **extra):
@@ -25,10 +25,10 @@ def test_one_shot_recovers_heterogeneous_blobs():
 
 
 def test_server_clusters_exactly_the_local_centres():
-    from fedray.algorithm import Task
-    from fedray.centers import local_centers
-    from fedray.ops import kmeans
-    from fedray.seeding import server_rng
+    from fedray.core.contract import Task
+    from fedray.core.centers import local_centers
+    from fedray.core.ops import kmeans
+    from fedray.core.seeding import server_rng
 
     cfg = _cfg({"n_clusters": 6, "local_clusters": 4})
     with fedray.Session(cfg) as s:

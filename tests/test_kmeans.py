@@ -7,7 +7,7 @@ from sklearn.cluster import KMeans
 
 import fedray
 from fedray.data import load_dataset
-from fedray.errors import EmptyClusterWarning
+from fedray.core.errors import EmptyClusterWarning
 
 
 def _union(session):

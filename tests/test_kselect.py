@@ -8,8 +8,8 @@ import pandas as pd
 import pytest
 
 import fedray
-from fedray.errors import ConfigError, DataError
-from fedray.kselect import central_curve, choose_k, select_k
+from fedray.core.errors import ConfigError, DataError
+from fedray.analysis.kselect import central_curve, choose_k, select_k
 
 LOCAL = {"backend": "local", "progress": False}
 MOTIVATIONAL = {"algorithm": {"name": "fedfcm"}, "data": {"dataset": "scenario:stallmann-motivational"},
@@ -57,7 +57,7 @@ def test_the_central_k5_optimum_is_found_for_every_seed():
 
 
 def test_one_session_serves_every_k(monkeypatch):
-    import fedray.session as session_mod
+    import fedray.api.session as session_mod
 
     built = []
     orig = session_mod.Session.__init__
@@ -68,8 +68,8 @@ def test_one_session_serves_every_k(monkeypatch):
 
     monkeypatch.setattr(session_mod.Session, "__init__", counting)
     descriptions = []
-    orig_describe = fedray.runtime.LocalExecutor.describe
-    monkeypatch.setattr(fedray.runtime.LocalExecutor, "describe",
+    orig_describe = fedray.runtime.executor.LocalExecutor.describe
+    monkeypatch.setattr(fedray.runtime.executor.LocalExecutor, "describe",
                         lambda self: descriptions.append(1) or orig_describe(self))
     sel = select_k(MOTIVATIONAL, k_min=2, k_max=4, central=False, local=False)
     assert len(built) == 1 and len(descriptions) == 1
@@ -114,7 +114,7 @@ def test_bad_input_is_a_clear_error(kw, err, match):
 
 
 def test_algorithm_without_n_clusters_is_refused(monkeypatch):
-    import fedray.algorithm as A
+    import fedray.core.contract as A
 
     class _NoK(A.Algorithm):
         name = "_test-no-k"
@@ -126,7 +126,7 @@ def test_algorithm_without_n_clusters_is_refused(monkeypatch):
 
 
 def test_cli_select_k(tmp_path, capsys):
-    from fedray.cli import main
+    from fedray.tools.cli import main
 
     cfg = tmp_path / "mot.yaml"
     cfg.write_text(fedray.make_config(MOTIVATIONAL).to_yaml())

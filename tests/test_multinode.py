@@ -117,7 +117,7 @@ DRIVER = """
 import json, sys
 import ray
 import fedray
-import fedray.shipping
+import fedray.runtime.shipping
 
 addresses, config, algorithms, runs = (json.loads(a) for a in sys.argv[1:5])
 out = {}
@@ -131,7 +131,7 @@ for key, name, via in runs:
         out[key] = {"placed": placed, "nodes": nodes, "centers": result.centers.tolist(),
                     "history": result.history.drop(columns=["wall_s"]).select_dtypes("number").to_dict("list"),
                     # per actor, or (Ray Client) in the job's runtime_env given when fedray connected
-                    "shipped": (session.runtime_env or fedray.shipping._client_job_env or {}).get("py_modules", [])}
+                    "shipped": (session.runtime_env or fedray.runtime.shipping._client_job_env or {}).get("py_modules", [])}
 print("RESULT " + json.dumps(out), flush=True)
 """
 

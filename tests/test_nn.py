@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from fedray.errors import ConfigError
+from fedray.core.errors import ConfigError
 from fedray.nn import check_model, model_spec, resolve_model_name
 from fedray.nn.models import build_model, n_parameters
 from fedray.nn.split import client_split, split_rows
@@ -147,7 +147,7 @@ def test_threads_follow_the_cpus_ray_gives_the_actor(ray_session):
 
 class _Client:
     def __init__(self, X, y, cid=0, seed=0, meta=None):
-        from fedray.client import ClientData
+        from fedray.runtime.host import ClientData
 
         self.data = ClientData(X, y, (X.shape[1],))
         self.labels = y

@@ -17,9 +17,9 @@ from matplotlib.figure import Figure
 from matplotlib.patches import FancyBboxPatch
 from matplotlib.text import Text
 
-from fedray import plots, plots_cfl
-from fedray.kselect import KSelection, k_selection_figure, plot_k_selection
-from fedray.sweep import plot_sweep, sweep_figure
+from fedray.plots import cfl as plots_cfl, style as plots
+from fedray.analysis.kselect import KSelection, k_selection_figure, plot_k_selection
+from fedray.analysis.sweep import plot_sweep, sweep_figure
 
 
 # --- synthetic inputs ----------------------------------------------------------------

@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 import fedray
-from fedray.errors import ConfigError
+from fedray.core.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -148,7 +148,7 @@ def test_plugin_runs_from_the_cli_on_local_and_ray_with_identical_results(tmp_pa
     for backend in ("local", "ray"):
         out = tmp_path / backend
         proc = subprocess.run(
-            [sys.executable, "-c", "import sys; from fedray.cli import main; sys.exit(main())", "run", "-q",
+            [sys.executable, "-c", "import sys; from fedray.tools.cli import main; sys.exit(main())", "run", "-q",
              "--set", "algorithm.name=cli_toy_plugin:FederatedMoments", "--set", f"runtime.backend={backend}",
              "--set", "runtime.num_cpus=1" if backend == "ray" else "runtime.progress=false",
              "--set", "data.dataset=sklearn:wine", "--out", str(out)],
@@ -197,7 +197,7 @@ def test_bad_references_are_one_line_errors_before_any_data(tmp_path, monkeypatc
 
 
 def test_cli_reports_a_bad_reference_in_one_line_without_traceback(tmp_path):
-    proc = subprocess.run([sys.executable, "-c", "import sys; from fedray.cli import main; sys.exit(main())",
+    proc = subprocess.run([sys.executable, "-c", "import sys; from fedray.tools.cli import main; sys.exit(main())",
                            "run", "--set", "algorithm.name=nowhere_xyz:Algo"], cwd=tmp_path,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
@@ -215,21 +215,21 @@ def test_installed_plugins_are_found_by_entry_point(tmp_path, monkeypatch):
     (info / "entry_points.txt").write_text("[fedray.algorithms]\ntoy-moments = fedray_toy_pkg:FederatedMoments\n"
                                            "toy-broken = fedray_toy_pkg:nothing_here\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    from fedray.plugins import entry_points
+    from fedray.core.plugins import entry_points
 
     assert entry_points()["toy-moments"].value == "fedray_toy_pkg:FederatedMoments"
     res = fedray.run(CFG, algorithm={"name": "toy-moments"}, runtime={"backend": "local"}, output=False)
     np.testing.assert_allclose(res.model["mean"], _pooled("wine").mean(axis=0), rtol=1e-12)
     with pytest.raises(ConfigError, match="the installed plug-in 'toy-broken'.*failed to load"):
         fedray.make_config(algorithm={"name": "toy-broken"})
-    listing = subprocess.run([sys.executable, "-c", "import sys; from fedray.cli import main; sys.exit(main())",
+    listing = subprocess.run([sys.executable, "-c", "import sys; from fedray.tools.cli import main; sys.exit(main())",
                               "list"], env={**os.environ, "PYTHONPATH": str(tmp_path)}, capture_output=True,
                              text=True, timeout=120)
     assert "toy-moments" in listing.stdout and "fedray_toy_pkg:FederatedMoments" in listing.stdout
 
 
 def test_plugin_modules_names_what_must_travel_to_the_nodes(toy_module):
-    from fedray.plugins import plugin_modules
+    from fedray.core.registry import plugin_modules
 
     assert plugin_modules(fedray.make_config(algorithm={"name": "kmeans"})) == []
     cfg = fedray.make_config(algorithm={"name": f"{toy_module}:FederatedMoments"})

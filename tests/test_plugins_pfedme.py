@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 import fedray
-from fedray.errors import ConfigError, SharedSamplesWarning
-from fedray.supervised import ClientContext
+from fedray.core.errors import ConfigError, SharedSamplesWarning
+from fedray.nn.supervised_client import ClientContext
 
 from examples.plugins.pfedme import KEY, PFedMe
 
@@ -156,7 +156,7 @@ def test_unstable_steps_and_adam_are_refused_in_one_line(params, match):
 
 def test_pfedme_imports_only_public_names():
     tree = ast.parse((REPO / "examples" / "plugins" / "pfedme.py").read_text())
-    allowed = {"__future__", "secrets", "typing", "numpy", "pydantic", "torch", "fedray", "fedray.supervised"}
+    allowed = {"__future__", "secrets", "typing", "numpy", "pydantic", "torch", "fedray", "fedray.nn.supervised"}
     mods = [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
     mods += [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
     assert set(mods) <= allowed

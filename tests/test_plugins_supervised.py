@@ -14,8 +14,9 @@ import numpy as np
 import pytest
 
 import fedray
-from fedray.errors import ConfigError, SharedSamplesWarning
-from fedray.supervised import ClientContext, SupervisedAlgorithm, client_round
+from fedray.core.errors import ConfigError, SharedSamplesWarning
+from fedray.nn.supervised_client import ClientContext, client_round
+from fedray.nn.supervised import SupervisedAlgorithm
 
 REPO = Path(__file__).resolve().parents[1]
 PLUGINS = REPO / "examples" / "plugins"
@@ -255,7 +256,7 @@ def test_plugins_and_model_factory_give_the_same_bits_on_ray(ray_session):
 
 
 # --- the plug-ins use only the public API ----------------------------------------------------
-PUBLIC_MODULES = {"fedray", "fedray.supervised"}
+PUBLIC_MODULES = {"fedray", "fedray.nn.supervised"}
 
 
 @pytest.mark.parametrize("name", ["fedprox.py", "perfedavg.py", "pfedme.py", "models.py"])

@@ -10,9 +10,9 @@ import pandas as pd
 import pytest
 
 import fedray
-from fedray.errors import ConfigError
-from fedray.privacy import MOD, SCALE, MaskedStats, decode, mask_peers, rdp_epsilon
-from fedray.stats import Stats
+from fedray.core.errors import ConfigError
+from fedray.layers.privacy import MOD, SCALE, MaskedStats, decode, mask_peers, rdp_epsilon
+from fedray.core.stats import Stats
 
 LOCAL = {"backend": "local"}
 # An explicit start: under privacy the random box comes from secure moments, not clients' extremes.
@@ -89,7 +89,7 @@ def test_mask_peers_are_symmetric_and_every_mask_cancels():
 
 
 def test_fixed_point_encoding_is_exact_to_2_pow_minus_64():
-    from fedray.privacy import encode
+    from fedray.layers.privacy import encode
 
     x = np.array([0.1, -3.5e9, 1e-12, 123456.789, -0.0])
     back = decode([v % MOD for v in encode(x)])

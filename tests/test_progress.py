@@ -19,10 +19,10 @@ import pytest
 import yaml
 
 import fedray
-from fedray.algorithm import Algorithm
-from fedray.stats import Stats, total
+from fedray.core.contract import Algorithm
+from fedray.core.stats import Stats, total
 
-CLI = [sys.executable, "-c", "import sys; from fedray.cli import main; sys.exit(main())"]
+CLI = [sys.executable, "-c", "import sys; from fedray.tools.cli import main; sys.exit(main())"]
 
 
 def test_non_tty_runs_log_progress_lines_with_a_total(tmp_path):
@@ -132,9 +132,9 @@ PLUGINS = ("examples.plugins.fedprox:FedProx", "examples.plugins.kmedians:Federa
 
 
 def test_describe_works_for_every_listed_name():
-    from fedray.algorithm import available_algorithms
+    from fedray.core.registry import available_algorithms
     from fedray.data import available_datasets, available_partitions
-    from fedray.describe import SECTIONS, describable_names, describe
+    from fedray.tools.describe import SECTIONS, describable_names, describe
     from fedray.nn import available_models
 
     names = describable_names()
@@ -155,8 +155,8 @@ def test_describe_works_for_every_listed_name():
 def test_every_parameter_of_every_name_has_a_meaning(name):
     """Each field of each algorithm's Params, each partition, federation and data-set option and each
     configuration key has a one-line meaning, and `describe` shows it."""
-    from fedray.algorithm import available_algorithms
-    from fedray.describe import describable_names, description, describe
+    from fedray.core.registry import available_algorithms
+    from fedray.tools.describe import describable_names, description, describe
 
     # Classes other tests registered in this process (toy plug-ins) are not the project's names.
     foreign = {n for n, cls in available_algorithms().items() if not cls.__module__.startswith("fedray.")}
@@ -171,7 +171,7 @@ def test_every_parameter_of_every_name_has_a_meaning(name):
 
 
 def test_meanings_come_from_field_descriptions_and_numpydoc_parameters():
-    from fedray.describe import description, doc_parameters
+    from fedray.tools.describe import description, doc_parameters
 
     rows = {r.key: r for r in description("flacc").rows}
     assert rows["algorithm.params.alpha_0"].meaning.startswith("α₀")  # the paper's symbol
@@ -231,7 +231,7 @@ def test_rays_worker_pool_note_is_quiet_unless_verbose(capsys, caplog):
     pytest.importorskip("ray")
     from ray._private import worker as ray_worker
 
-    from fedray.connect import WORKER_POOL_NOTE, quiet_worker_pool_note
+    from fedray.runtime.connect import WORKER_POOL_NOTE, quiet_worker_pool_note
 
     quiet_worker_pool_note()
     quiet_worker_pool_note()  # wraps once
@@ -255,7 +255,7 @@ def test_a_shared_samples_note_is_one_warning_and_no_log_line(caplog, partition)
     import warnings
 
     from fedray.data.federation import build_federation
-    from fedray.errors import SharedSamplesWarning
+    from fedray.core.errors import SharedSamplesWarning
 
     cfg = fedray.make_config(data={"dataset": "sklearn:digits", "partition": partition},
                              federation={"n_clients": 20}, runtime={"backend": "local"})
@@ -268,7 +268,7 @@ def test_a_shared_samples_note_is_one_warning_and_no_log_line(caplog, partition)
 
 
 def test_verbosity_is_accepted_before_and_after_the_command():
-    from fedray.cli import build_parser
+    from fedray.tools.cli import build_parser
 
     p = build_parser()
     assert p.parse_args(["list"]).verbose == 0
@@ -282,8 +282,8 @@ def test_verbosity_is_accepted_before_and_after_the_command():
                                         ("scenario:nope", "choose one of scenario:stallmann-motivational"),
                                         ("sklearn:foo", "choose one of sklearn:iris")])
 def test_describe_refuses_hostile_names_in_one_short_line(name, says):
-    from fedray.describe import describe
-    from fedray.errors import ConfigError
+    from fedray.tools.describe import describe
+    from fedray.core.errors import ConfigError
 
     with pytest.raises(ConfigError) as err:
         describe(name)
@@ -292,7 +292,7 @@ def test_describe_refuses_hostile_names_in_one_short_line(name, says):
 
 
 def test_describe_tells_what_file_data_sets_take():
-    from fedray.describe import describe
+    from fedray.tools.describe import describe
 
     assert "data.label_column" in describe("csv:sales.csv") and "data.data_dir" in describe("benchmark:sipu/s1")
 
@@ -301,7 +301,7 @@ def test_a_notebook_gets_the_widget_bar_and_lines_without_ipywidgets(monkeypatch
     """In Jupyter the bar is tqdm's notebook widget (ipywidgets, in the notebooks and test extras);
     without ipywidgets the same run logs lines instead of a text bar or tqdm's warning."""
     pytest.importorskip("ipywidgets")
-    from fedray import progress
+    from fedray.api import progress
 
     monkeypatch.setattr(progress, "in_notebook", lambda: True)
     bar = progress.Progress("kmeans", 4)
@@ -309,7 +309,7 @@ def test_a_notebook_gets_the_widget_bar_and_lines_without_ipywidgets(monkeypatch
     bar.update({"phase": "train", "objective": 1.5})
     bar.close()
     monkeypatch.setattr(progress, "_has_widgets", lambda: False)
-    with caplog.at_level("INFO", logger="fedray.progress"):
+    with caplog.at_level("INFO", logger="fedray.api.progress"):
         lines = progress.Progress("kmeans", 4)
         lines.update({"phase": "train", "objective": 1.5})
     assert lines.mode == "lines" and lines.bar is None

@@ -1,4 +1,4 @@
-"""A round's replies kept column-wise (fedray.algorithm.Replies): a list of Reply to every
+"""A round's replies kept column-wise (fedray.core.contract.Replies): a list of Reply to every
 reader, the same sums as the Reply objects give, and no per-client object unless read."""
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 import fedray
-from fedray.algorithm import Replies, Reply, reply_columns
-from fedray.stats import StatsBlock
+from fedray.core.replies import Replies, reply_columns
+from fedray.core.contract import Reply
+from fedray.core.stats import StatsBlock
 
 
 def _host(ids: list[int], seed: int) -> tuple[np.ndarray, StatsBlock, np.ndarray, np.ndarray]:

@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 import fedray
-from fedray.runtime import resolve_layout
+from fedray.runtime.ray_executor import resolve_layout
 
 BASE = dict(algorithm={"name": "kmeans", "params": {"n_clusters": 4}},
             data={"dataset": "blobs", "options": {"n_centers": 4, "points_per_client": 120}},
@@ -30,7 +30,7 @@ def test_local_and_ray_give_identical_history_and_centres(ray_session, algorithm
 
 
 def test_sampling_is_seeded_and_sized():
-    from fedray.seeding import sample_clients
+    from fedray.core.seeding import sample_clients
 
     a = sample_clients(5, 3, 100, 0.25)
     assert len(a) == 25 and len(set(a.tolist())) == 25
@@ -72,8 +72,8 @@ def test_client_actors_import_torch_early_for_neural_methods_and_never_for_clust
     first round); a clustering session leaves torch out of its actors until a neural run asks."""
     import warnings
 
-    from fedray.errors import SharedSamplesWarning
-    from fedray.session import Session
+    from fedray.core.errors import SharedSamplesWarning
+    from fedray.api.session import Session
 
     data = {"dataset": "sklearn:digits", "partition": {"name": "rotated", "samples": [30, 40]}}
     base = dict(data=data, federation={"n_clients": 4, "rounds": 1}, runtime={"backend": "ray", "progress": False})

@@ -1,4 +1,4 @@
-"""Code shipping (fedray.shipping) and slim installs (fedray.extras).
+"""Code shipping (fedray.runtime.shipping) and slim installs (fedray.core.extras).
 
 * The staged copy of fedray is importable as installed: it holds fedray.actors and
   fedray.algorithms (which live outside fedray/ in the checkout), no bytecode, and its
@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 
 import fedray
-from fedray.errors import ConfigError
-from fedray.shipping import code_paths, fedray_package_dir, merge_runtime_env
+from fedray.core.errors import ConfigError
+from fedray.runtime.shipping import code_paths, fedray_package_dir, merge_runtime_env
 
 
 def test_staged_fedray_is_the_installed_layout(tmp_path, monkeypatch):
@@ -36,7 +36,7 @@ def test_staged_fedray_is_the_installed_layout(tmp_path, monkeypatch):
     import sysconfig
 
     code = ("import sys; sys.path[:0] = [sys.argv[1]]; sys.path.append(sys.argv[2]); "
-            "import fedray.actors.client_actor, fedray.algorithms.kmeans, fedray.session; print(fedray.__file__)")
+            "import fedray.actors.client_actor, fedray.algorithms.kmeans, fedray.api.session; print(fedray.__file__)")
     out = subprocess.run([sys.executable, "-S", "-c", code, str(staged.parent), sysconfig.get_paths()["purelib"]],
                          capture_output=True, text=True, cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-2000:]
@@ -124,7 +124,7 @@ def test_neural_algorithm_without_torch_names_the_extra_before_ray_starts():
         import sys
         sys.modules["torch"] = None  # as if torch were not installed
         import fedray
-        from fedray.cli import main
+        from fedray.tools.cli import main
         for name in {NEURAL!r}:
             try:
                 fedray.make_config(algorithm={{"name": name}}, runtime={{"backend": "ray"}})

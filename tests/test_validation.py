@@ -6,11 +6,9 @@ import pytest
 from sklearn.metrics import davies_bouldin_score
 
 import fedray
-from fedray.errors import ConfigError, DataError
-from fedray.ops import assign, fcm_memberships, lloyd
-from fedray.validation import (MASK_MODULUS, center_distances, crisp_davies_bouldin, federated_crisp_db,
-                               federated_fuzzy_db, federated_variance, fuzzy_davies_bouldin, fuzzy_db_stats,
-                               knowledge_gap, total_count)
+from fedray.core.errors import ConfigError, DataError
+from fedray.core.ops import assign, fcm_memberships, lloyd
+from fedray.analysis.validation import MASK_MODULUS, center_distances, crisp_davies_bouldin, federated_crisp_db, federated_fuzzy_db, federated_variance, fuzzy_davies_bouldin, fuzzy_db_stats, knowledge_gap, total_count
 
 LOCAL = {"backend": "local", "progress": False}
 

@@ -24,7 +24,7 @@ On the local runtime the clients hold read-only views of the arrays given
 Every check of file data applies with the same message (non-finite values, clients
 with no samples, clients with different numbers of features); malformed input
 (ragged lists, mismatched lengths, no rows, 3-D arrays, strings) is a one-line
-:class:`~fedray.errors.DataError` or :class:`~fedray.errors.ConfigError`.
+:class:`~fedray.core.errors.DataError` or :class:`~fedray.core.errors.ConfigError`.
 """
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from fedray.errors import ConfigError, DataError
+from fedray.core.errors import ConfigError, DataError
 
 _EXACT_INT = 2**53  # integers beyond this do not convert to float64 exactly
 
@@ -121,7 +121,7 @@ class ArrayData:
         """
         from fedray.data.federation import ClientSpec, Federation
         from fedray.data.partitions import partition_indices
-        from fedray.seeding import data_rng
+        from fedray.core.seeding import data_rng
 
         if self.shards is not None:
             shards = self.shards
@@ -146,8 +146,8 @@ class ArrayData:
 
 def _precheck(specs: list[Any]) -> None:
     """The session's data checks, run here before any runtime starts (same messages)."""
-    from fedray.client import describe_shard
-    from fedray.session import check_descriptions
+    from fedray.data.checks import describe_shard
+    from fedray.data.checks import check_descriptions
 
     check_descriptions([describe_shard(s.client_id, s.name, s.source["shard"][0], None, s.source["features"],
                                        moments=False) for s in specs])

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from fedray.errors import ConfigError, DataError
+from fedray.core.errors import ConfigError, DataError
 
 DATA_DIR_ENV = "FEDRAY_DATA_DIR"
 SKLEARN_SETS = ("iris", "wine", "digits", "breast_cancer")

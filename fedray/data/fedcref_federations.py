@@ -9,7 +9,7 @@ drawn without replacement from the rest of the class.
 
 When a class has fewer samples than its holders need (MNIST's 10,000 test images
 with 20 clients and S = 300, or ``sklearn:digits``), the draw wraps around the
-class's samples and clients share samples: a :class:`~fedray.errors.SharedSamplesWarning`
+class's samples and clients share samples: a :class:`~fedray.core.errors.SharedSamplesWarning`
 is issued and ``Federation.notes`` says how many draws were repeats.
 
 Each client's classes are recorded in ``ClientSpec.meta["classes"]``, for
@@ -25,8 +25,8 @@ import numpy as np
 
 from fedray.data.datasets import Dataset, resolve_data_dir
 from fedray.data.federation import ClientSpec, Federation, register_federation_builder
-from fedray.errors import ConfigError, DataError, SharedSamplesWarning
-from fedray.seeding import data_rng
+from fedray.core.errors import ConfigError, DataError, SharedSamplesWarning
+from fedray.core.seeding import data_rng
 
 log = logging.getLogger(__name__)
 

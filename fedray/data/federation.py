@@ -16,8 +16,8 @@ import numpy as np
 
 from fedray.data.datasets import _is_numeric, check_columns, check_dataset_name, load_dataset, read_table, resolve_data_dir, table_feature_columns
 from fedray.data.partitions import partition_indices
-from fedray.errors import ConfigError, DataError
-from fedray.seeding import data_rng
+from fedray.core.errors import ConfigError, DataError
+from fedray.core.seeding import data_rng
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ reserve (``test_fraction`` of it) and a training pool; test rows are drawn from
 the reserves only, training rows from the training pools only. Clients draw
 without replacement until a pool runs out; only then do they share samples (a
 small pool such as the 1797 digits), which emits a
-:class:`~fedray.errors.SharedSamplesWarning` and a note in ``Federation.notes``.
+:class:`~fedray.core.errors.SharedSamplesWarning` and a note in ``Federation.notes``.
 A client never holds the same sample twice; a client that asks for more rows of
 its labels than the pool has gets the whole pool (noted as well).
 
@@ -49,8 +49,8 @@ import numpy as np
 
 from fedray.data.datasets import Dataset, resolve_data_dir
 from fedray.data.federation import ClientSpec, Federation, register_federation_builder, register_transform
-from fedray.errors import ConfigError, DataError, SharedSamplesWarning
-from fedray.seeding import data_rng
+from fedray.core.errors import ConfigError, DataError, SharedSamplesWarning
+from fedray.core.seeding import data_rng
 
 log = logging.getLogger(__name__)
 

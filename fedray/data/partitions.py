@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from fedray.errors import ConfigError, DataError
+from fedray.core.errors import ConfigError, DataError
 
 PartitionFn = Callable[..., list[np.ndarray]]
 _PARTITIONS: dict[str, PartitionFn] = {}

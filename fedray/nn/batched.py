@@ -52,7 +52,7 @@ from torch import nn
 from torch.func import functional_call, grad_and_value, vmap
 from torch.nn import functional as F
 
-from fedray.errors import ConfigError
+from fedray.core.errors import ConfigError
 from fedray.nn.train import tensor, torch_threads
 
 #: Layers whose forward draws random numbers or depends on the whole batch: trained client by client.

@@ -17,7 +17,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from fedray.errors import ConfigError
+from fedray.core.errors import ConfigError
 from fedray.nn import MODEL_KINDS, check_model, is_model_reference, resolve_model_factory
 
 Builder = Callable[[tuple[int, ...], int], nn.Module]

@@ -21,8 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from fedray.errors import DataError
-from fedray.seeding import data_rng
+from fedray.core.errors import DataError
+from fedray.core.seeding import data_rng
 
 DEFAULT_TEST_FRACTION = 0.15
 _SPLIT_STREAM = 41
@@ -75,7 +75,7 @@ def client_split(client: Any, test_fraction: float = DEFAULT_TEST_FRACTION) -> S
 
     Parameters
     ----------
-    client : fedray.client.Client
+    client : fedray.runtime.host.Client
         Must have labels (supervised algorithms see ``client.data.y``).
     test_fraction : float
         Used only where the federation did not fix the split (``meta["n_test"]``).

@@ -55,7 +55,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from fedray.errors import ConfigError
+from fedray.core.errors import ConfigError
 
 THREADS_ENV = "FEDRAY_TORCH_THREADS"
 

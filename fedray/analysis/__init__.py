@@ -1,0 +1,1 @@
+"""Work over many runs or many calls: K selection, sweeps, validation, estimators."""

@@ -1,0 +1,1 @@
+"""What users call: the configuration, sessions, run and resume, results, outputs, checkpoints."""

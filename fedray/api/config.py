@@ -1,0 +1,494 @@
+"""The experiment configuration: one validated object, from YAML or keywords.
+
+Every value is checked before Ray starts; an error names the key, the value and
+what is allowed. Dotted overrides (``federation.n_clients=100``) are applied to
+the raw mapping before validation.
+"""
+from __future__ import annotations
+
+from fedray.core.seeding import n_sampled
+import copy
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_serializer, field_validator
+
+from fedray.core.errors import format_validation_error
+from fedray.core.registry import get_algorithm, make_params
+from fedray.data.arrays import ArrayData
+from fedray.core.errors import ConfigError
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_as_number(cls, v: Any, info: Any) -> Any:
+        """``n_clients: true`` is a mistake, not 1 client: numbers never come from booleans."""
+        if isinstance(v, bool):
+            ann = cls.model_fields[info.field_name].annotation
+            if not _allows_bool(ann) and _allows_number(ann):
+                raise ValueError(f"expected a number, not a boolean ({v!r})")
+        return v
+
+
+def _allows_bool(ann: Any) -> bool:
+    import typing
+
+    return ann is bool or ann is Any or any(_allows_bool(a) for a in typing.get_args(ann))
+
+
+def _allows_number(ann: Any) -> bool:
+    import typing
+
+    return ann in (int, float) or any(_allows_number(a) for a in typing.get_args(ann))
+
+
+class AlgorithmConfig(_Section):
+    """The method and its hyperparameters (`fedray describe NAME` lists an algorithm's params)."""
+
+    name: str = Field(default="kmeans", description="algorithm key (`fedray list`), an installed plug-in's name, or "
+                      "package.module:ClassName")
+    params: dict[str, Any] = Field(default_factory=dict, description="the algorithm's hyperparameters, checked "
+                                   "against its Params (`fedray describe NAME`)")
+
+
+class DataConfig(_Section):
+    """Which data, how they are read and scaled, and how they are split over clients."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, arbitrary_types_allowed=True)
+
+    # A data set name, or arrays from Python (fedray.from_arrays), written out as their description.
+    dataset: str | ArrayData = Field(default="sklearn:iris", description="data set name (`fedray list`): blobs, "
+                                     "sklearn:NAME, benchmark:BATTERY/NAME, csv:PATH, parquet:PATH, mnist, "
+                                     "scenario:NAME; or arrays from fedray.from_arrays")
+    data_dir: str | None = Field(default=None, description="folder of benchmark and MNIST files (default: "
+                                 "$FEDRAY_DATA_DIR)")
+    options: dict[str, Any] = Field(default_factory=dict, description="options of the data set, e.g. "
+                                    "points_per_client for blobs (`fedray describe DATASET`)")
+    partition: dict[str, Any] = Field(default_factory=dict, description="name: the split over clients (`fedray "
+                                      "describe PARTITION`), with that partition's options beside it")
+    scale: Literal["none", "standard", "minmax"] = Field(default="none", description="feature scaling from "
+                                                         "federated statistics (no rows leave a client)")
+    feature_columns: list[str] | None = Field(default=None, description="tables: the columns used as features "
+                                              "(default: every numeric column except label and client)")
+    label_column: str | None = Field(default=None, description="tables: the column of true labels, for "
+                                     "evaluation (and training of supervised methods)")
+    client_column: str | None = Field(default=None, description="tables: the column naming each row's client "
+                                      "(one client per value; partition by_column)")
+
+    @field_serializer("dataset")
+    def _dataset_text(self, v: str | ArrayData) -> str:
+        return v if isinstance(v, str) else str(v)
+
+
+class FederationConfig(_Section):
+    """How many clients, how many of them each round, and how many rounds at most."""
+
+    n_clients: int | None = Field(default=10, ge=1, description="number of clients M (None: as many as the data "
+                                  "set's own split gives)")
+    fraction: float = Field(default=1.0, gt=0.0, le=1.0, description="share C of the clients sampled each round "
+                                "(max(floor(C M), 1) clients)")
+    rounds: int | None = Field(default=None, ge=1, description="most server rounds of a run; unset: the "
+                               "algorithm's own budget (its max_rounds, FedCRef's iterations), else 100. A run "
+                               "that this cap, not the algorithm, ends warns and records stop_reason 'round cap'")
+    min_clients: int = Field(default=1, ge=1, description="answers a round needs to go on; fewer fail the round "
+                             "(or retry it)")
+    round_retries: int = Field(default=0, ge=0, description="re-run a round that got fewer than min_clients answers")
+
+
+class ClientResources(_Section):
+    """What Ray reserves for each client actor."""
+
+    num_cpus: float | None = Field(default=None, gt=0, description="CPUs per client actor (default: one per "
+                                   "actor; fractions pack several actors on a CPU)")
+    num_gpus: float = Field(default=0.0, ge=0, description="GPUs per client actor (fractions share a GPU)")
+    custom: dict[str, float] = Field(default_factory=dict, description="custom Ray resources per client actor, "
+                                     "e.g. {edge: 1}")
+
+
+class RuntimeConfig(_Section):
+    """Where clients run: in-process (local) or as Ray actors, with their resources and deadlines."""
+
+    backend: Literal["local", "ray"] = Field(default="ray", description="ray: client actors on Ray; local: the "
+                                             "same objects in this process, without Ray (same results)")
+    address: str | None = Field(default=None, description="Ray cluster to join (host:port, ray://host:port or "
+                                "auto); None: start an embedded Ray instance")
+    num_cpus: int | None = Field(default=None, ge=1, description="CPUs of the embedded Ray instance (default: all "
+                                 "of this machine)")
+    clients_per_actor: int | Literal["auto"] = Field(default="auto", description="clients hosted by one actor; "
+                                                     "auto: about one actor per CPU slot")
+    client_resources: ClientResources = Field(default_factory=ClientResources,
+                                              description="what Ray reserves for each client actor")
+    round_timeout: float | None = Field(default=None, gt=0, description="seconds a round waits for answers; "
+                                        "clients later than that are dropped from the round (None: wait)")
+    placement: Literal["pack", "spread"] = Field(default="pack", description="actors packed on few nodes or "
+                                                 "spread over all nodes of the cluster")
+    actor_batch: int = Field(default=64, ge=1, description="actors created at once while starting (bounds the "
+                             "start-up pressure on the cluster)")
+    max_restarts: int = Field(default=3, ge=-1, description="times Ray restarts a crashed client actor (its "
+                              "shards are rebuilt from their recipes; -1: always)")
+    startup_timeout: float = Field(default=300.0, gt=0, description="seconds to wait for the client actors to be "
+                                   "placed and ready; past it the run fails in one line")
+    call_timeout: float = Field(default=300.0, gt=0, description="seconds to wait for any other call to the client "
+                                "actors (set-up, checkpoint state, gathering data); past it the call fails in one line")
+    stall_warning: float = Field(default=10.0, gt=1, description="without round_timeout, warn when a round waits "
+                                 "this many times the median round time (at least 60 s)")
+    progress: bool | None = Field(default=None, description="progress bar (true), none (false), or None: a bar on "
+                                  "a terminal or in a notebook, about 20 log lines otherwise")
+    batched: bool = Field(default=True, description="run client functions that have a batched form once per host "
+                          "for all its clients (false: client by client, to check the batched form)")
+    # Code shipping (fedray.runtime.shipping): what reaches Ray workers through runtime_env.
+    ship_code: Literal["auto", "always", "never"] = Field(default="auto", description="send fedray and plug-in "
+                                                          "modules to the workers with runtime_env (auto: fedray when "
+                                                          "joining a cluster, plug-ins not installed here)")
+    runtime_env: dict[str, Any] = Field(default_factory=dict, description="Ray runtime_env, merged with fedray's")
+
+    @field_validator("clients_per_actor")
+    @classmethod
+    def _cpa(cls, v: Any) -> Any:
+        if isinstance(v, int) and v < 1:
+            raise ValueError("must be a positive integer or 'auto'")
+        return v
+
+
+class EvaluationConfig(_Section):
+    """What is measured besides the federated run."""
+
+    central_baseline: bool = Field(default=False, description="also run the central algorithm on the union of "
+                                   "the clients' data and compare (central_ari, centre distance)")
+
+
+class OutputConfig(_Section):
+    """The output folder and what goes into it."""
+
+    directory: str | None = Field(default=None, description="output folder (default: fedray-output/NAME-TIMESTAMP "
+                                  "from the CLI; none from Python unless output= is given)")
+    overwrite: bool = Field(default=False, description="replace the contents of a non-empty output folder (else "
+                            "it is refused)")
+    plots: bool = Field(default=True, description="write plots/*.png (convergence, centres, client clusters)")
+    messages: bool = Field(default=False, description="write messages.parquet: every message with round, client, "
+                           "direction, names, shapes and bytes")
+    message_payloads: bool = Field(default=False, description="also keep what the server received on the Result "
+                                   "(audits, tests)")
+
+
+class FaultsConfig(_Section):
+    """Injected client faults (see docs/reliability.md). All off by default."""
+
+    crash_probability: float = Field(default=0.0, ge=0.0, lt=1.0, description="chance that a sampled client "
+                                     "crashes in a round (drawn from the seed)")
+    delay_probability: float = Field(default=0.0, ge=0.0, le=1.0, description="chance that a sampled client "
+                                     "answers delay_seconds late")
+    delay_seconds: float = Field(default=0.0, ge=0.0, description="how late a delayed client answers (matters "
+                                 "against runtime.round_timeout)")
+    delay_mode: Literal["virtual", "sleep"] = Field(default="virtual", description="virtual: the delay is "
+                                                    "simulated (exact, free); sleep: the client really sleeps (Ray)")
+    crashes: list[tuple[int, int]] = Field(default_factory=list, description="(round, client id) pairs that crash "
+                                           "for sure")
+    crash_scope: Literal["client", "actor"] = Field(default="client", description="client: the client loses its "
+                                                    "state; actor: its actor process exits and Ray restarts it")
+
+    @property
+    def active(self) -> bool:
+        return bool(self.crash_probability or self.crashes or (self.delay_probability and self.delay_seconds))
+
+
+class DPConfig(_Section):
+    """Gaussian mechanism on clients' statistics: clip to L2 norm ``clip``, noise std ``noise_multiplier * clip``."""
+
+    clip: float = Field(gt=0, description="L2 norm C each client's statistics are clipped to")
+    noise_multiplier: float = Field(gt=0, description="z: Gaussian noise of standard deviation z C is added")
+    delta: float = Field(default=1e-5, gt=0, lt=1, description="delta of the (epsilon, delta) guarantee reported")
+    seeded_noise: bool = Field(default=False, description="debugging only: noise from the seed, not private")
+
+
+class PrivacyConfig(_Section):
+    """Secure aggregation, DP and guards (see fedray.layers.privacy and docs/reliability.md)."""
+
+    secure_aggregation: bool = Field(default=False, description="pairwise masking: the server sees only the sum "
+                                     "of a round's statistics, never one client's")
+    mask_neighbors: int | None = Field(default=None, ge=2, description="pairwise masks with this many peers (None: all)")
+    min_cohort: int = Field(default=3, ge=2, description="secure aggregation refuses smaller cohorts or survivor sets")
+    secagg_threshold: float = Field(default=0.5, gt=0, lt=1,
+                                    description="Shamir threshold t = floor(value * peers) + 1")
+    dp: DPConfig | None = Field(default=None, description="differential privacy: set clip and noise_multiplier "
+                                "to turn on (None: off)")
+    min_samples_guard: bool = Field(default=False, description="a client withholds its statistics when N_m F <= L "
+                                    "(too few samples for L statistics)")
+    min_cluster_count: int = Field(default=0, ge=0, description="clients zero clusters with fewer points (0: off)")
+    feature_bounds: list[tuple[float, float]] | None = Field(
+        default=None, description="(low, high) per feature, known a priori: min-max scaling and bounds under privacy")
+
+    @property
+    def active(self) -> bool:
+        return bool(self.secure_aggregation or self.dp is not None or self.min_samples_guard or self.min_cluster_count)
+
+
+class CheckpointConfig(_Section):
+    """Checkpoints to continue an interrupted run (`fedray run --resume DIR`)."""
+
+    every: int = Field(default=0, ge=0, description="save a checkpoint every N rounds (0: never)")
+    directory: str | None = Field(default=None, description="checkpoint folder (default: <output folder>/checkpoint)")
+
+
+class ExperimentConfig(_Section):
+    """A whole experiment. Build with :func:`make_config`."""
+
+    seed: int = Field(default=0, ge=0, description="seed of every random stream: sampling, starts, data, and "
+                      "each client's stream keyed by (seed, client id, round)")
+    algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig, description="the method and its params")
+    data: DataConfig = Field(default_factory=DataConfig, description="data set, scaling and split over clients")
+    federation: FederationConfig = Field(default_factory=FederationConfig,
+                                         description="clients, fraction sampled per round, round cap")
+    runtime: RuntimeConfig = Field(default_factory=RuntimeConfig, description="local or Ray, resources, deadlines")
+    evaluation: EvaluationConfig = Field(default_factory=EvaluationConfig, description="central baseline")
+    output: OutputConfig = Field(default_factory=OutputConfig, description="output folder, plots, message log")
+    faults: FaultsConfig = Field(default_factory=FaultsConfig, description="injected crashes and delays")
+    privacy: PrivacyConfig = Field(default_factory=PrivacyConfig,
+                                   description="secure aggregation, differential privacy, guards")
+    checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig,
+                                         description="periodic checkpoints for --resume")
+    extra: dict[str, Any] = Field(default_factory=dict, description="free-form notes kept in config.yaml and "
+                                  "summary.json; fedray does not read them")
+
+    @field_validator("data", mode="before")
+    @classmethod
+    def _arrays_as_data(cls, v: Any) -> Any:
+        return {"dataset": v} if isinstance(v, ArrayData) else v
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.to_dict(), sort_keys=False)
+
+
+def set_dotted(raw: dict[str, Any], key: str, value: Any) -> None:
+    """Set ``raw["a"]["b"]["c"] = value`` for ``key = "a.b.c"`` (creating levels)."""
+    parts = key.split(".")
+    cur = raw
+    for p in parts[:-1]:
+        nxt = cur.get(p)
+        if nxt is None:
+            nxt = cur[p] = {}
+        if not isinstance(nxt, dict):
+            raise ConfigError(f"{key}: {p!r} is not a section (it holds {nxt!r})")
+        cur = nxt
+    cur[parts[-1]] = value
+
+
+def parse_override(item: str) -> tuple[str, Any]:
+    """``"federation.n_clients=100"`` -> (``"federation.n_clients"``, 100) (value parsed as YAML)."""
+    if "=" not in item:
+        raise ConfigError(f"--set {item!r}: expected KEY=VALUE, e.g. federation.n_clients=100")
+    key, _, value = item.partition("=")
+    try:
+        parsed = yaml.safe_load(value) if value != "" else None
+    except yaml.YAMLError:
+        parsed = value
+    return key.strip(), parsed
+
+
+def _nest_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Keyword arguments to a raw mapping; ``federation__n_clients=5`` or dotted keys work too."""
+    raw: dict[str, Any] = {}
+    for k, v in kwargs.items():
+        key = k.replace("__", ".")
+        if key == "data" and isinstance(v, ArrayData):  # data=fedray.from_arrays(...)
+            v = {"dataset": v}
+        if "." in key:
+            set_dotted(raw, key, v)
+        elif isinstance(v, dict) and isinstance(raw.get(key), dict):
+            raw[key].update(v)
+        else:
+            raw[key] = v
+    return raw
+
+
+#: Largest config file read, and most nodes its YAML may expand to (aliases counted each time
+#: they are used), so that an alias "bomb" of a few hundred bytes fails at once.
+MAX_CONFIG_BYTES = 1 << 20
+MAX_CONFIG_NODES = 100_000
+
+
+def load_yaml(path: str | Path) -> dict[str, Any]:
+    """Read a YAML config file (one-line errors for every way it can be unusable)."""
+    p = Path(path)
+    if not p.exists():
+        raise ConfigError(f"config file {str(p)!r} does not exist")
+    if not p.is_file():
+        raise ConfigError(f"config file {str(p)!r} is not a file (a directory?)")
+    size = p.stat().st_size
+    if size > MAX_CONFIG_BYTES:
+        raise ConfigError(f"config file {str(p)!r} has {size} bytes; a config is at most {MAX_CONFIG_BYTES}")
+    try:
+        text = p.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"config file {str(p)!r} is not UTF-8 text (byte {exc.start}); save it as UTF-8") from None
+    except OSError as exc:
+        raise ConfigError(f"config file {str(p)!r} cannot be read: {exc.strerror}") from None
+    return parse_yaml(text, f"config file {str(p)!r}")
+
+
+def parse_yaml(text: str, what: str) -> dict[str, Any]:
+    """Parse YAML text holding a mapping, refusing documents that expand beyond MAX_CONFIG_NODES."""
+    try:
+        raw = yaml.safe_load(text) or {}
+    except yaml.YAMLError as exc:
+        first = str(exc).strip().splitlines()
+        raise ConfigError(f"{what} is not valid YAML: {' '.join(ln.strip() for ln in first[:3])}") from None
+    if _expanded_nodes(raw, MAX_CONFIG_NODES) > MAX_CONFIG_NODES:
+        raise ConfigError(f"{what} expands to more than {MAX_CONFIG_NODES} values (nested YAML aliases?); "
+                          "refusing to read it")
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{what} must hold a mapping at the top level")
+    return raw
+
+
+def _expanded_nodes(obj: Any, limit: int) -> int:
+    """Nodes of ``obj`` counting shared sub-trees each time they appear; stops past ``limit``."""
+    count = 0
+    stack = [obj]
+    while stack:
+        cur = stack.pop()
+        count += 1
+        if count > limit:
+            return count
+        if isinstance(cur, dict):
+            stack.extend(cur.keys())
+            stack.extend(cur.values())
+        elif isinstance(cur, (list, tuple)):
+            stack.extend(cur)
+    return count
+
+
+def make_config(config: ExperimentConfig | dict | str | Path | None = None,
+                overrides: list[str] | dict[str, Any] | None = None, **kwargs: Any) -> ExperimentConfig:
+    """Validate a configuration.
+
+    Parameters
+    ----------
+    config : ExperimentConfig, mapping, path to a YAML file, or None
+    overrides : list of ``"key=value"`` strings or a mapping of dotted keys
+    **kwargs
+        Top-level sections or dotted keys (``federation={"n_clients": 5}`` or
+        ``**{"federation.n_clients": 5}``).
+
+    Raises
+    ------
+    ConfigError
+        Naming each bad key, its value and what is allowed.
+    """
+    if isinstance(config, ExperimentConfig):
+        raw = config.to_dict()
+        if isinstance(config.data.dataset, ArrayData):  # to_dict writes its description; keep the arrays
+            raw["data"]["dataset"] = config.data.dataset
+    elif isinstance(config, (str, Path)):
+        raw = load_yaml(config)
+    elif config is None:
+        raw = {}
+    else:
+        raw = copy.deepcopy(dict(config))
+    for k, v in _nest_kwargs(kwargs).items():
+        if isinstance(v, dict) and isinstance(raw.get(k), dict):
+            merged = copy.deepcopy(raw[k])
+            for kk, vv in v.items():
+                set_dotted(merged, kk, vv)
+            raw[k] = merged
+        else:
+            raw[k] = v
+    items = overrides.items() if isinstance(overrides, dict) else (parse_override(o) for o in (overrides or []))
+    for key, value in items:
+        set_dotted(raw, key, value)
+    try:
+        cfg = ExperimentConfig(**raw)
+    except ValidationError as exc:
+        raise ConfigError(format_validation_error(exc)) from None
+    except TypeError as exc:
+        raise ConfigError(f"invalid configuration: {exc}") from None
+    validate_static(cfg)
+    return cfg
+
+
+def validate_static(cfg: ExperimentConfig) -> None:
+    """Checks that need no data: algorithm and its parameters, dataset name, runtime."""
+    from fedray.data.datasets import check_dataset_name
+
+    cls = get_algorithm(cfg.algorithm.name)
+    from fedray.core.extras import check_requirements
+
+    check_requirements(cls)
+    make_params(cls, cfg.algorithm.params)
+    if isinstance(cfg.data.dataset, ArrayData):
+        _check_arrays(cfg)
+    else:
+        check_dataset_name(cfg.data.dataset)
+    fed = cfg.federation
+    if fed.n_clients is not None and fed.min_clients > fed.n_clients:
+        raise ConfigError(
+            f"federation.min_clients: {fed.min_clients} is more than federation.n_clients={fed.n_clients}")
+    _check_reliability(cfg)
+    cls.check_config(cfg)
+
+
+def _check_arrays(cfg: ExperimentConfig) -> None:
+    """``data`` keys that apply to files only are unset; ``federation.n_clients`` agrees with the arrays' split."""
+    d = cfg.data
+    for key, arg in (("data_dir", None), ("feature_columns", "select the columns of X"),
+                     ("label_column", "y="), ("client_column", "clients="), ("options", None),
+                     ("partition", "partition=")):
+        value = getattr(d, key)
+        if value:
+            how = f"pass {arg} to fedray.from_arrays instead" if arg else "remove it"
+            raise ConfigError(f"data.{key}: {value!r} applies to files, not to data.dataset from fedray.from_arrays; "
+                              + how)
+    arrays, fed = d.dataset, cfg.federation
+    if arrays.n_clients is not None:
+        if "n_clients" in fed.model_fields_set and fed.n_clients not in (None, arrays.n_clients):
+            raise ConfigError(f"federation.n_clients: {fed.n_clients}, but the arrays from fedray.from_arrays are "
+                              f"split over {arrays.n_clients} clients; leave federation.n_clients unset")
+        fed.n_clients = arrays.n_clients
+
+
+def _check_reliability(cfg: ExperimentConfig) -> None:
+    """Cross-section checks of ``faults``, ``privacy`` and ``checkpoint``."""
+    f, rt = cfg.faults, cfg.runtime
+    if f.crash_scope == "actor" and (f.crash_probability or f.crashes):
+        if rt.backend != "ray":
+            raise ConfigError("faults.crash_scope: 'actor' kills a Ray actor process and needs runtime.backend='ray'; "
+                              f"got runtime.backend={rt.backend!r} (use crash_scope='client')")
+        if rt.max_restarts == 0:
+            raise ConfigError("faults.crash_scope: 'actor' needs runtime.max_restarts > 0 or -1 so that crashed actors "
+                              "are restarted; got runtime.max_restarts=0")
+    if f.delay_mode == "sleep" and f.delay_probability and rt.backend != "ray":
+        raise ConfigError("faults.delay_mode: 'sleep' needs runtime.backend='ray' (the local runtime has no deadline); "
+                          "use delay_mode='virtual'")
+    if f.delay_probability and f.delay_seconds and rt.round_timeout is None:
+        raise ConfigError("faults.delay_probability: delays only matter with a deadline; set runtime.round_timeout")
+    _check_privacy(cfg)
+    for r, c in f.crashes:
+        if r < 0 or c < 0 or (cfg.federation.n_clients is not None and c >= cfg.federation.n_clients):
+            raise ConfigError(f"faults.crashes: ({r}, {c}) must be (round >= 0, client id in "
+                              f"[0, federation.n_clients))")
+
+
+def _check_privacy(cfg: ExperimentConfig) -> None:
+    """Privacy settings that cannot hold: min-max scaling from clients' extremes, cohorts below the minimum."""
+    p = cfg.privacy
+    if p.active and cfg.data.scale == "minmax" and p.feature_bounds is None:
+        raise ConfigError("data.scale: 'minmax' uses each client's minimum and maximum (which can be rows) and is "
+                          "refused under privacy; use data.scale='standard' (securely summed moments) or give "
+                          "privacy.feature_bounds")
+    for k, (lo, hi) in enumerate(p.feature_bounds or ()):
+        if not (lo < hi):
+            raise ConfigError(f"privacy.feature_bounds[{k}]: ({lo}, {hi}) must have low < high")
+    n = cfg.federation.n_clients
+    if p.secure_aggregation and n is not None:
+        m = n_sampled(cfg.federation.fraction, n)
+        if m < p.min_cohort:
+            raise ConfigError(f"privacy.min_cohort: secure aggregation needs cohorts of at least {p.min_cohort} "
+                              f"clients; federation.n_clients={n} with fraction={cfg.federation.fraction} samples "
+                              f"{m}")

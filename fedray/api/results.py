@@ -1,0 +1,336 @@
+"""Results of a run: history, per-client table, model, summary, and the output folder.
+
+Output folder layout::
+
+    summary.json      config, final metrics, rounds, converged, wall time, failures, privacy account
+    failures.parquet  one row per client that failed or was late in a round (see fedray.layers.faults)
+    messages.parquet  every message, when ``output.messages`` is on (see fedray.layers.messages)
+    rounds.parquet    one row a round (``wall_s`` = seconds of that round)
+    clients.parquet   one row a client: samples, rounds_participated (rounds it answered a task of the
+                      algorithm), rounds_evaluated (rounds it only evaluated the current model), bytes
+                      sent, compute seconds; accuracy, acc, cluster and true_group where the method has them
+    model.npz         the model's arrays (``centers``; ``m`` where fuzzy)
+    config.yaml       the validated configuration
+    plots/*.png       convergence; centres over the data density (federated PCA beyond 2-D);
+                      client clusters found (clustered FL)
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import platform
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+from fedray.core.contract import Algorithm
+from fedray.core.registry import make_params
+
+if TYPE_CHECKING:  # pragma: no cover
+    from fedray.api.session import Session
+
+log = logging.getLogger(__name__)
+
+
+def peak_memory_mb() -> float:
+    """Resident memory of this process and its children (Ray workers included when local), in MB."""
+    try:
+        import psutil
+
+        proc = psutil.Process(os.getpid())
+        rss = proc.memory_info().rss
+        for ch in proc.children(recursive=True):
+            try:
+                rss += ch.memory_info().rss
+            except psutil.Error:
+                pass
+        return rss / 2**20
+    except Exception:  # noqa: BLE001
+        return float("nan")
+
+
+@dataclass
+class Result:
+    """What a run produced.
+
+    Attributes
+    ----------
+    config : ExperimentConfig
+    history : DataFrame — one row per round
+    clients : DataFrame — one row per client
+    model : dict — arrays of the model (``centers`` for clustering)
+    summary : dict — what ``summary.json`` holds
+    output_dir : Path or None
+    """
+
+    config: Any
+    history: pd.DataFrame
+    clients: pd.DataFrame
+    model: dict[str, Any]
+    summary: dict[str, Any]
+    algorithm_cls: Any = None
+    scaler: tuple[np.ndarray, np.ndarray] | None = None
+    output_dir: Path | None = None
+    peak_memory_mb: float | None = None
+    extras: dict[str, Any] = field(default_factory=dict)
+
+    # --- construction ---------------------------------------------------------
+    @classmethod
+    def build(cls, cfg: Any, alg: Any, session: "Session", state: dict[str, Any], model: dict[str, Any],
+              final: dict[str, Any], wall_s: float) -> "Result":
+        history = pd.DataFrame(state["history"])
+        rows = []
+        for d in session.descriptions:
+            cr = state["client_rows"].get(d["client_id"], {})
+            rows.append({"client_id": d["client_id"], "name": d.get("name", ""), "n_samples": d["n"],
+                         "rounds_participated": int(cr.get("rounds", 0)),
+                         "rounds_evaluated": int(cr.get("evaluated", 0)), "bytes_up": int(cr.get("bytes_up", 0)),
+                         "compute_s": float(cr.get("compute_s", 0.0))})
+        clients = _with_client_results(pd.DataFrame(rows), model, final, session.info.extras or {})
+        # Counted from the same rows as failures.parquet: every attempt of every round, and
+        # the evaluation passes (negative rounds).
+        fail_rows = state.get("failures", [])
+        failures = sum(1 for f in fail_rows if f["kind"] == "failed")
+        late = sum(1 for f in fail_rows if f["kind"] == "late")
+        in_eval = sum(1 for f in fail_rows if f["round"] < 0)
+        spill = sum(1 for f in fail_rows if f["kind"] == "late" and "spill-over" in f.get("error", ""))
+        summary = {
+            "algorithm": alg.name,
+            "dataset": str(cfg.data.dataset),  # arrays from Python: their description
+            "n_clients": session.info.n_clients,
+            "n_samples": session.info.total_samples,
+            "n_features": session.info.n_features,
+            "backend": cfg.runtime.backend,
+            "seed": cfg.seed,
+            "rounds": int(len(history)),
+            "round_cap": cfg.federation.rounds,
+            "converged": bool(state.get("converged", False)),
+            "stop_reason": str(state.get("stop_reason", "")),
+            "wall_time_s": float(wall_s),
+            "startup_s": float(session.startup_s),
+            "failures": {"failed": failures, "late": late, "late_spillover": spill, "in_evaluation": in_eval},
+            "bytes": {"down": int(history["bytes_down"].sum()) if len(history) else 0,
+                      "up": int(history["bytes_up"].sum()) if len(history) else 0},
+            "final": _jsonable(final),
+            "config": cfg.to_dict(),
+            "versions": _versions(),
+        }
+        if session.executor.backend == "ray":
+            summary["actors"] = session.executor.n_actors
+        extras = _reliability_extras(state, summary)
+        return cls(cfg, history, clients, model, summary, type(alg), session.scaler, extras=extras)
+
+    @property
+    def failures(self) -> pd.DataFrame:
+        """One row per client that failed or was late in a round (``failures.parquet``)."""
+        return self.extras["failures"]
+
+    @property
+    def messages(self) -> pd.DataFrame | None:
+        """The message log (``messages.parquet``), when ``output.messages`` is on."""
+        return self.extras.get("messages")
+
+    # --- model access ------------------------------------------------------
+    @property
+    def centers(self) -> np.ndarray | None:
+        """Centres in the original feature space (scaling undone)."""
+        c = self.model.get("centers")
+        if c is None or self.scaler is None:
+            return c
+        return c * self.scaler[1] + self.scaler[0]
+
+    @property
+    def final(self) -> dict[str, Any]:
+        return self.summary["final"]
+
+    def _scaled(self, X: np.ndarray) -> np.ndarray:
+        X = np.asarray(X, dtype=np.float64)
+        return X if self.scaler is None else (X - self.scaler[0]) / self.scaler[1]
+
+    def predict(self, X: np.ndarray) -> np.ndarray:
+        """Cluster of each row of ``X`` (original feature space)."""
+        return self.algorithm_cls.predict(self.model, self._scaled(X))
+
+    def predict_proba(self, X: np.ndarray) -> np.ndarray:
+        """Memberships of each row of ``X`` (original feature space), for fuzzy models."""
+        return self.algorithm_cls.predict_proba(self.model, self._scaled(X))
+
+    # --- central baseline ----------------------------------------------------
+    def add_central_baseline(self, session: "Session") -> None:
+        """Run the central algorithm on the union of the shards from the same initial centres."""
+        from fedray.core.metrics import best_permutation_distance
+        from fedray.core.ops import assign
+        from sklearn.metrics import adjusted_rand_score
+
+        start = self.model.get("initial_centers")
+        if start is None or self.algorithm_cls.central is Algorithm.central:
+            log.warning("%s has no central baseline", self.summary["algorithm"])
+            return
+        parts = session.executor.gather_data(labels=True)
+        X = np.vstack([p[1] for p in parts])
+        rounds = int((self.history["phase"] == "train").sum()) if len(self.history) else 1
+        params = make_params(self.algorithm_cls, self.config.algorithm.params)
+        C = self.algorithm_cls.central(X, start, params, max(1, rounds))
+        if C is None:
+            log.warning("%s has no central baseline", self.summary["algorithm"])
+            return
+        self.model["central_centers"] = C
+        fin = self.summary["final"]
+        fin["center_distance_to_central"] = best_permutation_distance(C, self.model["centers"])
+        if all(p[2] is not None for p in parts):
+            y = np.concatenate([p[2] for p in parts])
+            fin["central_ari"] = float(adjusted_rand_score(y, assign(X, C)[0]))
+
+    # --- saving ---------------------------------------------------------------
+    def save(self, directory: str | Path, plots: bool = True, session: "Session | None" = None) -> Path:
+        """Write the output folder (see module docstring); returns its path."""
+        out = Path(directory)
+        out.mkdir(parents=True, exist_ok=True)
+        self.history.to_parquet(out / "rounds.parquet", index=False)
+        self.clients.to_parquet(out / "clients.parquet", index=False)
+        arrays = {k: np.asarray(v) for k, v in self.model.items() if _is_arraylike(v)}
+        if self.scaler is not None:
+            arrays["scaler_shift"], arrays["scaler_scale"] = self.scaler
+        np.savez(out / "model.npz", **arrays)
+        if "failures" in self.extras:
+            self.extras["failures"].to_parquet(out / "failures.parquet", index=False)
+        if self.extras.get("messages") is not None:
+            self.extras["messages"].to_parquet(out / "messages.parquet", index=False)
+        (out / "config.yaml").write_text(self.config.to_yaml())
+        if self.peak_memory_mb is not None:
+            self.summary["peak_memory_mb"] = self.peak_memory_mb
+        (out / "summary.json").write_text(json.dumps(_jsonable(self.summary), indent=2))
+        if plots:
+            from fedray.plots import style as P
+
+            (out / "plots").mkdir(exist_ok=True)
+            P.convergence(self.history, out / "plots" / "convergence.png", title=self.summary["algorithm"],
+                          fraction=float(self.config.federation.fraction))
+            C = self.model.get("centers")
+            if session is not None and isinstance(C, np.ndarray) and C.ndim == 2 and C.shape[1] == 1 == session.info.n_features:
+                name = (session.info.extras.get("feature_names") or ("x0",))[0]
+                P.centers_1d(C, out / "plots" / "centers.png", density=session.density_1d(),
+                             central=self.model.get("central_centers"), axis_label=str(name))
+            elif session is not None and isinstance(C, np.ndarray) and C.ndim == 2 and C.shape[1] == session.info.n_features:
+                mean, axes = session.projection_2d()
+                project = (lambda A: (np.asarray(A) - mean) @ axes)
+                central = self.model.get("central_centers")
+                labels = ("x0", "x1") if C.shape[1] == 2 else ("PC 1", "PC 2")
+                P.centers_2d(project(C), out / "plots" / "centers.png", density=session.density_2d(projection=(mean, axes)),
+                             central=None if central is None else project(central), axis_labels=labels,
+                             title="federated centres over the data density" + ("" if C.shape[1] == 2 else
+                                                                               " (federated PCA)"))
+            if self.model.get("assignment") is not None:  # clustered FL: which clients ended up together
+                from fedray.plots.cfl import client_clusters
+
+                groups = session.info.extras.get("true_groups") if session is not None else None
+                client_clusters(self.model["assignment"], groups, self.clients["n_samples"].to_numpy(),
+                                out / "plots" / "clients.png", title=f"client clusters found by {self.summary['algorithm']}")
+        self.output_dir = out
+        log.info("outputs written to %s", out)
+        return out
+
+    def table(self, color: bool = False) -> str:
+        """A short text table of the final metrics (``color``: an incomplete evaluation in red)."""
+        fin = self.summary["final"]
+        keys = [k for k in ("ari", "nmi", "acc", "davies_bouldin", "objective", "central_ari",
+                            "center_distance_to_central", "accuracy") if k in fin]
+        lines = [f"{'algorithm':<28}{self.summary['algorithm']}",
+                 f"{'dataset':<28}{self.summary['dataset']}",
+                 f"{'clients / samples':<28}{self.summary['n_clients']} / {self.summary['n_samples']}",
+                 f"{'rounds (stopped by)':<28}{self.summary['rounds']} ({self.summary.get('stop_reason') or '-'})",
+                 f"{'wall time':<28}{self.summary['wall_time_s']:.2f} s"]
+        lines += [f"{k:<28}{fin[k]:.4f}" for k in keys if isinstance(fin[k], (int, float))]
+        cov = fin.get("evaluation_coverage")
+        if cov:
+            text = (f"{'evaluated':<28}{cov['clients']} of {cov['of_clients']} clients, "
+                    f"{cov['samples']} of {cov['of_samples']} samples")
+            if cov["clients"] < cov["of_clients"]:
+                text += " (INCOMPLETE)"
+                if color:
+                    text = f"\033[31m{text}\033[0m"
+            lines.append(text)
+        return "\n".join(lines)
+
+
+def _with_client_results(clients: pd.DataFrame, model: dict[str, Any], final: dict[str, Any],
+                         extras: dict[str, Any]) -> pd.DataFrame:
+    """Per-client results next to the per-client counters: ``accuracy`` (each client's model on
+    its own test split), ``acc`` (Hungarian-matched accuracy of the client's own clusters, where the
+    method clusters each client's data: FedCRef), ``cluster`` (the cluster or community found for
+    it), ``true_group`` (the federation's hidden group, where known; for evaluation only)."""
+    n = len(clients)
+
+    def column(values: Any) -> np.ndarray | None:
+        if values is None:
+            return None
+        arr = np.asarray(values)
+        return arr if arr.ndim == 1 and arr.shape[0] == n else None
+
+    for name, values in (("accuracy", final.get("client_accuracy", model.get("client_accuracy"))),
+                         ("acc", final.get("client_acc")),
+                         ("cluster", model.get("assignment", final.get("assignment"))),
+                         ("true_group", extras.get("true_groups", model.get("true_groups")))):
+        col = column(values)
+        if col is not None:
+            clients[name] = col
+    return clients
+
+
+def _reliability_extras(state: dict[str, Any], summary: dict[str, Any]) -> dict[str, Any]:
+    """Failures table, message log and privacy account from the server's state (see fedray.layers.faults,
+    fedray.layers.messages, fedray.layers.privacy); adds the privacy account to ``summary``."""
+    from fedray.layers.faults import failures_table
+
+    report = state.get("report") or {}
+    extras: dict[str, Any] = {"failures": failures_table(state.get("failures", []), report.get("faults", []))}
+    if "messages" in report:
+        from fedray.layers.messages import messages_table
+
+        extras["messages"] = messages_table(report["messages"])
+        if "payloads" in report:
+            extras["payloads"] = report["payloads"]
+    if "privacy" in report:
+        from fedray.layers.privacy import privacy_summary
+
+        summary["privacy"] = privacy_summary(report["privacy"])
+    if report.get("faults"):
+        summary["failures"]["injected"] = len(report["faults"])
+    return extras
+
+
+def _is_arraylike(v: Any) -> bool:
+    return isinstance(v, (np.ndarray, float, int, np.generic)) or (
+        isinstance(v, (list, tuple)) and len(v) > 0 and all(isinstance(x, (int, float, np.generic)) for x in v))
+
+
+def _jsonable(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, float) and not np.isfinite(obj):
+        return None
+    if isinstance(obj, Path):
+        return str(obj)
+    return obj
+
+
+def _versions() -> dict[str, str]:
+    import importlib.metadata as md
+
+    out = {"python": platform.python_version()}
+    for pkg in ("fedray", "ray", "numpy"):
+        try:
+            out[pkg] = md.version(pkg)
+        except md.PackageNotFoundError:
+            pass
+    return out

@@ -1,0 +1,73 @@
+"""TODO docstring."""
+from __future__ import annotations
+
+import logging
+
+from fedray.api.checkpoint import load
+from fedray.api.session import Session
+
+log = logging.getLogger(__name__)
+from pathlib import Path
+from typing import Any
+from fedray.api.config import make_config
+from fedray.api.results import Result, peak_memory_mb
+
+
+def run(config: Any = None, *, overrides: list[str] | dict[str, Any] | None = None, output: str | Path | None = None,
+        progress: bool | None = None, central_baseline: bool | None = None, **kwargs: Any) -> Result:
+    """Run one experiment and return its :class:`~fedray.api.results.Result`.
+
+    Parameters
+    ----------
+    config : ExperimentConfig, mapping or path to a YAML file, optional
+    overrides : ``["federation.n_clients=100", ...]`` or a mapping of dotted keys
+    output : folder for ``summary.json``, ``rounds.parquet``, ... (default: ``output.directory``)
+    progress : show a progress bar (default: when stderr is a terminal)
+    central_baseline : also run the central algorithm on the union from the same start
+    **kwargs : configuration sections or dotted keys, e.g. ``algorithm={"name": "kmeans"}``
+
+    Examples
+    --------
+    >>> import fedray
+    >>> res = fedray.run(algorithm={"name": "kmeans", "params": {"n_clusters": 3}},
+    ...                  data={"dataset": "sklearn:iris"}, runtime={"backend": "local"})  # doctest: +SKIP
+    """
+    cfg = make_config(config, overrides=overrides, **kwargs)
+    out = cfg.output.directory if output is None else output
+    if out:  # before Ray starts and before any data is read
+        from fedray.api.outputs import prepare
+
+        prepare(out, cfg.output.overwrite)
+    with Session(cfg) as session:
+        result = session.run(output=output, progress=progress, central_baseline=central_baseline)
+        result.peak_memory_mb = peak_memory_mb()
+        return result
+
+
+def resume(directory: str | Path, progress: bool | None = None, output: str | Path | None = None) -> Any:
+    """Continue an interrupted run from its checkpoint; returns its :class:`~fedray.api.results.Result`.
+
+    Parameters
+    ----------
+    directory : str or Path
+        The run's output folder (or its checkpoint folder or file).
+    progress : bool, optional
+    output : str or Path, optional
+        Where to write the outputs (default: the run's own output folder).
+    """
+    from fedray.api.config import make_config
+    from fedray.api.results import peak_memory_mb
+    from fedray.api.session import Session
+
+    blob = load(directory)
+    cfg = make_config(blob["config"])
+    named, folder = Path(directory), Path(blob["path"]).parent
+    # The folder the user named (or the one holding the checkpoint folder they named),
+    # never a path stored in the file.
+    out = output or (named if folder != named and not named.is_file() else folder.parent)
+    done = int(blob["server"]["round"])
+    log.info("resuming %s after round %d from %s", cfg.algorithm.name, done - 1, blob["path"])
+    with Session(cfg) as session:
+        result = session.run(output=out, progress=progress, resume_from=blob)
+        result.peak_memory_mb = peak_memory_mb()
+    return result

@@ -1,0 +1,136 @@
+"""TODO docstring."""
+from __future__ import annotations
+
+from fedray.core.contract import Reply
+from collections.abc import MutableSequence
+from typing import Any
+import numpy as np
+
+
+class Replies(MutableSequence):
+    """A round's replies, in client-id order: a list of :class:`Reply` to its users.
+
+    Hosts that answer column-wise (a :class:`~fedray.core.stats.StatsBlock` per host) are kept
+    as columns: no per-client object exists until one is read. :func:`fedray.total`
+    of a ``Replies`` sums the updates straight from the columns (the same bits as
+    summing the :class:`Reply` objects), and :meth:`columns` gives the client ids,
+    seconds and bytes as arrays. Anything else (indexing, iterating, changing) turns
+    it into an ordinary list of :class:`Reply` first.
+    """
+
+    __slots__ = ("_segs", "_list")
+
+    def __init__(self, items: Any = ()) -> None:
+        self._segs: list[tuple[np.ndarray, Any, np.ndarray, np.ndarray]] = []
+        self._list: list[Reply] | None = list(items) if items else None
+
+    # --- column-wise construction and reads ---
+    def add_columns(self, client_ids: np.ndarray, block: Any, seconds: np.ndarray, nbytes: np.ndarray) -> None:
+        """Append the replies of one host: client ids, a StatsBlock of their updates, seconds, bytes."""
+        if len(client_ids) == 0:
+            return
+        seg = (np.asarray(client_ids, dtype=np.int64), block, np.asarray(seconds, dtype=np.float64),
+               np.asarray(nbytes, dtype=np.int64))
+        if self._list is not None:
+            self._list.extend(_rows_of(seg))
+        else:
+            self._segs.append(seg)
+
+    def sort_by_client(self) -> None:
+        """Order by client id (stable), without building replies where possible."""
+        if self._list is not None:
+            self._list.sort(key=_reply_client)
+            return
+        if len(self._segs) > 1:
+            self._segs.sort(key=lambda seg: int(seg[0][0]))
+        ids = np.concatenate([seg[0] for seg in self._segs]) if self._segs else np.zeros(0, dtype=np.int64)
+        if ids.size > 1 and not np.all(ids[1:] > ids[:-1]):
+            self._materialize().sort(key=_reply_client)
+
+    def columns(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(client ids, seconds, bytes) of the replies, as arrays in order."""
+        if self._list is None:
+            if not self._segs:
+                return np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(0, dtype=np.int64)
+            return tuple(np.concatenate([seg[i] for seg in self._segs]) for i in (0, 2, 3))  # type: ignore[return-value]
+        n = len(self._list)
+        return (np.fromiter((r.client_id for r in self._list), dtype=np.int64, count=n),
+                np.fromiter((r.seconds for r in self._list), dtype=np.float64, count=n),
+                np.fromiter((r.nbytes for r in self._list), dtype=np.int64, count=n))
+
+    def stacked_updates(self) -> dict[str, np.ndarray] | None:
+        """The updates stacked per statistic (rows in order), when all are columns of one layout."""
+        if self._list is not None or not self._segs:
+            return None
+        first = self._segs[0][1].arrays
+        if any(seg[1].arrays.keys() != first.keys()
+               or any(seg[1].arrays[k].shape[1:] != first[k].shape[1:] for k in first) for seg in self._segs):
+            return None
+        if len(self._segs) == 1:
+            return dict(first)
+        return {k: np.concatenate([seg[1].arrays[k] for seg in self._segs]) for k in first}
+
+    # --- the list protocol ---
+    def _materialize(self) -> list[Reply]:
+        if self._list is None:
+            out: list[Reply] = []
+            for seg in self._segs:
+                out.extend(_rows_of(seg))
+            self._list, self._segs = out, []
+        return self._list
+
+    def __len__(self) -> int:
+        if self._list is not None:
+            return len(self._list)
+        return sum(len(seg[0]) for seg in self._segs)
+
+    def __getitem__(self, i: Any) -> Any:
+        return self._materialize()[i]
+
+    def __setitem__(self, i: Any, v: Any) -> None:
+        self._materialize()[i] = v
+
+    def __delitem__(self, i: Any) -> None:
+        del self._materialize()[i]
+
+    def insert(self, i: int, v: Reply) -> None:
+        self._materialize().insert(i, v)
+
+    def __iter__(self) -> Any:
+        return iter(self._materialize())
+
+    def sort(self, key: Any = None, reverse: bool = False) -> None:
+        self._materialize().sort(key=key, reverse=reverse)
+
+    def __add__(self, other: Any) -> list[Reply]:
+        return list(self._materialize()) + list(other)
+
+    def __radd__(self, other: Any) -> list[Reply]:
+        return list(other) + list(self._materialize())
+
+    def __eq__(self, other: Any) -> bool:
+        return list(self._materialize()) == list(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __reduce__(self) -> Any:
+        return (Replies, (list(self._materialize()),))
+
+    def __repr__(self) -> str:
+        return f"Replies({len(self)} replies)"
+
+
+def _reply_client(r: Reply) -> int:
+    return r.client_id
+
+
+def _rows_of(seg: tuple[np.ndarray, Any, np.ndarray, np.ndarray]) -> list[Reply]:
+    ids, block, seconds, nbytes = seg
+    return list(map(Reply, ids.tolist(), block.rows(), seconds.tolist(), nbytes.tolist()))
+
+
+def reply_columns(replies: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(client ids, seconds, bytes) of a round's replies as arrays (any sequence of :class:`Reply`)."""
+    if isinstance(replies, Replies):
+        return replies.columns()
+    return Replies(replies).columns()

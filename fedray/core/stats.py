@@ -1,0 +1,225 @@
+"""Statistics objects: summaries that clients send and the server adds up.
+
+A statistics object is a named collection of float64 arrays with ``+`` and
+``zero()``. Aggregation of any summed statistic is ``sum(updates, start=zero)``,
+which keeps "federated equals central" a single property and makes masking for
+secure aggregation a matter of adding vectors.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import numpy as np
+
+
+class Stats(Mapping[str, np.ndarray]):
+    """An immutable mapping of names to arrays that adds element-wise.
+
+    Parameters
+    ----------
+    **arrays
+        Named arrays (converted to float64 unless integer-valued arrays are wanted
+        by passing them as ``np.int64``).
+    """
+
+    __slots__ = ("_a", "_row")
+
+    def __init__(self, **arrays: Any) -> None:
+        self._a: dict[str, np.ndarray] | None = {k: np.asarray(v, dtype=np.float64) for k, v in arrays.items()}
+        self._row: tuple[StatsBlock, int] | None = None  # (block, row) when this is a row of a StatsBlock
+
+    @property
+    def _arrays(self) -> dict[str, np.ndarray]:
+        a = self._a
+        if a is None:  # a row of a block: its views are made when first read
+            block, i = self._row
+            a = self._a = {k: v[i] for k, v in block.arrays.items()}
+        return a
+
+    def names(self) -> Any:
+        """The statistics' names (without making a block row's views)."""
+        return self._row[0].arrays.keys() if self._a is None else self._a.keys()
+
+    # Mapping interface
+    def __getitem__(self, key: str) -> np.ndarray:
+        return self._arrays[key]
+
+    def __iter__(self):
+        return iter(self._arrays)
+
+    def __len__(self) -> int:
+        return len(self._arrays)
+
+    def __add__(self, other: "Stats") -> "Stats":
+        if other is None or (isinstance(other, int) and other == 0):
+            return self
+        if not isinstance(other, Stats):
+            return NotImplemented
+        if self._arrays.keys() != other._arrays.keys():
+            raise ValueError(f"cannot add statistics with names {sorted(self)} and {sorted(other)}")
+        return Stats(**{k: self._arrays[k] + other._arrays[k] for k in self._arrays})
+
+    __radd__ = __add__
+
+    def __mul__(self, factor: float) -> "Stats":
+        return Stats(**{k: v * factor for k, v in self._arrays.items()})
+
+    __rmul__ = __mul__
+
+    def zero(self) -> "Stats":
+        """Statistics with the same names and shapes, all zero."""
+        return Stats(**{k: np.zeros_like(v) for k, v in self._arrays.items()})
+
+    def flat(self) -> np.ndarray:
+        """All arrays concatenated into one vector (names in sorted order)."""
+        return np.concatenate([self._arrays[k].ravel() for k in sorted(self._arrays)]) if self._arrays else np.zeros(0)
+
+    def with_flat(self, vector: np.ndarray) -> "Stats":
+        """Statistics of the same layout filled from ``vector`` (inverse of :meth:`flat`)."""
+        out, pos = {}, 0
+        for k in sorted(self._arrays):
+            v = self._arrays[k]
+            out[k] = np.asarray(vector[pos : pos + v.size], dtype=np.float64).reshape(v.shape)
+            pos += v.size
+        return Stats(**out)
+
+    def __repr__(self) -> str:
+        shapes = ", ".join(f"{k}{tuple(v.shape)}" for k, v in self._arrays.items())
+        return f"Stats({shapes})"
+
+    def __reduce__(self):
+        return (_rebuild_stats, (self._arrays,))
+
+
+def _rebuild_stats(arrays: dict) -> Stats:
+    return Stats(**arrays)
+
+
+class StatsBlock:
+    """Statistics of many clients, column-wise: ``arrays[name]`` has shape (n_clients, ...).
+
+    What a batched client function (:func:`fedray.batched`) may return instead of a list
+    of :class:`Stats`, so that no per-client object is built where the clients live.
+    Row ``i`` is client ``i`` of the batch; :meth:`row` gives it as a :class:`Stats`
+    (a view, float64), and :func:`total` sums consecutive rows of a block in one
+    vectorised reduction.
+
+    Parameters
+    ----------
+    **arrays
+        Named arrays with the same first dimension (converted to float64).
+    """
+
+    __slots__ = ("arrays", "n")
+
+    def __init__(self, **arrays: Any) -> None:
+        self.arrays = {k: np.asarray(v, dtype=np.float64) for k, v in arrays.items()}
+        lengths = {v.shape[0] if v.ndim else -1 for v in self.arrays.values()}
+        if len(lengths) > 1 or -1 in lengths:
+            raise ValueError(f"StatsBlock: every array needs the same first dimension; got "
+                             f"{ {k: v.shape for k, v in self.arrays.items()} }")
+        self.n = lengths.pop() if lengths else 0
+
+    def __len__(self) -> int:
+        return self.n
+
+    def row(self, i: int) -> Stats:
+        """Client ``i`` of the block as a :class:`Stats` (views of the block's arrays)."""
+        s = Stats.__new__(Stats)
+        s._a = None
+        s._row = (self, i)
+        return s
+
+    def rows(self) -> list[Stats]:
+        new, out = Stats.__new__, []
+        append = out.append
+        for i in range(self.n):
+            s = new(Stats)
+            s._a = None
+            s._row = (self, i)
+            append(s)
+        return out
+
+    def nbytes_each(self) -> int:
+        """Bytes of one client's statistics."""
+        return int(sum(v[0].nbytes for v in self.arrays.values())) if self.n else 0
+
+    def take(self, idx: np.ndarray) -> "StatsBlock":
+        """The rows ``idx`` as a new block."""
+        out = StatsBlock.__new__(StatsBlock)
+        out.arrays = {k: v[idx] for k, v in self.arrays.items()}
+        out.n = len(idx)
+        return out
+
+    def __repr__(self) -> str:
+        shapes = ", ".join(f"{k}{tuple(v.shape[1:])}" for k, v in self.arrays.items())
+        return f"StatsBlock({self.n} x {shapes})"
+
+
+def _reduce(stacked: dict[str, np.ndarray]) -> Stats:
+    return Stats(**{k: np.add.reduce(v, axis=0) for k, v in stacked.items()})
+
+
+def total(items: Iterable[Stats]) -> Stats:
+    """Sum of statistics objects in the given order (raises on an empty input).
+
+    The sum is one reduction over the stacked arrays (``np.add.reduce`` along the
+    first axis, items in the given order): its bits depend only on the items and
+    their order, not on how they were produced. Runs of consecutive rows of one
+    :class:`StatsBlock` are stacked as slices of the block, without a per-row copy.
+    Items that are not :class:`Stats` are added with ``+`` in order.
+
+    ``items`` may also be a round's replies (:class:`~fedray.core.contract.Reply` objects,
+    or the :class:`~fedray.core.contract.Replies` that ``aggregate`` receives): their
+    updates are summed. Replies that hosts sent column-wise are summed straight from
+    the columns, with the same bits and no per-client object.
+    """
+    stacked = getattr(items, "stacked_updates", None)
+    if stacked is not None:  # a round's Replies kept column-wise: no per-client object
+        st = stacked()
+        if st is not None:
+            return _reduce(st)
+    items = list(items)
+    if not items:
+        raise ValueError("cannot sum an empty sequence of statistics")
+    from fedray.core.contract import Reply  # (fedray.core.contract does not import this module at load)
+
+    if isinstance(items[0], Reply):
+        items = [r.update for r in items]
+    if len(items) == 1:
+        return items[0]
+    if not all(type(s) is Stats for s in items):
+        acc = items[0]
+        for s in items[1:]:
+            acc = acc + s
+        return acc
+    names = items[0].names()
+    parts: dict[str, list[np.ndarray]] = {k: [] for k in names}
+    i, n = 0, len(items)
+    while i < n:
+        s = items[i]
+        if s.names() != names:
+            raise ValueError(f"cannot add statistics with names {sorted(names)} and {sorted(s)}")
+        src = s._row
+        j = i + 1
+        if src is not None:
+            block, start = src
+            while j < n and items[j]._row is not None and items[j]._row[0] is block \
+                    and items[j]._row[1] == start + (j - i):
+                j += 1
+            for k in names:
+                parts[k].append(block.arrays[k][start:start + (j - i)])
+        else:
+            for k in names:
+                parts[k].append(s._arrays[k][None])
+        i = j
+    stacked = {}
+    for k, ps in parts.items():
+        if len({p.shape[1:] for p in ps}) != 1:  # shapes that only broadcast: added one by one, as ``+`` does
+            acc = items[0]
+            for s in items[1:]:
+                acc = acc + s
+            return acc
+        stacked[k] = ps[0] if len(ps) == 1 else np.concatenate(ps)
+    return _reduce(stacked)

@@ -1,0 +1,101 @@
+"""TODO docstring."""
+from __future__ import annotations
+
+from fedray.core.sizes import CLIENT_BYTES, RECIPE_BYTES
+from typing import Any
+import numpy as np
+from fedray.core.errors import DataError
+
+
+def describe_shard(client_id: int, name: str, X: np.ndarray, y: np.ndarray | None, feature_names: Any = (),
+                   moments: bool = True) -> dict[str, Any]:
+    """What :meth:`ClientHost.describe` reports for one shard ``X`` (n, d) with labels ``y`` (n,) or None.
+
+    With ``moments=False`` only size, dimension and the first non-finite value (what
+    :func:`fedray.api.session.check_descriptions` checks) are computed.
+    """
+    d: dict[str, Any] = {"client_id": client_id, "name": name, "n": int(X.shape[0]),
+                         "n_features": int(X.shape[1]) if X.ndim == 2 else -1}
+    finite = np.isfinite(X)
+    if X.size and not finite.all():
+        col = int(np.flatnonzero(~finite.all(axis=0))[0])
+        row = int(np.flatnonzero(~finite[:, col])[0])
+        colname = feature_names[col] if col < len(feature_names) else f"column {col}"
+        d["bad_value"] = f"{float(X[row, col])} in column {colname!r} (row {row} of the client's shard)"
+    elif X.shape[0] and moments:
+        d["sum"] = X.sum(axis=0)
+        d["sumsq"] = (X * X).sum(axis=0)
+        d["min"] = X.min(axis=0)
+        d["max"] = X.max(axis=0)
+    if y is not None:
+        d["classes"] = np.unique(y)
+    return d
+
+
+def check_magnitude(lo: np.ndarray, hi: np.ndarray, n_samples: float, names: Any = ()) -> None:
+    """Raise :class:`DataError` when values are so large that sums of squared distances overflow float64."""
+    big = np.maximum(np.abs(lo), np.abs(hi))
+    with np.errstate(over="ignore"):
+        worst = 4.0 * max(n_samples, 1.0) * big * big
+    bad = np.flatnonzero(~np.isfinite(worst))
+    if bad.size:
+        col = int(bad[0])
+        name = names[col] if col < len(names) else f"column {col}"
+        raise DataError(f"feature {name!r}: values up to {float(big[col]):.3g} are too large (sums of squared "
+                        "distances would overflow float64); rescale the data, e.g. divide by a power of ten")
+
+
+def check_descriptions(desc: list[dict[str, Any]]) -> int:
+    """Raise :class:`DataError` for unusable shards; returns the common number of features."""
+    for d in desc:
+        who = f"client {d['client_id']}" + (f" ({d['name']})" if d.get("name") and d["name"] != f"client-{d['client_id']}" else "")
+        if "error" in d:
+            raise DataError(f"{who}: {d['error']}")
+        if "bad_value" in d:
+            raise DataError(f"{who}: non-finite value {d['bad_value']}; clean or impute the data first "
+                            "(NaN and inf are not allowed)")
+        if d["n"] == 0:
+            raise DataError(f"{who} has no samples; remove it or change the partition")
+    dims = sorted({d["n_features"] for d in desc})
+    if len(dims) > 1:
+        by = {dim: [d["client_id"] for d in desc if d["n_features"] == dim][:5] for dim in dims}
+        raise DataError(f"clients have different numbers of features: {by} (feature count: client ids)")
+    return int(dims[0])
+
+
+def check_memory(cfg: Any) -> None:
+    """Refuse, before anything is built, a generated federation that cannot fit in memory.
+
+    For ``blobs`` the size is known from the configuration: the recipes live in the
+    driver; the shards live in the client hosts (this machine unless
+    ``runtime.address`` names a cluster). Raises :class:`~fedray.core.errors.ConfigError`
+    with the estimate.
+    """
+    from fedray.data.federation import BLOBS_DEFAULTS
+    from fedray.core.errors import ConfigError
+
+    if cfg.data.dataset != "blobs" or cfg.federation.n_clients is None:
+        return
+    try:
+        import psutil
+
+        available = float(psutil.virtual_memory().available)
+    except Exception:  # noqa: BLE001 - no estimate without psutil
+        return
+    opts = {**BLOBS_DEFAULTS, **(cfg.data.options or {})}
+    try:
+        rows, d = int(opts["points_per_client"]), int(opts["n_features"])
+    except (TypeError, ValueError):
+        return  # reported by the federation builder with the key named
+    n = int(cfg.federation.n_clients)
+    need = n * RECIPE_BYTES
+    if cfg.runtime.backend == "local" or not cfg.runtime.address:
+        need += n * (CLIENT_BYTES + rows * (d + 1) * 8)
+    if need > available:
+        raise ConfigError(f"federation.n_clients: {n} clients of {rows} x {d} points need about {_gib(need)} of memory "
+                          f"here, but {_gib(available)} is available; use fewer clients or points, or a cluster "
+                          "(runtime.address)")
+
+
+def _gib(b: float) -> str:
+    return f"{b / 2**30:.1f} GiB" if b >= 2**30 else f"{b / 2**20:.0f} MiB"

@@ -1,0 +1,178 @@
+"""The message log: what the server sent and what it received, message by message.
+
+With ``output.messages: true`` every task sent to a client (``down``) and every
+reply that reached the server (``up``) becomes one row of ``messages.parquet``:
+round, attempt, client, direction, the client function, the kind of message
+(``stats``, ``masked``, ``other``, ``none``), and the names, shapes, dtypes and
+bytes of its array leaves (:func:`fedray.core.sizes.describe_message`). The layer sits
+below the privacy layer (:mod:`fedray.layers.privacy`), so under secure aggregation the
+``up`` rows show the masked vectors the server received, never a client's sum.
+Shared inputs (one object-store broadcast per round) are listed in each client's
+``down`` row, as each client receives them. Evaluation passes (negative rounds)
+are logged too; the central baseline and plots, which read shards directly in
+the simulation, are not messages and are not logged.
+
+``output.message_payloads: true`` also keeps the received replies themselves on
+the :class:`~fedray.api.results.Result` (``result.extras["payloads"]``) for audits;
+:func:`find_own_rows` checks that none of them contains one of its sender's rows
+(DESIGN.md, "Nothing a client returns contains its rows").
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from fedray.core.contract import Task
+from fedray.runtime.executor import Executor, ExecResult, ExecutorWrapper
+from fedray.core.sizes import describe_message, leaves
+from fedray.core.stats import Stats
+
+
+@dataclass(frozen=True)
+class Envelope:
+    """A task payload wrapped by a layer: the algorithm's function and payload plus the layer's own part.
+
+    Attributes
+    ----------
+    fn : callable
+        The algorithm's client function.
+    payload : object
+        The algorithm's payload.
+    extra : dict
+        What the layer adds (e.g. the client's mask peers under secure aggregation).
+    """
+
+    fn: Any
+    payload: Any
+    extra: dict[str, Any]
+
+
+def _kind(update: Any) -> str:
+    if update is None:
+        return "none"
+    if getattr(update, "masked", False):
+        return "masked"
+    if isinstance(update, Stats):
+        return "stats"
+    return "other"
+
+
+def _row(round_: int, attempt: int, cid: int, direction: str, fn: str, kind: str,
+         leaves: list[tuple[str, tuple[int, ...], str, int]]) -> dict[str, Any]:
+    return {"round": round_, "attempt": attempt, "client_id": cid, "direction": direction, "function": fn,
+            "kind": kind, "names": [n for n, _, _, _ in leaves], "shapes": [str(tuple(s)) for _, s, _, _ in leaves],
+            "dtypes": [d for _, _, d, _ in leaves], "bytes": int(sum(b for _, _, _, b in leaves))}
+
+
+def _fn_name(fn: Any) -> str:
+    return f"{fn.__module__}:{fn.__qualname__}"
+
+
+class MessageLog(ExecutorWrapper):
+    """Executor layer recording every message of every round.
+
+    Parameters
+    ----------
+    inner : Executor
+    keep_payloads : bool
+        Also keep the received replies (``(round, attempt, client_id, update)``).
+    """
+
+    def __init__(self, inner: Executor, keep_payloads: bool = False) -> None:
+        super().__init__(inner)
+        self.rows: list[dict[str, Any]] = []
+        self.keep_payloads = keep_payloads
+        self.payloads: list[tuple[int, int, int, Any]] = []
+        self._round: int | None = None
+        self._attempt = 0
+
+    def execute(self, round_: int, tasks: dict[int, Task], timeout: float | None = None) -> ExecResult:
+        self._attempt = self._attempt + 1 if round_ == self._round else 0
+        self._round = round_
+        shared_rows: dict[int, list] = {}
+        fn_of: dict[int, str] = {}
+        for cid in sorted(tasks):
+            t = tasks[cid]
+            if isinstance(t.payload, Envelope):
+                fn = _fn_name(t.payload.fn)
+                leaves = describe_message(t.payload.payload, "payload") + describe_message(t.payload.extra, "layer")
+            else:
+                fn = t.fn_name
+                leaves = describe_message(t.payload, "payload")
+            if t.shared is not None:
+                key = id(t.shared)
+                if key not in shared_rows:
+                    shared_rows[key] = describe_message(t.shared, "shared")
+                leaves = leaves + shared_rows[key]
+            fn_of[cid] = fn
+            self.rows.append(_row(round_, self._attempt, cid, "down", fn, "task", leaves))
+        res = self.inner.execute(round_, tasks, timeout)
+        for r in res.replies:
+            self.rows.append(_row(round_, self._attempt, r.client_id, "up", fn_of.get(r.client_id, ""),
+                                  _kind(r.update), describe_message(r.update, "update")))
+            if self.keep_payloads:
+                self.payloads.append((round_, self._attempt, r.client_id, r.update))
+        return res
+
+    def report(self) -> dict[str, Any]:
+        out = {**self.inner.report(), "messages": list(self.rows)}
+        if self.keep_payloads:
+            out["payloads"] = list(self.payloads)
+        return out
+
+    def restore(self, report: dict[str, Any]) -> None:
+        self.inner.restore(report)
+        self.rows = list(report.get("messages", []))
+        self.payloads = list(report.get("payloads", []))
+
+
+def messages_table(rows: list[dict[str, Any]]) -> Any:
+    """``messages.parquet`` as a DataFrame (list columns ``names``, ``shapes``, ``dtypes``)."""
+    import pandas as pd
+
+    cols = ["round", "attempt", "client_id", "direction", "function", "kind", "names", "shapes", "dtypes", "bytes"]
+    return pd.DataFrame(rows, columns=cols)
+
+
+# --- the row check ------------------------------------------------------------------
+def _float_leaves(obj: Any, prefix: str = "") -> list[tuple[str, np.ndarray]]:
+    return [(n, v) for n, v in leaves(obj, prefix) if isinstance(v, np.ndarray) and v.dtype.kind == "f"]
+
+
+def find_own_rows(update: Any, X: np.ndarray) -> list[str]:
+    """Names of the leaves of ``update`` that contain a row of ``X`` as consecutive values.
+
+    Every float array leaf is flattened; a row ``x`` of ``X`` (shape (n, d)) is found
+    where ``d`` consecutive values equal ``x`` exactly (as float32 too, for models
+    kept in single precision).
+
+    Parameters
+    ----------
+    update : object
+        A reply as the server received it.
+    X : ndarray of shape (n, d)
+        The sender's shard.
+
+    Returns
+    -------
+    list of str
+    """
+    X = np.asarray(X, dtype=np.float64)
+    if X.ndim != 2 or X.shape[0] == 0:
+        return []
+    d = X.shape[1]
+    found = []
+    for name, arr in _float_leaves(update):
+        v = np.ascontiguousarray(arr, dtype=np.float64).ravel()
+        if v.size < d:
+            continue
+        for Xc in (X, X.astype(np.float32).astype(np.float64)):
+            rows = {r.tobytes() for r in Xc}
+            cand = np.flatnonzero(np.isin(v[: v.size - d + 1], Xc[:, 0]))
+            if any(v[i : i + d].tobytes() in rows for i in cand):
+                found.append(name)
+                break
+    return found
+

@@ -1,0 +1,1 @@
+"""The server's round loop, the only one in fedray."""

@@ -1,0 +1,342 @@
+"""The round loop — the only one in fedray.
+
+:class:`Server` drives rounds: sample clients from the server's seeded stream,
+ask the algorithm what they run, send it through the executor, drop late or
+failed clients (counted), hand the replies in client-id order to the algorithm
+and record one history row. The Ray runtime runs the same object inside
+:class:`fedray.actors.server_actor.ServerActor`.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import numpy as np
+
+from fedray.core.contract import Algorithm, Reply, RoundContext, Task
+from fedray.core.replies import reply_columns
+from fedray.core.errors import FedrayError, RoundFailedError
+from fedray.runtime.executor import Executor
+from fedray.core.seeding import sample_clients
+from fedray.core.sizes import nbytes_of
+
+log = logging.getLogger(__name__)
+
+#: The round cap when neither ``federation.rounds`` nor the algorithm's budget sets one.
+DEFAULT_ROUNDS = 100
+
+#: Added to the error of a late client whose actor was still busy with an earlier late task.
+SPILLOVER = " (its actor was still busy with an earlier round's late task: spill-over)"
+
+
+class Server:
+    """Runs an algorithm's rounds on an executor.
+
+    Parameters
+    ----------
+    algorithm : Algorithm
+    executor : Executor
+    seed : int
+    fraction : float
+        Share of clients sampled each round.
+    max_rounds : int or None
+        Upper bound on rounds, whatever the algorithm says (the round cap); None:
+        :func:`round_cap` of the algorithm's :meth:`~fedray.Algorithm.round_budget`.
+    min_clients : int
+        A round with fewer answers fails.
+    round_timeout : float or None
+        Seconds to wait for replies; late clients are dropped from the round.
+    round_retries : int
+        A round with fewer than ``min_clients`` answers is run again (same tasks, same
+        round number) up to this many times before it fails.
+    """
+
+    def __init__(self, algorithm: Algorithm, executor: Executor, *, seed: int, fraction: float = 1.0,
+                 max_rounds: int | None = None, min_clients: int = 1, round_timeout: float | None = None,
+                 round_retries: int = 0) -> None:
+        self.algorithm = algorithm
+        self.executor = executor
+        self.seed = int(seed)
+        self.fraction = float(fraction)
+        self.budget = algorithm.round_budget()  # asked once, before the first round
+        self.max_rounds = round_cap(max_rounds, self.budget)
+        self.min_clients = int(min_clients)
+        self.round_timeout = round_timeout
+        self.round_retries = int(round_retries)
+        self.round = 0
+        self.history: list[dict[str, Any]] = []
+        self.failures: list[dict[str, Any]] = []  # one row per client that failed or was late
+        info = getattr(algorithm, "info", None)
+        n = int(getattr(info, "n_clients", 0) or 0)
+        # Per client: rounds answered, bytes sent up, compute seconds (arrays: one vectorised update a round).
+        self._rounds = np.zeros(n, dtype=np.int64)
+        self._evaluated = np.zeros(n, dtype=np.int64)
+        self._bytes_up = np.zeros(n, dtype=np.int64)
+        self._compute_s = np.zeros(n, dtype=np.float64)
+        self.finished = False
+        # "converged", "algorithm" (its own budget or rule), "rounds done" (an algorithm that
+        # trains for federation.rounds reached it) or "round cap" (the cap cut the run short)
+        self.stop_reason = ""
+
+    def step(self) -> dict[str, Any] | None:
+        """Run one round; returns its history row, or None when the run is over."""
+        if self.finished or self.round >= self.max_rounds:
+            if not self.finished:
+                self.stop_reason = self._capped_reason()
+            self.finished = True
+            return None
+        t0 = time.perf_counter()
+        info = self.algorithm.info
+        sampled = tuple(int(c) for c in sample_clients(self.seed, self.round, info.n_clients, self.fraction))
+        ctx = RoundContext(self.round, self.seed, sampled, info, self.fraction)
+        phase = self.algorithm.phase
+        tasks = self.algorithm.configure_round(ctx)
+        if tasks is None:
+            self.finished = True
+            self.stop_reason = "converged" if self.algorithm.converged else "algorithm"
+            return None
+        need = min(self.min_clients, len(tasks))
+        attempt = 0
+        ask_again = int(self.algorithm.retries_for_missing(ctx))
+        executions = 0
+        while True:
+            res = self.executor.execute(self.round, tasks, self.round_timeout)
+            if res.user_errors:
+                cid = min(res.user_errors)
+                raise type_of_user_error(res.user_errors[cid])
+            if res.failed or res.late:
+                self._record_failures(res, executions)
+            executions += 1
+            for _ in range(ask_again):  # the algorithm needs every client: ask those missing again
+                missing = sorted(set(res.failed) | set(res.late))
+                if not missing:
+                    break
+                again = self.executor.execute(self.round, {c: tasks[c] for c in missing}, self.round_timeout)
+                if again.user_errors:
+                    raise type_of_user_error(again.user_errors[min(again.user_errors)])
+                if again.failed or again.late:
+                    self._record_failures(again, executions)
+                executions += 1
+                res.replies = sorted(res.replies + again.replies, key=lambda r: r.client_id)
+                res.failed, res.late, res.spillover = again.failed, again.late, again.spillover
+                res.errors = {**res.errors, **again.errors}
+            if len(res.replies) >= need:
+                break
+            if attempt >= self.round_retries:
+                first = next(iter(res.errors.values()), "")
+                retried = (f"; retried {attempt} time(s) (federation.round_retries={self.round_retries})"
+                           if self.round_retries else "; set federation.round_retries to retry such rounds")
+                if first:
+                    log.info("round %d: first client failure:\n%s", self.round, first)
+                last = first.strip().splitlines()[-1] if first.strip() else ""
+                raise RoundFailedError(
+                    f"round {self.round}: {len(res.replies)} of {len(tasks)} clients answered "
+                    f"({len(res.failed)} failed, {len(res.late)} late); federation.min_clients={self.min_clients}"
+                    + retried + (f"; first failure: {last} (-v shows its traceback)" if last else ""))
+            attempt += 1
+            log.warning("round %d: %d of %d clients answered (federation.min_clients=%d); attempt %d of %d",
+                        self.round, len(res.replies), len(tasks), self.min_clients, attempt + 1, self.round_retries + 1)
+        metrics = self.algorithm.aggregate(ctx, res.replies)
+        bytes_down = _bytes_down(tasks)
+        n_rep = len(res.replies)
+        ids, seconds, up = reply_columns(res.replies)
+        bytes_up = int(up.sum())
+        self._grow(int(ids.max()) + 1 if n_rep else 0)
+        # A round the client took part in, or one where it only evaluated the current model
+        # (supervised methods evaluate every client, sampled or not; clients.parquet keeps both).
+        first = tasks[int(ids[0])] if n_rep else None
+        if first is not None and all(t is first for t in tasks.values()):  # one task for every client
+            only_eval = np.full(n_rep, bool(first.evaluation))
+        else:
+            only_eval = np.fromiter((tasks[c].evaluation for c in ids.tolist()), dtype=bool, count=n_rep)
+        self._rounds[ids[~only_eval]] += 1  # a client answers once a round: no repeated index
+        self._evaluated[ids[only_eval]] += 1
+        self._bytes_up[ids] += up
+        self._compute_s[ids] += seconds
+        if len(sampled) < info.n_clients and "objective" in metrics:  # a sum over this round's cohort only
+            metrics = {("objective_sampled" if k == "objective" else k): v for k, v in metrics.items()}
+        out = {"round": self.round, "phase": phase, "clients_sampled": len(tasks),
+               "clients_answered": len(res.replies), "clients_failed": len(res.failed),
+               "clients_late": len(res.late), **{k: v for k, v in metrics.items()},
+               "bytes_down": bytes_down, "bytes_up": bytes_up, "wall_s": time.perf_counter() - t0}
+        if self.round_retries or executions > 1:
+            out["attempts"] = executions
+        self.history.append(out)
+        self.round += 1
+        return out
+
+    def _grow(self, n: int) -> None:
+        if n > len(self._rounds):
+            extra = n - len(self._rounds)
+            self._rounds = np.concatenate([self._rounds, np.zeros(extra, dtype=np.int64)])
+            self._evaluated = np.concatenate([self._evaluated, np.zeros(extra, dtype=np.int64)])
+            self._bytes_up = np.concatenate([self._bytes_up, np.zeros(extra, dtype=np.int64)])
+            self._compute_s = np.concatenate([self._compute_s, np.zeros(extra)])
+
+    @property
+    def client_rows(self) -> dict[int, dict[str, float]]:
+        """Per client that answered at least once: ``rounds`` (taken part), ``evaluated`` (only
+        evaluated the model), ``bytes_up`` and ``compute_s``."""
+        return {int(c): {"rounds": int(self._rounds[c]), "evaluated": int(self._evaluated[c]),
+                         "bytes_up": int(self._bytes_up[c]), "compute_s": float(self._compute_s[c])}
+                for c in np.flatnonzero(self._rounds + self._evaluated)}
+
+    @client_rows.setter
+    def client_rows(self, rows: dict[Any, dict[str, float]]) -> None:
+        n = max([len(self._rounds)] + [int(k) + 1 for k in rows])
+        self._rounds = np.zeros(n, dtype=np.int64)
+        self._evaluated = np.zeros(n, dtype=np.int64)
+        self._bytes_up = np.zeros(n, dtype=np.int64)
+        self._compute_s = np.zeros(n, dtype=np.float64)
+        for k, v in rows.items():
+            c = int(k)
+            self._rounds[c], self._bytes_up[c], self._compute_s[c] = v["rounds"], v["bytes_up"], v["compute_s"]
+            self._evaluated[c] = v.get("evaluated", 0)
+
+    def _record_failures(self, res: Any, attempt: int) -> None:
+        for cid in res.failed:
+            err = res.errors.get(cid, "").strip()
+            self.failures.append({"round": self.round, "attempt": attempt, "client_id": cid, "kind": "failed",
+                                  "error": err.splitlines()[-1] if err else ""})
+        spill = set(res.spillover)
+        for cid in res.late:
+            why = SPILLOVER if cid in spill else ""
+            self.failures.append({"round": self.round, "attempt": attempt, "client_id": cid, "kind": "late",
+                                  "error": f"no answer within runtime.round_timeout={self.round_timeout}{why}"})
+        if res.failed:
+            log.warning("round %d: client(s) %s failed: %s", self.round, res.failed,
+                        self.failures[-len(res.failed) - len(res.late)]["error"])
+        if res.late:
+            log.warning("round %d: client(s) %s late", self.round, res.late)
+
+    def run(self) -> list[dict[str, Any]]:
+        while self.step() is not None:
+            pass
+        return self.history
+
+    def evaluate(self, retries: int = 2) -> dict[str, Any]:
+        """Run the algorithm's evaluation passes on every client; returns the final metrics.
+
+        Clients that fail are asked again (``retries`` times: a crashed actor is restarted
+        and its shards rebuilt meanwhile). Metrics that still miss clients say so:
+        ``evaluation_coverage`` gives the clients and samples they cover and the missing
+        clients (the session warns about them), so a shrunken evaluation is never silent.
+        """
+        stages: list[list[Reply]] = []
+        prev: list[Reply] | None = None
+        info = self.algorithm.info
+        covered = set(range(info.n_clients))
+        while True:
+            task = self.algorithm.evaluation_task(len(stages), prev)
+            if task is None:
+                break
+            todo = {cid: task for cid in range(info.n_clients)}
+            replies: list[Reply] = []
+            for attempt in range(retries + 1):
+                res = self.executor.execute(-1 - len(stages), todo, self.round_timeout)
+                if res.user_errors:
+                    raise type_of_user_error(res.user_errors[min(res.user_errors)])
+                replies.extend(res.replies)
+                missing = sorted(set(res.failed) | set(res.late))
+                if not missing:
+                    break
+                spill = set(res.spillover)
+                for cid in missing:
+                    late = ("no answer within runtime.round_timeout" +
+                            (SPILLOVER if cid in spill else ""))
+                    err = res.errors.get(cid, late).strip()
+                    self.failures.append({"round": -1 - len(stages), "attempt": attempt, "client_id": cid,
+                                          "kind": "late" if cid in res.late else "failed",
+                                          "error": err.splitlines()[-1] if err else ""})
+                todo = {cid: task for cid in missing}
+            answered = {r.client_id for r in replies}
+            covered &= answered
+            prev = sorted(replies, key=lambda r: r.client_id)
+            stages.append(prev)
+        final = self.algorithm.summarize_evaluation(stages) if stages else {}
+        if stages:
+            n = info.n_samples
+            cov = {"clients": len(covered), "of_clients": int(info.n_clients),
+                   "samples": int(sum(int(n[c]) for c in covered)), "of_samples": int(np.sum(n))}
+            cov["missing"] = sorted(set(range(info.n_clients)) - covered)
+            final["evaluation_coverage"] = cov
+        return final
+
+    def result(self) -> dict[str, Any]:
+        return self.algorithm.result()
+
+    def _capped_reason(self) -> str:
+        """Why a run that reached the round cap ended; warns (one line) when the cap cut it short."""
+        alg = self.algorithm
+        if alg.converged:
+            return "converged"
+        if self.budget is not None and self.round >= self.budget:
+            return "algorithm"  # its own budget ends exactly at the cap
+        if alg.trains_for_rounds:
+            return "rounds done"
+        own = f" (it asks for up to {self.budget} rounds)" if self.budget is not None else ""
+        log.warning("%s stopped at the round cap federation.rounds=%d before it finished by its own rule%s; "
+                    "raise federation.rounds, or leave it unset to use the algorithm's budget",
+                    alg.name, self.max_rounds, own)
+        return "round cap"
+
+    def state(self) -> dict[str, Any]:
+        return {"round": self.round, "history": self.history, "client_rows": self.client_rows,
+                "finished": self.finished, "converged": self.algorithm.converged, "stop_reason": self.stop_reason, "phase": self.algorithm.phase,
+                "failures": self.failures, "report": self.executor.report()}
+
+    # --- checkpoints (see fedray.api.checkpoint) ----------------------------------------
+    def snapshot(self) -> dict[str, Any]:
+        """Everything needed to continue after this round: the round number, history, the
+        algorithm object (its state and any generator it keeps) and what the executor
+        layers recorded. Server and client random streams are keyed by (seed, round) and
+        need no saving."""
+        return {"round": self.round, "history": self.history, "client_rows": self.client_rows,
+                "finished": self.finished, "failures": self.failures, "algorithm": self.algorithm,
+                "report": self.executor.report(), "max_rounds": self.max_rounds, "budget": self.budget}
+
+    def restore(self, snap: dict[str, Any]) -> None:
+        """Continue from :meth:`snapshot` (the executor's clients are restored separately)."""
+        self.round = int(snap["round"])
+        self.history = list(snap["history"])
+        self.client_rows = {int(k): dict(v) for k, v in snap["client_rows"].items()}
+        self.finished = bool(snap["finished"])
+        self.failures = list(snap["failures"])
+        self.algorithm = snap["algorithm"]
+        self.budget = snap.get("budget", self.budget)
+        self.max_rounds = int(snap.get("max_rounds", self.max_rounds))
+        self.executor.restore(snap["report"])
+
+
+def round_cap(rounds: int | None, budget: int | None) -> int:
+    """The round cap of a run: ``federation.rounds`` when set, else the algorithm's budget, else
+    :data:`DEFAULT_ROUNDS`."""
+    if rounds is not None:
+        return int(rounds)
+    return int(budget) if budget is not None else DEFAULT_ROUNDS
+
+
+def _bytes_down(tasks: dict[int, Task]) -> int:
+    """Bytes sent to the clients: each client's payload and shared part (counted per client)."""
+    sizes: dict[int, int] = {}  # id of a shared part -> bytes
+    per_task: dict[int, int] = {}  # id of a task -> bytes (one task object is often every client's)
+    total = 0
+    for t in tasks.values():
+        b = per_task.get(id(t))
+        if b is None:
+            b = nbytes_of(t.payload)
+            if t.shared is not None:
+                key = id(t.shared)
+                if key not in sizes:
+                    sizes[key] = nbytes_of(t.shared)
+                b += sizes[key]
+            per_task[id(t)] = b
+        total += b
+    return total
+
+
+def type_of_user_error(message: str) -> FedrayError:
+    from fedray.core.errors import DataError
+
+    return DataError(message)

@@ -1,0 +1,1 @@
+"""Figures over plain data (matplotlib): one style for every plot of fedray."""

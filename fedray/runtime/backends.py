@@ -1,0 +1,22 @@
+"""TODO docstring."""
+from __future__ import annotations
+
+from fedray.runtime.executor import Executor
+from fedray.runtime.local import LocalExecutor
+from fedray.runtime.ray_executor import RayExecutor
+from typing import Any
+from fedray.data.federation import ClientSpec
+from fedray.core.errors import ConfigError
+
+
+def make_executor(backend: str, specs: list[ClientSpec], seed: int, supervised: bool,
+                  sample_shape: tuple[int, ...], runtime: Any, runtime_env: dict[str, Any] | None = None,
+                  preload: tuple[str, ...] = ()) -> Executor:
+    """Build the executor for ``backend`` (shards are built where the clients live). ``preload``:
+    packages the client actors import in the background as they start (:func:`fedray.core.extras.preload`)."""
+    if backend == "local":
+        return LocalExecutor(specs, seed, supervised, sample_shape, runtime=runtime)
+    if backend == "ray":
+        return RayExecutor(specs, seed, supervised, sample_shape, runtime=runtime, runtime_env=runtime_env,
+                           preload=preload)
+    raise ConfigError(f"runtime.backend: must be 'local' or 'ray'; got {backend!r}")

@@ -1,0 +1,195 @@
+"""Runtimes: where clients live and how a round's tasks reach them.
+
+* :class:`LocalExecutor` — every client in this process (the reference for
+  correctness and speed);
+* :class:`RayExecutor` — clients packed into Ray actors
+  (:class:`fedray.actors.ClientActor`), created in batches with the configured
+  resources and placement; each round's shared input is one object in the
+  object store, replies are collected with a deadline.
+
+Both return the same :class:`ExecResult`; the round loop does not know which
+one it talks to.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from fedray.core.replies import Replies
+from fedray.core.contract import Reply, Task
+from fedray.runtime.host import Outcome, PackedOutcomes, UniformTasks
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ExecResult:
+    """Replies of one round (sorted by client id) and who did not answer."""
+
+    replies: list[Reply]
+    failed: list[int] = field(default_factory=list)
+    late: list[int] = field(default_factory=list)
+    errors: dict[int, str] = field(default_factory=dict)
+    user_errors: dict[int, str] = field(default_factory=dict)
+    #: late clients whose actor was still busy with an earlier round's late task
+    spillover: list[int] = field(default_factory=list)
+
+
+def plan_shared(tasks: dict[int, Task]) -> tuple[list[Any], dict[int, int]]:
+    """Distinct shared objects (by identity) and, per client, the index of its one."""
+    shared: list[Any] = []
+    index_of: dict[int, int] = {}
+    which: dict[int, int] = {}
+    first = next(iter(tasks.values()), None)
+    if first is not None and all(t is first for t in tasks.values()):  # one task for every client
+        if first.shared is None:
+            return shared, dict.fromkeys(tasks, -1)
+        return [first.shared], dict.fromkeys(tasks, 0)
+    for cid, task in tasks.items():
+        if task.shared is None:
+            which[cid] = -1
+            continue
+        key = id(task.shared)
+        if key not in index_of:
+            index_of[key] = len(shared)
+            shared.append(task.shared)
+        which[cid] = index_of[key]
+    return shared, which
+
+
+def host_items(ids: list[int], tasks: dict[int, Task], which: dict[int, int]) -> Any:
+    """A host's items for ``ids``: :class:`~fedray.runtime.host.UniformTasks` when they all run one task."""
+    first = tasks[ids[0]] if ids else None
+    if first is not None and len(ids) > 1 and all(tasks[c] is first for c in ids):
+        return UniformTasks(np.asarray(ids, dtype=np.int64), first, which[ids[0]])
+    return [(cid, tasks[cid], which[cid]) for cid in ids]
+
+
+def _client_id(r: Reply) -> int:
+    return r.client_id
+
+
+def sort_replies(result: ExecResult) -> None:
+    if isinstance(result.replies, Replies):
+        result.replies.sort_by_client()
+    else:
+        result.replies.sort(key=_client_id)
+
+
+def collect_outcomes(outcomes: Any, result: ExecResult) -> None:
+    parts = outcomes if isinstance(outcomes, list) else [outcomes]
+    if any(isinstance(p, PackedOutcomes) for p in parts):
+        rest: list[Outcome] = []
+        for p in parts:
+            if isinstance(p, PackedOutcomes):
+                # Replies straight from the columns: one row view per client, no Outcome in between.
+                # Kept as columns: a Reply per client is built only if something reads one.
+                if isinstance(result.replies, Replies):
+                    result.replies.add_columns(p.client_ids, p.block(), p.seconds, p.nbytes)
+                else:
+                    result.replies.extend(map(Reply, p.client_ids.tolist(), p.block().rows(), p.seconds.tolist(),
+                                              p.nbytes.tolist()))
+                rest.extend(p.others)
+            else:
+                rest.append(p)
+        outcomes = rest
+    for o in outcomes:
+        if o.error is None:
+            result.replies.append(Reply(o.client_id, o.update, o.seconds, o.nbytes))
+        elif o.user_error:
+            result.user_errors[o.client_id] = o.error
+        else:
+            result.errors[o.client_id] = o.error
+            result.failed.append(o.client_id)
+
+
+class Executor:
+    """Interface of a runtime."""
+
+    backend = "base"
+    n_actors = 0
+
+    def describe(self, private: bool = False) -> list[dict[str, Any]]:  # pragma: no cover - interface
+        """Per-client facts; ``private`` leaves out per-client sums and extremes (see ClientHost.describe)."""
+        raise NotImplementedError
+
+    def apply_scaler(self, shift: np.ndarray, scale: np.ndarray) -> None:  # pragma: no cover
+        raise NotImplementedError
+
+    def execute(self, round_: int, tasks: dict[int, Task], timeout: float | None = None) -> ExecResult:  # pragma: no cover
+        raise NotImplementedError
+
+    def gather_data(self, labels: bool = True) -> list[tuple[int, np.ndarray, np.ndarray | None]]:  # pragma: no cover
+        raise NotImplementedError
+
+    def shutdown(self) -> None:
+        pass
+
+    def preload(self, packages: tuple[str, ...]) -> None:
+        """Import ``packages`` in the background where the clients run (:func:`fedray.core.extras.preload`);
+        runtimes whose clients run in this process import them at first use."""
+
+    # Records kept by wrapping layers (message log, privacy account); saved in checkpoints.
+    def report(self) -> dict[str, Any]:
+        return {}
+
+    def restore(self, report: dict[str, Any]) -> None:
+        pass
+
+
+class ExecutorWrapper(Executor):
+    """Base of the optional layers around an executor (fault injection, message log, privacy).
+
+    A layer overrides :meth:`execute` (and :meth:`report` / :meth:`restore` for what it
+    records); everything else goes to ``inner``. Nothing is wrapped unless the
+    configuration asks for it, so the default round costs nothing extra.
+    """
+
+    def __init__(self, inner: Executor) -> None:
+        self.inner = inner
+
+    @property
+    def backend(self) -> str:  # type: ignore[override]
+        return self.inner.backend
+
+    @property
+    def n_actors(self) -> int:  # type: ignore[override]
+        return self.inner.n_actors
+
+    @property
+    def base(self) -> Executor:
+        """The executor at the bottom of the stack (where the clients live)."""
+        inner = self.inner
+        return inner.base if isinstance(inner, ExecutorWrapper) else inner
+
+    def describe(self, private: bool = False) -> list[dict[str, Any]]:
+        return self.inner.describe(private)
+
+    def apply_scaler(self, shift: np.ndarray, scale: np.ndarray) -> None:
+        self.inner.apply_scaler(shift, scale)
+
+    def execute(self, round_: int, tasks: dict[int, Task], timeout: float | None = None) -> ExecResult:
+        return self.inner.execute(round_, tasks, timeout)
+
+    def gather_data(self, labels: bool = True):
+        return self.inner.gather_data(labels)
+
+    def get_state(self, client_ids: list[int]) -> dict[int, dict[str, Any]]:
+        return self.inner.get_state(client_ids)
+
+    def set_state(self, states: dict[int, dict[str, Any]]) -> None:
+        self.inner.set_state(states)
+
+    def shutdown(self) -> None:
+        self.inner.shutdown()
+
+    def report(self) -> dict[str, Any]:
+        return self.inner.report()
+
+    def restore(self, report: dict[str, Any]) -> None:
+        self.inner.restore(report)
+
+

@@ -1,0 +1,45 @@
+"""TODO docstring."""
+from __future__ import annotations
+
+from fedray.runtime.executor import ExecResult, Executor, collect_outcomes, host_items, plan_shared, sort_replies
+from typing import Any
+import numpy as np
+from fedray.core.replies import Replies
+from fedray.core.contract import Task
+from fedray.runtime.host import ClientHost
+from fedray.data.federation import ClientSpec
+
+
+class LocalExecutor(Executor):
+    """All clients in one in-process :class:`ClientHost`."""
+
+    backend = "local"
+
+    def __init__(self, specs: list[ClientSpec], seed: int, supervised: bool, sample_shape: tuple[int, ...],
+                 runtime: Any = None, **_: Any) -> None:
+        self.host = ClientHost(specs, seed, supervised, sample_shape,
+                               batched=True if runtime is None else runtime.batched)
+        self.n_actors = 0
+
+    def describe(self, private: bool = False) -> list[dict[str, Any]]:
+        return self.host.describe(private)
+
+    def apply_scaler(self, shift: np.ndarray, scale: np.ndarray) -> None:
+        self.host.apply_scaler(shift, scale)
+
+    def execute(self, round_: int, tasks: dict[int, Task], timeout: float | None = None) -> ExecResult:
+        shared, which = plan_shared(tasks)
+        items = host_items(sorted(tasks), tasks, which)
+        result = ExecResult(Replies())
+        collect_outcomes(self.host.run_parts(round_, items, *shared), result)
+        sort_replies(result)
+        return result
+
+    def gather_data(self, labels: bool = True):
+        return self.host.gather_data(labels)
+
+    def get_state(self, client_ids: list[int]) -> dict[int, dict[str, Any]]:
+        return self.host.get_state(client_ids)
+
+    def set_state(self, states: dict[int, dict[str, Any]]) -> None:
+        self.host.set_state(states)

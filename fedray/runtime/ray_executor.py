@@ -1,0 +1,395 @@
+"""TODO docstring."""
+from __future__ import annotations
+
+import logging
+
+from fedray.runtime.executor import ExecResult, Executor, collect_outcomes, plan_shared, sort_replies
+
+log = logging.getLogger(__name__)
+import math
+import time
+from collections import defaultdict
+from typing import Any
+import numpy as np
+from fedray.core.replies import Replies
+from fedray.core.contract import Task
+from fedray.runtime.host import UniformTasks
+from fedray.data.federation import ClientSpec
+from fedray.core.errors import ConfigError, RoundFailedError
+
+
+def ensure_ray(address: str | None = None, num_cpus: int | None = None, cfg: Any = None) -> bool:
+    """Connect to Ray (``address``) or start an embedded local instance; True if started here.
+
+    Without ``address`` fedray starts its own instance even when another Ray
+    cluster runs on this machine; an address is probed first so that a wrong
+    one fails in seconds (see :mod:`fedray.runtime.connect`). With the experiment's
+    ``cfg``, a Ray Client connection also carries the code to ship
+    (:func:`fedray.runtime.shipping.connect_for`).
+    """
+    if cfg is not None:
+        from fedray.runtime.shipping import connect_for
+
+        return connect_for(cfg)
+    from fedray.runtime.connect import connect
+
+    return connect(address, num_cpus)
+
+
+def cluster_cpus() -> float:
+    import ray
+
+    return float(ray.cluster_resources().get("CPU", 1.0))
+
+
+def client_capacity(custom: dict[str, float] | None = None) -> tuple[float, int | None]:
+    """CPUs of the nodes that can host client actors, and how many actors the custom resources allow.
+
+    Without ``custom`` every alive node counts: ``(cluster CPUs, None)``. With it
+    (e.g. ``{"fedray_client": 1}`` to keep clients off a head node that does not
+    declare ``fedray_client``) only nodes offering every named resource count, and
+    the second value is the number of actors their amounts admit.
+    """
+    import ray
+
+    wants = {k: float(v) for k, v in (custom or {}).items() if float(v) > 0}
+    if not wants:
+        return cluster_cpus(), None
+    cpus, slots = 0.0, 0
+    for node in ray.nodes():
+        res = node.get("Resources", {}) if node.get("Alive", True) else {}
+        if res and all(res.get(k, 0.0) >= v for k, v in wants.items()):
+            cpus += float(res.get("CPU", 0.0))
+            slots += min(int(res.get(k, 0.0) // v) for k, v in wants.items())
+    return (cpus if cpus > 0 else cluster_cpus()), (slots if slots > 0 else None)
+
+
+def resolve_layout(n_clients: int, clients_per_actor: int | str, actor_cpus: float | None, total_cpus: float,
+                   num_gpus: float = 0.0, max_actors: int | None = None) -> tuple[int, float]:
+    """(clients per actor, CPUs per actor) for ``n_clients`` on a cluster with ``total_cpus``.
+
+    ``max_actors`` (from custom resources, see :func:`client_capacity`) caps the
+    number of actors of the ``"auto"`` layout.
+    """
+    if clients_per_actor == "auto":
+        per = actor_cpus if actor_cpus else 1.0
+        slots = max(1, int(total_cpus // per)) if per > 0 else n_clients
+        if max_actors:
+            slots = max(1, min(slots, int(max_actors)))
+        n_actors = max(1, min(n_clients, slots))
+        cpa = math.ceil(n_clients / n_actors)
+    else:
+        cpa = int(clients_per_actor)
+        if cpa < 1:
+            raise ConfigError(f"runtime.clients_per_actor: must be >= 1 or 'auto'; got {clients_per_actor!r}")
+    n_actors = math.ceil(n_clients / cpa)
+    if actor_cpus is None:
+        # Enough actors to fill the cluster get 1 CPU each; more share the CPUs.
+        actor_cpus = 1.0 if n_actors <= total_cpus else max(0.01, math.floor(100 * total_cpus / n_actors) / 100)
+    return cpa, float(actor_cpus)
+
+
+class RayExecutor(Executor):
+    """Clients hosted by Ray actors.
+
+    Parameters
+    ----------
+    specs, seed, supervised, sample_shape
+        As for :class:`LocalExecutor`.
+    runtime : RuntimeConfig
+        ``clients_per_actor``, ``client_resources``, ``placement``, ``actor_batch``.
+    """
+
+    backend = "ray"
+
+    def __init__(self, specs: list[ClientSpec], seed: int, supervised: bool, sample_shape: tuple[int, ...],
+                 runtime: Any = None, runtime_env: dict[str, Any] | None = None, preload: tuple[str, ...] = (),
+                 **_: Any) -> None:
+        import ray
+
+        from fedray.actors.client_actor import ClientActor
+        from fedray.data.federation import put_shards
+
+        # Shards given from Python go to the object store, one object per client; the
+        # recipes holding the references stay here while the actors may need them.
+        specs = put_shards(specs)
+        self.specs = specs
+        res = runtime.client_resources
+        total, max_actors = client_capacity(res.custom)
+        self.clients_per_actor, actor_cpus = resolve_layout(
+            len(specs), runtime.clients_per_actor, res.num_cpus, total, res.num_gpus, max_actors)
+        if max_actors is not None and math.ceil(len(specs) / self.clients_per_actor) > max_actors:
+            log.warning("%d client actors but the nodes offering %s admit %d at a time; the rest wait for "
+                        "resources (or for the autoscaler)", math.ceil(len(specs) / self.clients_per_actor),
+                        dict(res.custom), max_actors)
+        chunks = [specs[i : i + self.clients_per_actor] for i in range(0, len(specs), self.clients_per_actor)]
+        options: dict[str, Any] = {"num_cpus": actor_cpus, "max_restarts": runtime.max_restarts,
+                                   "max_task_retries": 0}
+        if res.num_gpus:
+            options["num_gpus"] = res.num_gpus
+        if res.custom:
+            options["resources"] = dict(res.custom)
+        if runtime.placement == "spread":
+            options["scheduling_strategy"] = "SPREAD"
+        if runtime_env:  # fedray and plug-ins for nodes that lack them (fedray.runtime.shipping)
+            options["runtime_env"] = runtime_env
+        check_feasible(options, len(chunks))
+        self.actor_cpus = actor_cpus
+        self.actors = []
+        self.owner: dict[int, int] = {}
+        self._recipes: list[Any] = []  # per actor: its clients' recipes in the object store
+        t0 = time.perf_counter()
+        batch = max(1, int(runtime.actor_batch))
+        for start in range(0, len(chunks), batch):
+            group = chunks[start : start + batch]
+            new = [ClientActor.options(**options).remote(seed, supervised, tuple(sample_shape),
+                                                                 runtime.batched) for _ in group]
+            if preload:  # the import runs beside the shards' construction (an actor runs its calls in order)
+                for a in new:
+                    a.preload.remote(tuple(preload))
+            recipes = [ray.put(chunk) for chunk in group]  # kept: a restarted actor gets them again
+            self._recipes.extend(recipes)
+            # Wait for the batch to be created before asking for more (bounded start-up pressure).
+            try:
+                ray.get([a.ready.remote(r) for a, r in zip(new, recipes)], timeout=runtime.startup_timeout)
+            except ray.exceptions.GetTimeoutError:
+                raise RoundFailedError(
+                    f"client actors could not be placed within runtime.startup_timeout={runtime.startup_timeout} s "
+                    f"(each asks for {options.get('num_cpus')} CPU, {options.get('num_gpus', 0)} GPU, "
+                    f"{options.get('resources', {})}); cluster has {ray.cluster_resources()}") from None
+            for a_idx, (actor, chunk) in enumerate(zip(new, group)):
+                for s in chunk:
+                    self.owner[s.client_id] = start + a_idx
+            self.actors.extend(new)
+        self.n_actors = len(self.actors)
+        self._owner_arr: np.ndarray | None = None  # client id -> actor index, as an array (built on first use)
+        self._scaler: tuple[np.ndarray, np.ndarray] | None = None  # re-applied to restarted actors
+        self._dead: set[int] = set()  # actors that died for good (runtime.max_restarts exhausted)
+        self.call_timeout = float(runtime.call_timeout)
+        self.stall_warning = float(runtime.stall_warning)
+        self._round_s: list[float] = []  # wall time of rounds that waited for every actor (stall warnings)
+        # Late tasks cannot be interrupted (Ray does not stop a running actor task): an actor
+        # keeps working on one after its deadline. actor index -> (round, ref) of that task, so
+        # that lateness it causes in later rounds is counted as spill-over, not as new stragglers.
+        self._late: dict[int, tuple[int, Any]] = {}
+        log.info("created %d client actors (%d clients each, %.2f CPUs each) in %.1f s",
+                 self.n_actors, self.clients_per_actor, actor_cpus, time.perf_counter() - t0)
+
+    def preload(self, packages: tuple[str, ...]) -> None:
+        """Ask every live actor to import ``packages`` in the background; nothing waits for it."""
+        if packages:
+            for i, actor in enumerate(self.actors):
+                if i not in self._dead:
+                    actor.preload.remote(tuple(packages))
+
+    def _get(self, refs: list[Any], what: str, timeout: float | None = None) -> list[Any]:
+        """``ray.get`` under a deadline (``runtime.call_timeout``); a stuck or dead actor is one line."""
+        import ray
+        from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
+
+        limit = self.call_timeout if timeout is None else timeout
+        try:
+            return ray.get(refs, timeout=limit)
+        except GetTimeoutError:
+            raise RoundFailedError(f"{what}: client actors did not answer within runtime.call_timeout={limit:g} s "
+                                   "(a stopped or overloaded node?)") from None
+        except (RayActorError, RayTaskError) as exc:
+            first = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+            raise RoundFailedError(f"{what}: a client actor failed ({type(exc).__name__}: {first[:200]})") from None
+
+    def _call_all(self, method: str, *args: Any) -> list[Any]:
+        return self._get([getattr(a, method).remote(*args) for a in self.actors], method)
+
+    def describe(self, private: bool = False) -> list[dict[str, Any]]:
+        out = []
+        for part in self._call_all("describe", private):
+            out.extend(part)
+        return sorted(out, key=lambda d: d["client_id"])
+
+    def apply_scaler(self, shift: np.ndarray, scale: np.ndarray) -> None:
+        self._scaler = (shift, scale)
+        self._call_all("apply_scaler", shift, scale)
+
+    def execute(self, round_: int, tasks: dict[int, Task], timeout: float | None = None) -> ExecResult:
+        import ray
+        from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
+
+        shared, which = plan_shared(tasks)
+        refs = [ray.put(s) for s in shared]
+        per_actor = self._per_actor(tasks, which)
+        result = ExecResult(Replies())
+        for a in (self._dead.intersection(per_actor) if self._dead else ()):
+            for cid, _, _ in per_actor.pop(a):
+                result.failed.append(cid)
+                result.errors[cid] = f"actor {a} is dead (runtime.max_restarts exhausted)"
+        if self._late:  # forget late tasks that have finished meanwhile
+            done, _ = ray.wait([r for _, r in self._late.values()], num_returns=len(self._late), timeout=0)
+            done_ids = {id(r) for r in done}
+            self._late = {a: v for a, v in self._late.items() if id(v[1]) not in done_ids}
+        busy = dict(self._late)
+        t0 = time.monotonic()
+        futures = {self.actors[a].run.remote(round_, items, *refs): a for a, items in per_actor.items()}
+        ready, not_ready = self._wait(round_, list(futures), timeout)
+        broken: list[int] = []
+        for fut in ready:
+            a = futures[fut]
+            try:
+                out = ray.get(fut)
+            except (RayActorError, RayTaskError, GetTimeoutError) as exc:
+                for cid, _, _ in per_actor[a]:
+                    result.failed.append(cid)
+                    result.errors[cid] = f"actor {a} failed: {type(exc).__name__}: {str(exc).splitlines()[0]}"
+                if isinstance(exc, RayActorError):
+                    broken.append(a)
+                continue
+            if isinstance(out, str):  # a restarted actor, not set up again yet (see ClientActor.run)
+                for cid, _, _ in per_actor[a]:
+                    result.failed.append(cid)
+                    result.errors[cid] = f"actor {a} was restarted: its shards were rebuilt, its client state is lost"
+                broken.append(a)
+                continue
+            collect_outcomes(out, result)
+        if broken:
+            self._restore(sorted(broken))
+        for fut in not_ready:
+            a = futures[fut]
+            result.late.extend(cid for cid, _, _ in per_actor[a])
+            if a in busy:
+                result.spillover.extend(cid for cid, _, _ in per_actor[a])
+            self._late[a] = (round_, fut)
+        if not not_ready and round_ >= 0:
+            self._round_s.append(time.monotonic() - t0)
+        result.spillover.sort()
+        sort_replies(result)
+        result.failed.sort()
+        result.late.sort()
+        return result
+
+    def _per_actor(self, tasks: dict[int, Task], which: dict[int, int]) -> dict[int, Any]:
+        """Each actor's items (client-id order): a list of (client id, task, shared index), or one
+        :class:`~fedray.runtime.host.UniformTasks` where all of them run one task."""
+        ids = sorted(tasks)
+        first = tasks[ids[0]] if ids else None
+        if first is not None and len(ids) > 1 and all(tasks[c] is first for c in ids):
+            arr = np.asarray(ids, dtype=np.int64)
+            owners = self._owner_array()[arr]
+            cuts = np.flatnonzero(np.diff(owners)) + 1 if np.all(np.diff(owners) >= 0) else None
+            if cuts is not None:  # actors own consecutive client ids: one slice each
+                sidx = which[ids[0]]
+                return {int(owners[part[0]]): UniformTasks(arr[part], first, sidx)
+                        for part in np.split(np.arange(len(arr)), cuts)}
+        per_actor: dict[int, Any] = defaultdict(list)
+        for cid in ids:
+            per_actor[self.owner[cid]].append((cid, tasks[cid], which[cid]))
+        return per_actor
+
+    def _owner_array(self) -> np.ndarray:
+        if self._owner_arr is None:
+            arr = np.full(max(self.owner) + 1 if self.owner else 0, -1, dtype=np.int64)
+            for cid, a in self.owner.items():
+                arr[cid] = a
+            self._owner_arr = arr
+        return self._owner_arr
+
+    def _wait(self, round_: int, futures: list[Any], timeout: float | None) -> tuple[list[Any], list[Any]]:
+        """Wait for the round's replies until ``timeout``; without one, warn while it stalls."""
+        import ray
+
+        if timeout is not None:
+            return ray.wait(futures, num_returns=len(futures), timeout=timeout)
+        every = (max(STALL_FLOOR_S, self.stall_warning * float(np.median(self._round_s[-20:]))) if self._round_s
+                 else STALL_FIRST_S)
+        t0 = time.monotonic()
+        ready, not_ready = ray.wait(futures, num_returns=len(futures), timeout=every)
+        while not_ready:
+            log.warning("round %d: still waiting for %d of %d client actors after %.0f s%s; set "
+                        "runtime.round_timeout to drop late clients", round_, len(not_ready), len(futures),
+                        time.monotonic() - t0, f" (a round takes {np.median(self._round_s[-20:]):.2f} s)"
+                        if self._round_s else "")
+            more, not_ready = ray.wait(not_ready, num_returns=len(not_ready), timeout=every)
+            ready += more
+        return ready, not_ready
+
+    def _restore(self, idxs: list[int], timeout: float = 120.0) -> None:
+        """Set up actors again after a crash: Ray restarted them (``runtime.max_restarts``) and
+        their constructor rebuilt the shards from the recipes; the scaler is applied again
+        (:meth:`ClientActor.adopt`). Client state of a restarted actor starts empty."""
+        import ray
+        from ray.exceptions import ActorDiedError, GetTimeoutError, RayActorError
+
+        deadline = time.monotonic() + timeout
+        pending = list(idxs)
+        while pending:
+            refs = {a: self.actors[a].adopt.remote(self._scaler, self._recipes[a]) for a in pending}
+            pending = []
+            for a, ref in refs.items():
+                try:
+                    ray.get(ref, timeout=max(0.1, deadline - time.monotonic()))
+                    log.warning("client actor %d restarted: shards rebuilt from their recipes, client state reset", a)
+                except ActorDiedError:
+                    self._dead.add(a)
+                    log.error("client actor %d is dead and will not be restarted (runtime.max_restarts); "
+                              "its clients fail from now on", a)
+                except RayActorError:  # unavailable while restarting: ask again
+                    pending.append(a)
+                except GetTimeoutError:  # the set-up call stays queued ahead of the next round
+                    log.warning("client actor %d is still restarting after %.0f s", a, timeout)
+            if pending:
+                if time.monotonic() > deadline:
+                    log.warning("client actors %s still unavailable after %.0f s", pending, timeout)
+                    return
+                time.sleep(0.2)
+
+    def gather_data(self, labels: bool = True):
+        out = []
+        for part in self._call_all("gather_data", labels):
+            out.extend(part)
+        return sorted(out, key=lambda t: t[0])
+
+    def get_state(self, client_ids: list[int]) -> dict[int, dict[str, Any]]:
+        by_actor: dict[int, list[int]] = defaultdict(list)
+        for cid in client_ids:
+            by_actor[self.owner[cid]].append(cid)
+        out: dict[int, dict[str, Any]] = {}
+        for part in self._get([self.actors[a].get_state.remote(c) for a, c in by_actor.items()], "client state"):
+            out.update(part)
+        return out
+
+    def set_state(self, states: dict[int, dict[str, Any]]) -> None:
+        by_actor: dict[int, dict[int, dict]] = defaultdict(dict)
+        for cid, st in states.items():
+            by_actor[self.owner[cid]][cid] = st
+        self._get([self.actors[a].set_state.remote(s) for a, s in by_actor.items()], "restoring client state")
+
+    def shutdown(self) -> None:
+        import ray
+
+        for a in self.actors:
+            try:
+                ray.kill(a)
+            except Exception:  # noqa: BLE001 - already gone
+                pass
+        self.actors = []
+        self.specs = []
+        self._recipes = []
+
+
+def check_feasible(options: dict[str, Any], n_actors: int) -> None:
+    """Fail fast when no node of the cluster can ever host one client actor."""
+    import ray
+
+    total = ray.cluster_resources()
+    wants = {"CPU": options.get("num_cpus", 0), "GPU": options.get("num_gpus", 0), **options.get("resources", {})}
+    for key, amount in wants.items():
+        if amount and total.get(key, 0.0) < amount:
+            where = "runtime.client_resources." + ({"CPU": "num_cpus", "GPU": "num_gpus"}.get(key) or f"custom.{key}")
+            raise ConfigError(f"{where}: each client actor asks for {amount} {key} but the Ray cluster has "
+                              f"{total.get(key, 0.0)} in all; lower the request or add nodes with that resource")
+
+
+#: Without runtime.round_timeout, a round that waits longer than runtime.stall_warning times the
+#: median round (but at least STALL_FLOOR_S; STALL_FIRST_S before any round finished) is reported.
+STALL_FLOOR_S = 60.0
+
+
+STALL_FIRST_S = 300.0
