@@ -50,16 +50,6 @@ class ServerActor:
     def step(self) -> dict[str, Any] | None:
         return self._run.step()
 
-    def run_until(self, n_rounds: int) -> list[dict[str, Any]]:
-        """Up to ``n_rounds`` rounds in one call (fewer remote calls on long runs)."""
-        rows = []
-        for _ in range(n_rounds):
-            row = self._run.step()
-            if row is None:
-                break
-            rows.append(row)
-        return rows
-
     def evaluate(self) -> dict[str, Any]:
         return self._run.evaluate()
 

@@ -34,11 +34,11 @@ import numpy as np
 from pydantic import Field
 
 from fedray.core.contract import Reply, RoundContext, Task
-from fedray.core.registry import register
-from fedray.nn.supervised_client import ClientContext, client_round
-from fedray.nn.supervised import SupervisedAlgorithm, SupervisedParams
-from fedray.core.ops import cosine_similarities, weighted_average
 from fedray.core.errors import ConfigError
+from fedray.core.ops import cosine_similarities, weighted_average
+from fedray.core.registry import register
+from fedray.nn.supervised import SupervisedAlgorithm, SupervisedParams
+from fedray.nn.supervised_client import ClientContext, client_round
 
 
 @register

@@ -29,19 +29,23 @@ the client functions in :mod:`fedray.algorithms.fedcref_client`.
 from __future__ import annotations
 
 import hashlib
+import logging
 from typing import Any, Literal
 
 import numpy as np
+from fedray.algorithms import fedcref_client as fc
+from fedray.algorithms.fedcref_rules import (
+    association_quality,
+    communities,
+    global_stop,
+    link_clusters,
+)
 from pydantic import Field, field_validator
 
-import logging
-
 from fedray.core.contract import Algorithm, Params, Reply, RoundContext, Task
-from fedray.core.registry import register
-from fedray.algorithms import fedcref_client as fc
-from fedray.algorithms.fedcref_rules import association_quality, communities, global_stop, link_clusters
 from fedray.core.errors import ConfigError
 from fedray.core.metrics import acc_from_table
+from fedray.core.registry import register
 
 log = logging.getLogger(__name__)
 

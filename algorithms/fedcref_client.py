@@ -17,9 +17,14 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from fedray.algorithms.fedcref_rules import (
+    align_labels,
+    association_statistic,
+    refine_labels,
+    stability,
+)
 
 from fedray.core.contract import batched
-from fedray.algorithms.fedcref_rules import align_labels, association_statistic, refine_labels, stability
 from fedray.core.errors import DataError
 
 
@@ -47,7 +52,7 @@ def initial_labels(payload: dict, X: np.ndarray, y: np.ndarray | None, rng: np.r
             labels[moved] = (labels[moved] + shift) % k_true
         return labels
     if init == "kmeans":
-        from fedray.core.ops import kmeans, assign
+        from fedray.core.ops import assign, kmeans
 
         if k == "silhouette":
             return _by_silhouette(X, payload["k_range"], rng, lambda Z, kk: assign(Z, kmeans(Z, kk, rng, n_init=3))[0])
@@ -200,8 +205,8 @@ def fc_federate(payload: list[tuple[int, int]], shared: dict, client: Any) -> di
     q > 0 a client trains on the ``ceil((1 - q) n)`` samples of its cluster that the
     community model reconstructs best (ties in sample order) and counts only those.
     """
-    from fedray.nn.train import get_flat, set_flat
     from fedray.nn.autoencoder import ae_for, reconstruction_errors, train_autoencoder
+    from fedray.nn.train import get_flat, set_flat
 
     X, labels = client.data.X, client.state["fc_labels"]
     trim = float(shared.get("trim", 0.0))

@@ -32,10 +32,10 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field, field_validator
 
-from fedray.core.contract import FederationInfo, Reply, RoundContext, Task
-from fedray.core.registry import register
 from fedray.core.centers import CenterAlgorithm, CenterParams
+from fedray.core.contract import FederationInfo, Reply, RoundContext, Task
 from fedray.core.ops import fcm, kmeans, kmeans_plusplus, lloyd
+from fedray.core.registry import register
 from fedray.core.stats import total
 
 

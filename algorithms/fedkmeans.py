@@ -35,10 +35,10 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field
 
-from fedray.core.contract import FederationInfo, Reply, RoundContext, Task, batched
-from fedray.core.registry import register
 from fedray.core.centers import CenterAlgorithm, CenterParams
+from fedray.core.contract import FederationInfo, Reply, RoundContext, Task, batched
 from fedray.core.ops import assign, cluster_sums
+from fedray.core.registry import register
 from fedray.core.stats import Stats, StatsBlock, total
 
 

@@ -18,11 +18,18 @@ from typing import Any
 import numpy as np
 from pydantic import Field
 
-from fedray.core.contract import Algorithm, FederationInfo, Params, Reply, RoundContext, Task
-from fedray.core.registry import register
 from fedray.core.centers import CenterAlgorithm, local_centers
+from fedray.core.contract import (
+    Algorithm,
+    FederationInfo,
+    Params,
+    Reply,
+    RoundContext,
+    Task,
+)
 from fedray.core.errors import ConfigError, DataError
 from fedray.core.ops import kmeans
+from fedray.core.registry import register
 
 
 class KFedParams(Params):

@@ -18,9 +18,9 @@ from pydantic import Field
 
 from fedray.core.centers import CenterAlgorithm, CenterParams
 from fedray.core.contract import Reply, RoundContext, Task, batched
-from fedray.core.registry import register
 from fedray.core.kernels import lloyd_stats as lloyd_kernel
 from fedray.core.ops import warn_empty
+from fedray.core.registry import register
 from fedray.core.stats import Stats, StatsBlock, total
 
 

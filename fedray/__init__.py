@@ -10,17 +10,31 @@ Quick use::
 from __future__ import annotations
 
 import logging
-
 from typing import Any
 
-from fedray.core.contract import Algorithm, FederationInfo, Params, Reply, RoundContext, Task, batched
-from fedray.core.registry import available_algorithms, register
-from fedray.core.centers import CenterAlgorithm, CenterParams
 from fedray.api.config import ExperimentConfig, make_config
-from fedray.core.errors import ConfigError, DataError, EmptyClusterWarning, FedrayError, FedrayWarning, RoundFailedError
 from fedray.api.results import Result
-from fedray.api.session import Session
 from fedray.api.run import run
+from fedray.api.session import Session
+from fedray.core.centers import CenterAlgorithm, CenterParams
+from fedray.core.contract import (
+    Algorithm,
+    FederationInfo,
+    Params,
+    Reply,
+    RoundContext,
+    Task,
+    batched,
+)
+from fedray.core.errors import (
+    ConfigError,
+    DataError,
+    EmptyClusterWarning,
+    FedrayError,
+    FedrayWarning,
+    RoundFailedError,
+)
+from fedray.core.registry import available_algorithms, register
 from fedray.core.stats import Stats, StatsBlock, total
 
 __version__ = "0.1.0"

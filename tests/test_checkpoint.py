@@ -14,6 +14,7 @@ import pytest
 
 import fedray
 from fedray.api import checkpoint
+from fedray.api import run as run_api
 from fedray.core.contract import Task
 from fedray.algorithms.kmeans import FederatedKMeans, lloyd_stats
 from fedray.tools.cli import main
@@ -96,7 +97,7 @@ def test_interrupted_and_resumed_run_equals_the_uninterrupted_one(tmp_path):
     assert json.loads((tmp_path / "cut" / "summary.json").read_text())["status"] == "failed"
     saved = checkpoint.load(tmp_path / "cut")
     assert saved["server"]["round"] == 4 and any(st.get("visits") for st in saved["clients"].values())
-    resumed = checkpoint.resume(tmp_path / "cut")
+    resumed = run_api.resume(tmp_path / "cut")
     _same(resumed, full)  # client visit counters included: client state came back from the checkpoint
     pd.testing.assert_frame_equal(resumed.messages, full.messages)
     assert resumed.output_dir == tmp_path / "cut"
@@ -119,9 +120,9 @@ def test_checkpoint_errors_are_clear(tmp_path):
     with pytest.raises(ConfigError, match=r"checkpoint.every=2 needs a folder: set output.directory"):
         fedray.run(runtime={"backend": "local"}, **BASE)
     with pytest.raises(ConfigError, match=r"--resume .*no checkpoint.pkl there"):
-        checkpoint.resume(tmp_path)
+        run_api.resume(tmp_path)
     bad = tmp_path / "checkpoint.pkl"
     bad.write_bytes(b"not a pickle")
     with pytest.raises(ConfigError, match=r"is not a readable checkpoint"):
-        checkpoint.resume(tmp_path)
+        run_api.resume(tmp_path)
     assert main(["run", "--resume", str(Path(tmp_path) / "nowhere")]) == 2

@@ -12,6 +12,7 @@ import pytest
 
 import fedray
 from fedray.api import checkpoint
+from fedray.api import run as run_api
 from fedray.core.errors import ConfigError
 
 CLI = [sys.executable, "-c", "import sys; from fedray.tools.cli import main; sys.exit(main())"]
@@ -54,7 +55,7 @@ def test_a_crafted_checkpoint_is_refused_before_it_can_run_code(tmp_path, checkp
         raw = checkpoint.MAGIC + checkpoint._tag(b"k" * 32, payload) + payload
     (out / "checkpoint" / checkpoint.FILENAME).write_bytes(raw)
     with pytest.raises(ConfigError) as err:
-        checkpoint.resume(out)
+        run_api.resume(out)
     assert "nothing was loaded" in str(err.value) and "\n" not in str(err.value)
     assert not target.exists()
 
@@ -71,9 +72,9 @@ def test_resume_writes_where_the_user_says_not_where_the_file_says(tmp_path, che
     for p in list(out.iterdir()):
         if p.is_file():
             p.unlink()
-    res = checkpoint.resume(out)
+    res = run_api.resume(out)
     assert res.output_dir == out and (out / "summary.json").is_file()
-    res = checkpoint.resume(out / "checkpoint", output=tmp_path / "elsewhere")
+    res = run_api.resume(out / "checkpoint", output=tmp_path / "elsewhere")
     assert (tmp_path / "elsewhere" / "summary.json").is_file()
 
 
@@ -81,10 +82,10 @@ def test_a_checkpoint_from_another_key_names_the_remedy(tmp_path, checkpoint_key
     out = _checkpointed_run(tmp_path)
     monkeypatch.setenv(checkpoint.KEY_ENV, "ab" * 32)
     with pytest.raises(ConfigError, match="copy its key file or set"):
-        checkpoint.resume(out)
+        run_api.resume(out)
     monkeypatch.setenv(checkpoint.KEY_ENV, "xyz")
     with pytest.raises(ConfigError, match="must be hexadecimal"):
-        checkpoint.resume(out)
+        run_api.resume(out)
 
 
 # --- output folders ------------------------------------------------------------------

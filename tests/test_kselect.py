@@ -115,12 +115,13 @@ def test_bad_input_is_a_clear_error(kw, err, match):
 
 def test_algorithm_without_n_clusters_is_refused(monkeypatch):
     import fedray.core.contract as A
+    from fedray.core.registry import ALGORITHMS
 
     class _NoK(A.Algorithm):
         name = "_test-no-k"
         Params = A.Params
 
-    monkeypatch.setitem(A._REGISTRY, _NoK.name, _NoK)
+    monkeypatch.setitem(ALGORITHMS._items, _NoK.name, _NoK)
     with pytest.raises(ConfigError, match="n_clusters"):
         select_k({**MOTIVATIONAL, "algorithm": {"name": "_test-no-k"}}, k_min=2, k_max=3)
 

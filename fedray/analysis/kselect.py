@@ -38,11 +38,16 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from fedray.analysis.validation import (
+    crisp_davies_bouldin,
+    federated_crisp_db,
+    federated_fuzzy_db,
+    fuzzy_davies_bouldin,
+)
 from fedray.core.errors import ConfigError, DataError
 from fedray.core.ops import fcm, kmeans, kmeans_plusplus, lloyd, sq_distances
-from fedray.plots.style import CENTRAL, FEDERATED, new_figure, save_figure, styled
 from fedray.core.seeding import data_rng
-from fedray.analysis.validation import crisp_davies_bouldin, federated_crisp_db, federated_fuzzy_db, fuzzy_davies_bouldin
+from fedray.plots.style import CENTRAL, FEDERATED, new_figure, save_figure, styled
 
 if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.figure import Figure
@@ -263,9 +268,9 @@ def select_k(config: Any = None, *, k_min: int = 2, k_max: int = 8, method: str 
     -------
     KSelection
     """
-    from fedray.core.registry import get_algorithm
     from fedray.api.config import make_config
     from fedray.api.session import Session
+    from fedray.core.registry import get_algorithm
 
     if method not in METHODS:
         raise ConfigError(f"select-k --method: must be one of {', '.join(METHODS)}; got {method!r}")

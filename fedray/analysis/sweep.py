@@ -193,8 +193,8 @@ def measure_run(config: ExperimentConfig, *, memory_interval: float = 0.25) -> d
     Ray, when the run needs it and none is running, is started here and left
     running (its start-up time is ``ray_init_s``); the caller shuts it down.
     """
-    from fedray.runtime.ray_executor import ensure_ray
     from fedray.api.session import Session
+    from fedray.runtime.ray_executor import ensure_ray
 
     cfg = config
     row: dict[str, Any] = {"algorithm": cfg.algorithm.name, "dataset": str(cfg.data.dataset),

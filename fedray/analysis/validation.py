@@ -36,7 +36,13 @@ from scipy.optimize import linear_sum_assignment
 
 from fedray.core.contract import Task, batched
 from fedray.core.errors import ConfigError, DataError
-from fedray.core.ops import assign, column_sums, memberships_from_d2, segment_colsums, sq_distances
+from fedray.core.ops import (
+    assign,
+    column_sums,
+    memberships_from_d2,
+    segment_colsums,
+    sq_distances,
+)
 from fedray.core.stats import Stats, StatsBlock, total
 
 if TYPE_CHECKING:  # pragma: no cover

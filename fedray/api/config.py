@@ -6,18 +6,24 @@ the raw mapping before validation.
 """
 from __future__ import annotations
 
-from fedray.core.seeding import n_sampled
 import copy
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_serializer, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_serializer,
+    field_validator,
+)
 
-from fedray.core.errors import format_validation_error
+from fedray.core.errors import ConfigError, format_validation_error
 from fedray.core.registry import get_algorithm, make_params
+from fedray.core.seeding import n_sampled
 from fedray.data.arrays import ArrayData
-from fedray.core.errors import ConfigError
 
 
 class _Section(BaseModel):

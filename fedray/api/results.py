@@ -162,9 +162,10 @@ class Result:
     # --- central baseline ----------------------------------------------------
     def add_central_baseline(self, session: "Session") -> None:
         """Run the central algorithm on the union of the shards from the same initial centres."""
+        from sklearn.metrics import adjusted_rand_score
+
         from fedray.core.metrics import best_permutation_distance
         from fedray.core.ops import assign
-        from sklearn.metrics import adjusted_rand_score
 
         start = self.model.get("initial_centers")
         if start is None or self.algorithm_cls.central is Algorithm.central:

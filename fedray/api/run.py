@@ -9,6 +9,7 @@ from fedray.api.session import Session
 log = logging.getLogger(__name__)
 from pathlib import Path
 from typing import Any
+
 from fedray.api.config import make_config
 from fedray.api.results import Result, peak_memory_mb
 

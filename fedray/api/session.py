@@ -8,7 +8,6 @@ sweeps run many algorithms on one session without rebuilding shards.
 """
 from __future__ import annotations
 
-from fedray.data.checks import check_descriptions, check_magnitude
 import logging
 import time
 from pathlib import Path
@@ -16,20 +15,20 @@ from typing import Any
 
 import numpy as np
 
-from fedray.core.contract import Algorithm, FederationInfo, Task
-from fedray.core.registry import get_algorithm, make_params
 from fedray.api.config import ExperimentConfig, make_config
-from fedray.data.federation import Federation, build_federation
+from fedray.api.progress import Progress
+from fedray.api.results import Result
+from fedray.core.contract import Algorithm, FederationInfo, Task
 from fedray.core.errors import ConfigError, RoundFailedError
 from fedray.core.extras import requirements
-from fedray.api.results import Result
+from fedray.core.registry import get_algorithm, make_params
+from fedray.core.stats import Stats
+from fedray.data.checks import check_descriptions, check_magnitude, check_memory
+from fedray.data.federation import Federation, build_federation
+from fedray.loop.server import Server, round_cap
+from fedray.runtime.backends import make_executor
 from fedray.runtime.executor import Executor
 from fedray.runtime.ray_executor import ensure_ray
-from fedray.runtime.backends import make_executor
-from fedray.api.progress import Progress
-from fedray.loop.server import Server, round_cap
-from fedray.data.checks import check_memory
-from fedray.core.stats import Stats
 
 log = logging.getLogger(__name__)
 

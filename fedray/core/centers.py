@@ -23,10 +23,21 @@ from pydantic import Field, field_validator
 
 from fedray.core.contract import Algorithm, Params, Reply, RoundContext, Task, batched
 from fedray.core.errors import ConfigError, DataError
-from fedray.core.metrics import acc_from_table, ari_from_table, davies_bouldin_from_stats, nmi_from_table
-from fedray.core.ops import assign, cluster_sums, kmeans, kmeans_plusplus, lloyd, sq_distances
+from fedray.core.metrics import (
+    acc_from_table,
+    ari_from_table,
+    davies_bouldin_from_stats,
+    nmi_from_table,
+)
+from fedray.core.ops import (
+    assign,
+    cluster_sums,
+    kmeans,
+    kmeans_plusplus,
+    lloyd,
+    sq_distances,
+)
 from fedray.core.stats import Stats, StatsBlock, total
-
 
 log = logging.getLogger(__name__)
 
@@ -298,5 +309,3 @@ class CenterAlgorithm(Algorithm):
         return assign(np.asarray(X, dtype=np.float64), model["centers"])[0]
 
 
-def run_rounds_cap(alg: CenterAlgorithm) -> bool:
-    return alg.rounds_done >= alg.params.max_rounds

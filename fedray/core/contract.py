@@ -14,7 +14,6 @@ that run inside the client actor (or in-process on the local runtime).
 from __future__ import annotations
 
 import abc
-import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -322,5 +321,3 @@ class Algorithm(abc.ABC):
         return None
 
 
-def dataclass_replace(obj: Any, **changes: Any) -> Any:
-    return dataclasses.replace(obj, **changes)

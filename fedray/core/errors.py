@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+
 class FedrayError(Exception):
     """Base class of every error fedray raises on purpose."""
 

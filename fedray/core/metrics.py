@@ -65,16 +65,6 @@ def hungarian_accuracy(pred: np.ndarray, true: np.ndarray) -> float:
     return acc_from_table(contingency(p, q, p.max() + 1, q.max() + 1))
 
 
-def match_labels(new: np.ndarray, old: np.ndarray, k: int | None = None) -> np.ndarray:
-    """Renumber ``new`` so it agrees most with ``old`` (Hungarian); returns the relabelled array."""
-    k = k or int(max(new.max(initial=0), old.max(initial=0))) + 1
-    t = contingency(new, old, k, k)
-    rows, cols = linear_sum_assignment(-t)
-    mapping = np.arange(k)
-    mapping[rows] = cols
-    return mapping[new]
-
-
 def davies_bouldin_from_stats(centroids: np.ndarray, mean_dist: np.ndarray, counts: np.ndarray) -> float:
     """Crisp Davies–Bouldin index from cluster centroids and mean distances to them.
 
@@ -95,13 +85,6 @@ def best_permutation_distance(A: np.ndarray, B: np.ndarray) -> float:
     cost = ((A[:, None, :] - B[None, :, :]) ** 2).sum(-1)
     rows, cols = linear_sum_assignment(cost)
     return float(np.sqrt(cost[rows, cols].sum()))
-
-
-def align_centers(A: np.ndarray, B: np.ndarray) -> np.ndarray:
-    """``B`` reordered to match ``A`` best."""
-    cost = ((A[:, None, :] - B[None, :, :]) ** 2).sum(-1)
-    _, cols = linear_sum_assignment(cost)
-    return B[cols]
 
 
 def cluster_metrics(assignment: np.ndarray, true_groups: np.ndarray | None) -> dict[str, float]:

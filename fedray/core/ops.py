@@ -5,8 +5,8 @@ on thread counts), so a client computes the same bits in any process.
 """
 from __future__ import annotations
 
-from collections.abc import Iterable
 import warnings
+from collections.abc import Iterable
 
 import numpy as np
 

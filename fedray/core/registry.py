@@ -5,20 +5,108 @@ when asked for (so a clustering run never imports the torch-based methods).
 """
 from __future__ import annotations
 
+import difflib
+import importlib
+import importlib.util
 import inspect
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Iterable, Mapping
+from typing import Any, Generic, TypeVar
 
 from fedray.core.contract import Algorithm, Params
 from fedray.core.errors import ConfigError, format_validation_error
 from fedray.core.plugins import _first_line, entry_points, is_reference, load_reference
 
-_REGISTRY: dict[str, type[Algorithm]] = {}
+T = TypeVar("T")
 
 
-# name -> module that registers it; modules are imported only when asked for, so a
-# clustering run never imports the torch-based methods (nor torch).
-_BUILTIN_MODULES: dict[str, str] = {
+def import_if_present(module: str) -> None:
+    """Import ``module`` when it can be found (an optional part of fedray may be absent)."""
+    if importlib.util.find_spec(module) is not None:
+        importlib.import_module(module)
+
+
+class Registry(Generic[T]):
+    """Names of one kind (algorithms, partitions, federation builders, shard transforms, scenarios,
+    models) mapped to the objects that implement them.
+
+    Entries come from :meth:`register` (also a decorator) in the module that defines them. Such
+    modules are imported on first use: ``lazy`` maps a name to the module that registers it,
+    ``modules`` lists modules that register names of this kind (imported before a name is missed
+    or all names are listed). Plug-ins register the same way, so a built-in entry has no
+    privilege a user's lacks.
+
+    Parameters
+    ----------
+    kind : str
+        What an entry is, for messages ("partition", "scenario", ...).
+    lazy : mapping of str to str, optional
+    modules : iterable of str, optional
+    """
+
+    def __init__(self, kind: str, *, lazy: Mapping[str, str] | None = None, modules: Iterable[str] = ()) -> None:
+        self.kind = kind
+        self._items: dict[str, T] = {}
+        self._lazy = dict(lazy or {})
+        self._modules = tuple(modules)
+
+    def register(self, name: str, obj: T | None = None) -> Any:
+        """``registry.register(name, obj)``, or ``@registry.register(name)`` above a definition."""
+        if obj is not None:
+            self._items[name] = obj
+            return obj
+
+        def deco(o: T) -> T:
+            self._items[name] = o
+            return o
+
+        return deco
+
+    def _load_all(self) -> None:
+        for mod in dict.fromkeys([*self._lazy.values(), *self._modules]):
+            import_if_present(mod)
+
+    def get(self, name: str) -> T | None:
+        """The entry for ``name`` (importing the module that registers it), or None."""
+        if name not in self._items:
+            if name in self._lazy:
+                import_if_present(self._lazy[name])
+            if name not in self._items and self._modules:
+                for mod in self._modules:
+                    import_if_present(mod)
+        return self._items.get(name)
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and self.get(name) is not None
+
+    def __getitem__(self, name: str) -> T:
+        obj = self.get(name)
+        if obj is None:
+            raise KeyError(name)
+        return obj
+
+    def names(self) -> list[str]:
+        """Every registered name, sorted (imports every module that registers this kind)."""
+        self._load_all()
+        return sorted(self._items)
+
+    def entries(self) -> dict[str, T]:
+        self._load_all()
+        return dict(sorted(self._items.items()))
+
+    def builtin(self, name: str) -> bool:
+        """Whether ``name`` is registered by a module fedray names (not yet imported, maybe)."""
+        return name in self._lazy
+
+
+def near_names(name: Any, names: Iterable[str], cutoff: float = 0.6) -> str:
+    """`` (did you mean 'a' or 'b'?)`` for the names closest to ``name``, or an empty string."""
+    near = difflib.get_close_matches(str(name), list(names), n=3, cutoff=cutoff)
+    return f" (did you mean {' or '.join(repr(n) for n in near)}?)" if near else ""
+
+
+# Built-in algorithms: name -> module that registers it; modules are imported only when asked for,
+# so a clustering run never imports the torch-based methods (nor torch).
+ALGORITHMS: Registry[type[Algorithm]] = Registry("algorithm", lazy={
     "kmeans": "fedray.algorithms.kmeans",
     "federated-fcm": "fedray.algorithms.fcm",
     "fedkmeans": "fedray.algorithms.fedkmeans",
@@ -32,24 +120,16 @@ _BUILTIN_MODULES: dict[str, str] = {
     "cfl": "fedray.algorithms.baselines",
     "flhc": "fedray.algorithms.baselines",
     "fedcref": "fedray.algorithms.fedcref",
-}
+})
 
 
 def register(cls: type[Algorithm]) -> type[Algorithm]:
     """Class decorator adding an algorithm to the registry under ``cls.name`` and its aliases."""
     check_algorithm_class(cls, cls.__qualname__, key="register")
-    _REGISTRY[cls.name] = cls
+    ALGORITHMS.register(cls.name, cls)
     for alias in cls.aliases:
-        _REGISTRY[alias] = cls
+        ALGORITHMS.register(alias, cls)
     return cls
-
-
-def _load_module(mod: str) -> None:
-    import importlib
-    import importlib.util
-
-    if importlib.util.find_spec(mod) is not None:
-        importlib.import_module(mod)
 
 
 def available_algorithms() -> dict[str, type[Algorithm]]:
@@ -57,9 +137,7 @@ def available_algorithms() -> dict[str, type[Algorithm]]:
 
     Installed plug-ins are listed by :func:`fedray.core.plugins.entry_points` and loaded on use.
     """
-    for mod in dict.fromkeys(_BUILTIN_MODULES.values()):
-        _load_module(mod)
-    return dict(sorted(_REGISTRY.items()))
+    return ALGORITHMS.entries()
 
 
 def get_algorithm(name: str) -> type[Algorithm]:
@@ -74,24 +152,16 @@ def get_algorithm(name: str) -> type[Algorithm]:
     """
     if not isinstance(name, str) or not name:
         raise ConfigError(f"algorithm.name: expected a name or package.module:ClassName; got {name!r}")
-    if name not in _REGISTRY and name in _BUILTIN_MODULES:
-        _load_module(_BUILTIN_MODULES[name])
-    if name in _REGISTRY:
-        return _REGISTRY[name]
+    found = ALGORITHMS.get(name)
+    if found is not None:
+        return found
     if ":" in name:
-        cls = load_algorithm(name)
-        _REGISTRY[name] = cls
-        return cls
+        return ALGORITHMS.register(name, load_algorithm(name))
     installed = entry_points()
     if name in installed:
-        cls = load_entry_point(name)
-        _REGISTRY[name] = cls
-        return cls
-    import difflib
-
-    known = list(available_algorithms()) + sorted(installed)
-    near = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
-    hint = f" (did you mean {' or '.join(repr(n) for n in near)}?)" if near else ""
+        return ALGORITHMS.register(name, load_entry_point(name))
+    known = ALGORITHMS.names() + sorted(installed)
+    hint = near_names(name, known)
     raise ConfigError(f"algorithm.name: unknown algorithm {name!r}{hint}; choose one of {', '.join(known)}, "
                       "or give your own class as package.module:ClassName")
 

@@ -1,10 +1,12 @@
 """TODO docstring."""
 from __future__ import annotations
 
-from fedray.core.contract import Reply
 from collections.abc import MutableSequence
 from typing import Any
+
 import numpy as np
+
+from fedray.core.contract import Reply
 
 
 class Replies(MutableSequence):

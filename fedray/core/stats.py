@@ -183,7 +183,9 @@ def total(items: Iterable[Stats]) -> Stats:
     items = list(items)
     if not items:
         raise ValueError("cannot sum an empty sequence of statistics")
-    from fedray.core.contract import Reply  # (fedray.core.contract does not import this module at load)
+    from fedray.core.contract import (
+        Reply,  # (fedray.core.contract does not import this module at load)
+    )
 
     if isinstance(items[0], Reply):
         items = [r.update for r in items]

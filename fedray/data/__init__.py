@@ -1,5 +1,10 @@
 """Data sources, partitions and federations."""
-from fedray.data.datasets import Dataset, load_dataset, available_datasets, resolve_data_dir
+from fedray.data.datasets import (
+    Dataset,
+    available_datasets,
+    load_dataset,
+    resolve_data_dir,
+)
 from fedray.data.federation import ClientSpec, Federation, build_federation, materialize
 from fedray.data.partitions import available_partitions, partition_indices
 

@@ -119,9 +119,9 @@ class ArrayData:
         -------
         Federation
         """
+        from fedray.core.seeding import data_rng
         from fedray.data.federation import ClientSpec, Federation
         from fedray.data.partitions import partition_indices
-        from fedray.core.seeding import data_rng
 
         if self.shards is not None:
             shards = self.shards
@@ -146,8 +146,7 @@ class ArrayData:
 
 def _precheck(specs: list[Any]) -> None:
     """The session's data checks, run here before any runtime starts (same messages)."""
-    from fedray.data.checks import describe_shard
-    from fedray.data.checks import check_descriptions
+    from fedray.data.checks import check_descriptions, describe_shard
 
     check_descriptions([describe_shard(s.client_id, s.name, s.source["shard"][0], None, s.source["features"],
                                        moments=False) for s in specs])

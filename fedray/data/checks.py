@@ -1,9 +1,10 @@
 """TODO docstring."""
 from __future__ import annotations
 
-from fedray.core.sizes import CLIENT_BYTES, RECIPE_BYTES
 from typing import Any
+
 import numpy as np
+
 from fedray.core.errors import DataError
 
 
@@ -63,39 +64,3 @@ def check_descriptions(desc: list[dict[str, Any]]) -> int:
     return int(dims[0])
 
 
-def check_memory(cfg: Any) -> None:
-    """Refuse, before anything is built, a generated federation that cannot fit in memory.
-
-    For ``blobs`` the size is known from the configuration: the recipes live in the
-    driver; the shards live in the client hosts (this machine unless
-    ``runtime.address`` names a cluster). Raises :class:`~fedray.core.errors.ConfigError`
-    with the estimate.
-    """
-    from fedray.data.federation import BLOBS_DEFAULTS
-    from fedray.core.errors import ConfigError
-
-    if cfg.data.dataset != "blobs" or cfg.federation.n_clients is None:
-        return
-    try:
-        import psutil
-
-        available = float(psutil.virtual_memory().available)
-    except Exception:  # noqa: BLE001 - no estimate without psutil
-        return
-    opts = {**BLOBS_DEFAULTS, **(cfg.data.options or {})}
-    try:
-        rows, d = int(opts["points_per_client"]), int(opts["n_features"])
-    except (TypeError, ValueError):
-        return  # reported by the federation builder with the key named
-    n = int(cfg.federation.n_clients)
-    need = n * RECIPE_BYTES
-    if cfg.runtime.backend == "local" or not cfg.runtime.address:
-        need += n * (CLIENT_BYTES + rows * (d + 1) * 8)
-    if need > available:
-        raise ConfigError(f"federation.n_clients: {n} clients of {rows} x {d} points need about {_gib(need)} of memory "
-                          f"here, but {_gib(available)} is available; use fewer clients or points, or a cluster "
-                          "(runtime.address)")
-
-
-def _gib(b: float) -> str:
-    return f"{b / 2**30:.1f} GiB" if b >= 2**30 else f"{b / 2**20:.0f} MiB"

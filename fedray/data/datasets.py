@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from fedray.core.errors import ConfigError, DataError
+from fedray.core.registry import Registry
 
 DATA_DIR_ENV = "FEDRAY_DATA_DIR"
 SKLEARN_SETS = ("iris", "wine", "digits", "breast_cancer")
@@ -68,35 +69,22 @@ def resolve_data_dir(data_dir: str | os.PathLike | None) -> Path | None:
     return Path(env).expanduser() if env else None
 
 
-_SCENARIOS: dict[str, Callable[..., Dataset]] = {}
+#: Named scenarios (``scenario:NAME``): ``fn(seed, **options) -> Dataset``.
+SCENARIOS: Registry[Callable[..., Dataset]] = Registry("scenario", modules=("fedray.data.scenarios",))
 
 
 def register_scenario(name: str) -> Callable:
     """Register ``fn(seed, **options) -> Dataset`` as ``scenario:NAME``."""
-
-    def deco(fn: Callable[..., Dataset]) -> Callable[..., Dataset]:
-        _SCENARIOS[name] = fn
-        return fn
-
-    return deco
+    return SCENARIOS.register(name)
 
 
 def available_datasets() -> list[str]:
-    _load_scenarios()
     return (
         ["blobs"]
         + [f"sklearn:{n}" for n in SKLEARN_SETS]
         + ["benchmark:BATTERY/NAME", "csv:PATH", "parquet:PATH", "mnist"]
-        + [f"scenario:{n}" for n in sorted(_SCENARIOS)]
+        + [f"scenario:{n}" for n in SCENARIOS.names()]
     )
-
-
-def _load_scenarios() -> None:
-    import importlib
-    import importlib.util
-
-    if importlib.util.find_spec("fedray.data.scenarios") is not None:
-        importlib.import_module("fedray.data.scenarios")
 
 
 def check_dataset_name(name: str) -> None:
@@ -111,10 +99,9 @@ def check_dataset_name(name: str) -> None:
     if kind in ("csv", "parquet") and rest:
         return
     if kind == "scenario":
-        _load_scenarios()
-        if rest in _SCENARIOS:
+        if rest in SCENARIOS:
             return
-        raise ConfigError(f"data.dataset: unknown scenario {rest!r}; choose one of {', '.join(sorted(_SCENARIOS)) or 'none'}")
+        raise ConfigError(f"data.dataset: unknown scenario {rest!r}; choose one of {', '.join(SCENARIOS.names()) or 'none'}")
     if kind == "arrays":
         raise ConfigError(f"data.dataset: {name!r} describes arrays passed from Python, which a configuration file "
                           "cannot hold; pass data=fedray.from_arrays(...) to fedray.run or fedray.Session")
@@ -151,10 +138,9 @@ def _load_cached(name: str, data_dir: str, seed: int, key: tuple) -> Dataset:
     if kind in ("csv", "parquet"):
         return load_table(rest, kind, **options)
     if kind == "scenario":
-        _load_scenarios()
-        if rest not in _SCENARIOS:
+        if rest not in SCENARIOS:
             raise ConfigError(f"data.dataset: unknown scenario {rest!r}")
-        return _SCENARIOS[rest](seed=seed, **options)
+        return SCENARIOS[rest](seed=seed, **options)
     raise ConfigError(f"data.dataset: {name!r} cannot be loaded as a pooled data set")
 
 

@@ -23,10 +23,10 @@ from typing import Any
 
 import numpy as np
 
-from fedray.data.datasets import Dataset, resolve_data_dir
-from fedray.data.federation import ClientSpec, Federation, register_federation_builder
 from fedray.core.errors import ConfigError, DataError, SharedSamplesWarning
 from fedray.core.seeding import data_rng
+from fedray.data.datasets import Dataset, resolve_data_dir
+from fedray.data.federation import ClientSpec, Federation, register_federation_builder
 
 log = logging.getLogger(__name__)
 

@@ -14,10 +14,19 @@ from typing import Any
 
 import numpy as np
 
-from fedray.data.datasets import _is_numeric, check_columns, check_dataset_name, load_dataset, read_table, resolve_data_dir, table_feature_columns
-from fedray.data.partitions import partition_indices
 from fedray.core.errors import ConfigError, DataError
 from fedray.core.seeding import data_rng
+from fedray.core.sizes import CLIENT_BYTES, RECIPE_BYTES
+from fedray.data.datasets import (
+    _is_numeric,
+    check_columns,
+    check_dataset_name,
+    load_dataset,
+    read_table,
+    resolve_data_dir,
+    table_feature_columns,
+)
+from fedray.data.partitions import FEDERATION_BUILDERS, TRANSFORMS, partition_indices
 
 
 @dataclass(frozen=True)
@@ -74,64 +83,33 @@ BLOBS_OPTIONS = {
 # Federation builders: partitions that need more than index lists (per-client
 # transforms, train/test splits, group ids), e.g. ``rotated`` image federations.
 # ``fn(dataset, data_cfg, n_clients, seed, **options) -> Federation``.
-_BUILDERS: dict[str, Any] = {}
-# Shard transforms applied in the client after loading: ``fn(X, y, **kwargs) -> (X, y)``.
-_TRANSFORMS: dict[str, Any] = {}
+def register_federation_builder(name: str) -> Any:
+    return FEDERATION_BUILDERS.register(name)
 
 
-def register_federation_builder(name: str):
-    def deco(fn):
-        _BUILDERS[name] = fn
-        return fn
-
-    return deco
-
-
-def register_transform(name: str):
-    def deco(fn):
-        _TRANSFORMS[name] = fn
-        return fn
-
-    return deco
-
-
-# Optional modules that register federation builders (imported on demand).
-_BUILDER_MODULES = ("fedray.data.image_federations", "fedray.data.fedcref_federations")
-
-
-def _load_builders() -> None:
-    import importlib
-    import importlib.util
-
-    for mod in _BUILDER_MODULES:
-        if importlib.util.find_spec(mod) is not None:
-            importlib.import_module(mod)
+def register_transform(name: str) -> Any:
+    return TRANSFORMS.register(name)
 
 
 def available_federations() -> list[str]:
     """Partition names that build whole federations (per-client transforms, hidden groups)."""
-    _load_builders()
-    return sorted(_BUILDERS)
+    return FEDERATION_BUILDERS.names()
 
 
 def build_federation(data: Any, n_clients: int | None, seed: int) -> Federation:
     """Build client recipes from a validated ``data`` config section."""
     name = data.dataset
-    if not isinstance(name, str):  # arrays from Python (fedray.from_arrays)
-        from fedray.data.arrays import ArrayData
-
-        if isinstance(name, ArrayData):
-            return name.federation(n_clients, seed)
+    if not isinstance(name, str) and callable(getattr(name, "federation", None)):
+        return name.federation(n_clients, seed)  # arrays from Python (fedray.from_arrays: ArrayData)
     check_dataset_name(name)
     options = dict(data.options or {})
     part = dict(data.partition or {})
     pname = part.pop("name", None)
     rng = data_rng(seed, 1)
-    _load_builders()
-    if pname in _BUILDERS:
+    if pname in FEDERATION_BUILDERS:
         ddir = str(resolve_data_dir(data.data_dir) or "") or None
         ds = load_dataset(name, ddir, seed=seed, **options)
-        return _BUILDERS[pname](ds, data, n_clients, seed, **part)
+        return FEDERATION_BUILDERS[pname](ds, data, n_clients, seed, **part)
     if name == "blobs":
         return _blobs_federation(options, n_clients or 10, seed, pname, part)
     kind, _, rest = name.partition(":")
@@ -180,12 +158,6 @@ def _blobs_federation(options: dict, n_clients: int, seed: int, pname: str | Non
     specs = [ClientSpec(i, source, None, f"client-{i}") for i in range(n_clients)]
     d = int(opts["n_features"])
     return Federation(specs, tuple(f"x{i}" for i in range(d)), (d,), True, int(opts["n_centers"]))
-
-
-def blob_centers(source: dict) -> np.ndarray:
-    lo, hi = source["center_box"]
-    out = _blob_centers(int(source["seed"]), int(source["n_centers"]), int(source["n_features"]), float(lo), float(hi))
-    return out.copy()
 
 
 @functools.lru_cache(maxsize=16)
@@ -331,9 +303,8 @@ def materialize(spec: ClientSpec, table: Any = None) -> tuple[np.ndarray, np.nda
     X, y, names = _materialize_raw(spec, table)
     transforms = spec.meta.get("transforms", ())
     if transforms:
-        _load_builders()
         for tname, kw in transforms:
-            X, y = _TRANSFORMS[tname](X, y, **dict(kw))
+            X, y = TRANSFORMS[tname](X, y, **dict(kw))
     return X, y, names
 
 
@@ -371,3 +342,39 @@ def _materialize_raw(spec: ClientSpec, table: Any = None) -> tuple[np.ndarray, n
             y = np.array([lookup.get(v, -1) for v in df[src["label_column"]]], dtype=np.int64)
         return X, y, tuple(src["features"])
     raise DataError(f"unknown shard recipe {kind!r}")
+
+
+def check_memory(cfg: Any) -> None:
+    """Refuse, before anything is built, a generated federation that cannot fit in memory.
+
+    For ``blobs`` the size is known from the configuration: the recipes live in the
+    driver; the shards live in the client hosts (this machine unless
+    ``runtime.address`` names a cluster). Raises :class:`~fedray.core.errors.ConfigError`
+    with the estimate.
+    """
+
+    if cfg.data.dataset != "blobs" or cfg.federation.n_clients is None:
+        return
+    try:
+        import psutil
+
+        available = float(psutil.virtual_memory().available)
+    except Exception:  # noqa: BLE001 - no estimate without psutil
+        return
+    opts = {**BLOBS_DEFAULTS, **(cfg.data.options or {})}
+    try:
+        rows, d = int(opts["points_per_client"]), int(opts["n_features"])
+    except (TypeError, ValueError):
+        return  # reported by the federation builder with the key named
+    n = int(cfg.federation.n_clients)
+    need = n * RECIPE_BYTES
+    if cfg.runtime.backend == "local" or not cfg.runtime.address:
+        need += n * (CLIENT_BYTES + rows * (d + 1) * 8)
+    if need > available:
+        raise ConfigError(f"federation.n_clients: {n} clients of {rows} x {d} points need about {_gib(need)} of memory "
+                          f"here, but {_gib(available)} is available; use fewer clients or points, or a cluster "
+                          "(runtime.address)")
+
+
+def _gib(b: float) -> str:
+    return f"{b / 2**30:.1f} GiB" if b >= 2**30 else f"{b / 2**20:.0f} MiB"

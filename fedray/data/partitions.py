@@ -20,43 +20,44 @@ from typing import Any
 import numpy as np
 
 from fedray.core.errors import ConfigError, DataError
+from fedray.core.registry import Registry, near_names
+
+# Modules that register federation builders and shard transforms (imported on demand).
+_BUILDER_MODULES = ("fedray.data.image_federations", "fedray.data.fedcref_federations")
 
 PartitionFn = Callable[..., list[np.ndarray]]
-_PARTITIONS: dict[str, PartitionFn] = {}
+#: Index partitions: ``fn(n_samples, labels, n_clients, rng, **options) -> list of index arrays``.
+PARTITIONS: Registry[PartitionFn] = Registry("partition")
+#: Partition names that build whole federations (per-client transforms, hidden groups):
+#: ``fn(dataset, data_config, n_clients, seed, **options) -> Federation``.
+FEDERATION_BUILDERS: Registry[Any] = Registry("federation", modules=_BUILDER_MODULES)
+#: Shard transforms applied in the client after loading: ``fn(X, y, **kwargs) -> (X, y)``.
+TRANSFORMS: Registry[Any] = Registry("transform", modules=_BUILDER_MODULES)
 
 
 def register_partition(name: str) -> Callable[[PartitionFn], PartitionFn]:
-    def deco(fn: PartitionFn) -> PartitionFn:
-        _PARTITIONS[name] = fn
-        return fn
-
-    return deco
+    return PARTITIONS.register(name)
 
 
 def available_partitions() -> list[str]:
     """Every partition name: index partitions and federation builders (``rotated``, ``class-subsets``...)."""
-    from fedray.data.federation import available_federations
-
-    return sorted(set(_PARTITIONS) | set(available_federations()))
+    return sorted(set(PARTITIONS.names()) | set(FEDERATION_BUILDERS.names()))
 
 
 def unknown_partition(name: Any) -> ConfigError:
     """The one-line error for an unknown partition name, with the nearest names."""
-    import difflib
-
     names = available_partitions()
-    near = difflib.get_close_matches(str(name), names, n=3, cutoff=0.5)
-    hint = f" (did you mean {' or '.join(repr(n) for n in near)}?)" if near else ""
+    hint = near_names(name, names, cutoff=0.5)
     return ConfigError(f"data.partition.name: unknown partition {name!r}{hint}; choose one of {', '.join(names)}")
 
 
 def partition_indices(name: str, n_samples: int, labels: np.ndarray | None, n_clients: int,
                       rng: np.random.Generator, **options: Any) -> list[np.ndarray]:
     """Split ``range(n_samples)`` over ``n_clients`` with the named partition."""
-    if name not in _PARTITIONS:
+    if name not in PARTITIONS:
         raise unknown_partition(name)
     try:
-        parts = _PARTITIONS[name](n_samples, labels, n_clients, rng, **options)
+        parts = PARTITIONS[name](n_samples, labels, n_clients, rng, **options)
     except TypeError as exc:
         raise ConfigError(f"data.partition: bad options {sorted(options)} for {name!r}: {exc}") from None
     return [np.sort(np.asarray(p, dtype=np.int64)) for p in parts]

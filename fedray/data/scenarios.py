@@ -23,9 +23,9 @@ from typing import Any
 
 import numpy as np
 
-from fedray.data.datasets import Dataset, register_scenario
 from fedray.core.errors import ConfigError
 from fedray.core.seeding import data_rng
+from fedray.data.datasets import Dataset, register_scenario
 
 MOTIVATIONAL_CENTERS = np.array([[0.0, 0.0], [0.0, 1.0], [1.0, 1.0], [1.0, 0.0], [0.5, 0.5]])
 # (cluster, points) held by each client, Section 3.2.1

@@ -39,8 +39,8 @@ import time
 from typing import Any
 
 from fedray.core.contract import Task
-from fedray.runtime.executor import Executor, ExecResult, ExecutorWrapper
 from fedray.core.seeding import server_rng
+from fedray.runtime.executor import ExecResult, Executor, ExecutorWrapper
 
 log = logging.getLogger(__name__)
 

@@ -25,9 +25,9 @@ from typing import Any
 import numpy as np
 
 from fedray.core.contract import Task
-from fedray.runtime.executor import Executor, ExecResult, ExecutorWrapper
 from fedray.core.sizes import describe_message, leaves
 from fedray.core.stats import Stats
+from fedray.runtime.executor import ExecResult, Executor, ExecutorWrapper
 
 
 @dataclass(frozen=True)

@@ -107,18 +107,21 @@ from typing import Any
 import numpy as np
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
+from cryptography.hazmat.primitives.asymmetric.x25519 import (
+    X25519PrivateKey,
+    X25519PublicKey,
+)
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from fedray.core.contract import Reply, Task
 from fedray.core.errors import DataError, RoundFailedError
-from fedray.layers.messages import Envelope
-from fedray.runtime.executor import Executor, ExecResult, ExecutorWrapper
 from fedray.core.seeding import client_rng, server_rng
 from fedray.core.sizes import nbytes_of
 from fedray.core.stats import Stats
+from fedray.layers.messages import Envelope
+from fedray.runtime.executor import ExecResult, Executor, ExecutorWrapper
 
 log = logging.getLogger(__name__)
 

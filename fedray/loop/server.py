@@ -15,11 +15,11 @@ from typing import Any
 import numpy as np
 
 from fedray.core.contract import Algorithm, Reply, RoundContext, Task
-from fedray.core.replies import reply_columns
 from fedray.core.errors import FedrayError, RoundFailedError
-from fedray.runtime.executor import Executor
+from fedray.core.replies import reply_columns
 from fedray.core.seeding import sample_clients
 from fedray.core.sizes import nbytes_of
+from fedray.runtime.executor import Executor
 
 log = logging.getLogger(__name__)
 

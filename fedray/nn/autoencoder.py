@@ -25,7 +25,14 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from fedray.nn.train import fit, get_flat, predict, resolve_device, set_flat, torch_threads
+from fedray.nn.train import (
+    fit,
+    get_flat,
+    predict,
+    resolve_device,
+    set_flat,
+    torch_threads,
+)
 
 
 class Autoencoder(nn.Module):
@@ -86,12 +93,6 @@ def initial_ae_weights(spec: dict[str, Any]) -> np.ndarray:
 
 
 _INIT: dict[tuple, np.ndarray] = {}
-
-
-def n_ae_parameters(n_features: int, hidden: Sequence[int]) -> int:
-    """Length of the flat weight vector of :class:`Autoencoder` (computable without torch)."""
-    sizes = [int(n_features), *map(int, hidden)]
-    return int(sum(2 * a * b + a + b for a, b in zip(sizes[:-1], sizes[1:])))
 
 
 def _mse(model: nn.Module, xb: torch.Tensor) -> torch.Tensor:

@@ -18,10 +18,17 @@ import torch
 from torch import nn
 
 from fedray.core.errors import ConfigError
-from fedray.nn import MODEL_KINDS, check_model, is_model_reference, resolve_model_factory
+from fedray.core.registry import Registry
+from fedray.nn import (
+    MODEL_KINDS,
+    check_model,
+    is_model_reference,
+    resolve_model_factory,
+)
 
 Builder = Callable[[tuple[int, ...], int], nn.Module]
-_BUILDERS: dict[str, Builder] = {}
+#: Built-in networks: ``fn(sample_shape, n_classes) -> nn.Module``.
+MODELS: Registry[Builder] = Registry("model")
 
 
 def register_model(name: str, kind: str = "any") -> Callable[[Builder], Builder]:
@@ -31,7 +38,7 @@ def register_model(name: str, kind: str = "any") -> Callable[[Builder], Builder]
     """
 
     def deco(fn: Builder) -> Builder:
-        _BUILDERS[name] = fn
+        MODELS.register(name, fn)
         MODEL_KINDS.setdefault(name, kind)
         return fn
 
@@ -151,11 +158,11 @@ def build_model(name: str, sample_shape: tuple[int, ...], n_classes: int, seed: 
         model.sample_shape = sample_shape  # type: ignore[attr-defined]
         model.model_name = concrete  # type: ignore[attr-defined]
         return model
-    if concrete not in _BUILDERS:
+    if concrete not in MODELS:
         raise ConfigError(f"algorithm.params.model: model {concrete!r} has no builder in fedray.nn.models")
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(int(seed))
-        model = _BUILDERS[concrete](sample_shape, int(n_classes))
+        model = MODELS[concrete](sample_shape, int(n_classes))
     model.sample_shape = sample_shape  # type: ignore[attr-defined]
     model.model_name = concrete  # type: ignore[attr-defined]
     return model

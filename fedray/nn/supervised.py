@@ -80,10 +80,6 @@ knows them (:mod:`fedray.data.image_federations`); used for ARI only.
 """
 from __future__ import annotations
 
-from fedray.core.metrics import cluster_metrics
-from fedray.core.ops import weighted_average
-from fedray.core.seeding import n_sampled
-from fedray.nn.supervised_client import ClientContext, client_round
 import math
 import secrets
 from collections.abc import Hashable, Iterable, Mapping
@@ -92,10 +88,22 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 from pydantic import Field, field_validator
 
-from fedray.core.contract import Algorithm, ClientFn, FederationInfo, Params, Reply, RoundContext, Task
+from fedray.core.contract import (
+    Algorithm,
+    ClientFn,
+    FederationInfo,
+    Params,
+    Reply,
+    RoundContext,
+    Task,
+)
 from fedray.core.errors import ConfigError
-from fedray.nn import check_model, model_spec
+from fedray.core.metrics import cluster_metrics
+from fedray.core.ops import weighted_average
+from fedray.core.seeding import n_sampled
 from fedray.core.sizes import nbytes_of
+from fedray.nn import check_model, model_spec
+from fedray.nn.supervised_client import ClientContext, client_round
 
 
 class SupervisedParams(Params):
@@ -148,7 +156,9 @@ class SupervisedAlgorithm(Algorithm):
         p = self.params
         self.spec = model_spec(p.model, info.sample_shape, info.n_classes,
                                p.model_seed if p.model_seed is not None else seed)
-        from fedray.nn.train import initial_weights  # torch, on the server only to draw theta_0
+        from fedray.nn.train import (
+            initial_weights,  # torch, on the server only to draw theta_0
+        )
 
         self.init: np.ndarray = initial_weights(self.spec)
         self.models: dict[Hashable, np.ndarray] = {0: self.init}

@@ -1,10 +1,13 @@
 """The client side of supervised federated learning: :class:`ClientContext` and the client function
 :func:`client_round` (with its batched form) that runs a :class:`~fedray.nn.supervised.SupervisedAlgorithm`'s hooks."""
 from __future__ import annotations
+
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
 import numpy as np
+
 from fedray.core.contract import batched
 
 

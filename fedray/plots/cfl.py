@@ -18,7 +18,15 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from fedray.plots.style import grid_size, integer_rounds, legend_columns, new_figure, panel_grid, save_figure, styled
+from fedray.plots.style import (
+    grid_size,
+    integer_rounds,
+    legend_columns,
+    new_figure,
+    panel_grid,
+    save_figure,
+    styled,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.figure import Figure

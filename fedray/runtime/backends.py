@@ -1,12 +1,13 @@
 """TODO docstring."""
 from __future__ import annotations
 
+from typing import Any
+
+from fedray.core.errors import ConfigError
+from fedray.data.federation import ClientSpec
 from fedray.runtime.executor import Executor
 from fedray.runtime.local import LocalExecutor
 from fedray.runtime.ray_executor import RayExecutor
-from typing import Any
-from fedray.data.federation import ClientSpec
-from fedray.core.errors import ConfigError
 
 
 def make_executor(backend: str, specs: list[ClientSpec], seed: int, supervised: bool,

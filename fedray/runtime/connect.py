@@ -248,7 +248,8 @@ def connect(address: str | None, num_cpus: int | None = None, **init_kwargs: Any
         # may use this machine's token (an explicit address never does)
         try:
             from ray._private.authentication.authentication_token_setup import (
-                maybe_enable_token_auth_if_token_available)
+                maybe_enable_token_auth_if_token_available,
+            )
 
             maybe_enable_token_auth_if_token_available(warn_if_disabled=False)
         except ImportError:  # pragma: no cover - Ray without token authentication

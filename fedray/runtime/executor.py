@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from fedray.core.replies import Replies
 from fedray.core.contract import Reply, Task
+from fedray.core.replies import Replies
 from fedray.runtime.host import Outcome, PackedOutcomes, UniformTasks
 
 log = logging.getLogger(__name__)

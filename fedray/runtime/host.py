@@ -7,7 +7,6 @@ host never knows what an algorithm computes: it calls the task's function.
 """
 from __future__ import annotations
 
-from fedray.data.checks import describe_shard
 import logging
 import time
 import traceback
@@ -17,11 +16,12 @@ from typing import Any
 import numpy as np
 
 from fedray.core.contract import Task, batched_form, batched_shared
-from fedray.data.federation import ClientSpec, materialize_many
-from fedray.core.errors import DataError, FedrayError
+from fedray.core.errors import FedrayError
 from fedray.core.seeding import client_rng
 from fedray.core.sizes import nbytes_of
 from fedray.core.stats import Stats, StatsBlock
+from fedray.data.checks import describe_shard
+from fedray.data.federation import ClientSpec, materialize_many
 
 log = logging.getLogger(__name__)
 
@@ -480,6 +480,3 @@ class ClientHost:
         return [(cid, c._X, c._y if labels else None) for cid, c in sorted(self.clients.items())]
 
 
-def check_shape(X: np.ndarray, where: str) -> None:
-    if X.ndim != 2:
-        raise DataError(f"{where}: expected a 2-D array, got shape {X.shape}")

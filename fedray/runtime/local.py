@@ -1,13 +1,22 @@
 """TODO docstring."""
 from __future__ import annotations
 
-from fedray.runtime.executor import ExecResult, Executor, collect_outcomes, host_items, plan_shared, sort_replies
 from typing import Any
+
 import numpy as np
-from fedray.core.replies import Replies
+
 from fedray.core.contract import Task
-from fedray.runtime.host import ClientHost
+from fedray.core.replies import Replies
 from fedray.data.federation import ClientSpec
+from fedray.runtime.executor import (
+    ExecResult,
+    Executor,
+    collect_outcomes,
+    host_items,
+    plan_shared,
+    sort_replies,
+)
+from fedray.runtime.host import ClientHost
 
 
 class LocalExecutor(Executor):

@@ -3,19 +3,27 @@ from __future__ import annotations
 
 import logging
 
-from fedray.runtime.executor import ExecResult, Executor, collect_outcomes, plan_shared, sort_replies
+from fedray.runtime.executor import (
+    ExecResult,
+    Executor,
+    collect_outcomes,
+    plan_shared,
+    sort_replies,
+)
 
 log = logging.getLogger(__name__)
 import math
 import time
 from collections import defaultdict
 from typing import Any
+
 import numpy as np
-from fedray.core.replies import Replies
+
 from fedray.core.contract import Task
-from fedray.runtime.host import UniformTasks
-from fedray.data.federation import ClientSpec
 from fedray.core.errors import ConfigError, RoundFailedError
+from fedray.core.replies import Replies
+from fedray.data.federation import ClientSpec
+from fedray.runtime.host import UniformTasks
 
 
 def ensure_ray(address: str | None = None, num_cpus: int | None = None, cfg: Any = None) -> bool:

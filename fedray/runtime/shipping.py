@@ -66,9 +66,7 @@ _SKIP_SUFFIXES = (".pyc", ".pyo", ".so.tmp")
 # --- fedray as a staging directory ----------------------------------------------------
 def _package_sources() -> dict[str, Path]:
     """Relative path inside the ``fedray`` package -> file on this machine."""
-    import fedray
-
-    roots: list[tuple[str, Path]] = [("", Path(fedray.__path__[0]))]
+    roots: list[tuple[str, Path]] = [("", Path(__file__).resolve().parents[1])]  # the fedray package
     for sub in _MAPPED:
         spec = importlib.util.find_spec(f"fedray.{sub}")
         if spec is not None and spec.submodule_search_locations:

@@ -70,10 +70,9 @@ def cmd_quickstart(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
+    from fedray.core.plugins import ENTRY_POINT_GROUP, entry_points
     from fedray.core.registry import available_algorithms
     from fedray.data import available_datasets, available_partitions
-
-    from fedray.core.plugins import ENTRY_POINT_GROUP, entry_points
 
     print("algorithms:")
     for name, cls in available_algorithms().items():

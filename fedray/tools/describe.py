@@ -188,12 +188,17 @@ def description(name: str) -> Description:
     """Title, summary and parameter rows of ``name`` (raises ConfigError with near names if unknown)."""
     import difflib
 
-    from fedray.core.registry import _BUILTIN_MODULES, available_algorithms, get_algorithm
     from fedray.api.config import ExperimentConfig
-    from fedray.data import available_datasets, available_partitions
-    from fedray.data.federation import BLOBS_DEFAULTS, BLOBS_OPTIONS, _BUILDERS, available_federations
-    from fedray.data.partitions import _PARTITIONS
     from fedray.core.plugins import entry_points
+    from fedray.core.registry import ALGORITHMS, available_algorithms, get_algorithm
+    from fedray.data import available_datasets, available_partitions
+    from fedray.data.federation import (
+        _BUILDERS,
+        BLOBS_DEFAULTS,
+        BLOBS_OPTIONS,
+        available_federations,
+    )
+    from fedray.data.partitions import _PARTITIONS
 
     if name == TOP:
         rows = []
@@ -230,7 +235,7 @@ def description(name: str) -> Description:
     if name in datasets and name != "blobs":
         return Description(f"data set {name!r}", "no options of its own; see `fedray describe data` and "
                            "`fedray describe PARTITION` for how it is split", [])
-    if name in algos or name in _BUILTIN_MODULES or ":" in name or name in entry_points():
+    if name in algos or ALGORITHMS.builtin(name) or ":" in name or name in entry_points():
         cls = get_algorithm(name)
         title = f"algorithm {name!r}" + (f" ({cls.__module__}:{cls.__qualname__})" if ":" not in name else "")
         doc = cls.description or _first_line(cls.__doc__)
