@@ -27,6 +27,7 @@ from fedray.core.contract import Task
 from fedray.analysis.kselect import choose_k, local_index_curve, select_k
 from fedray.api.session import Session
 from fedray.analysis.validation import federated_variance, knowledge_gap
+from fedray.core import calls
 
 log = logging.getLogger("stallmann_table1")
 
@@ -49,7 +50,7 @@ def _fmt(v: float) -> str:
 def _wide_local(session: Session, k_max: int) -> dict[str, dict[int, float]]:
     """Each client alone over K = 2..k_max (the paper stops at 5)."""
     payload = {"ks": list(range(2, k_max + 1)), "fuzzy": True, "m": 2.0, "q": 1.0, "p": 2.0, "tol": 1e-3}
-    res = session.execute({c: Task(local_index_curve, payload, None) for c in range(session.info.n_clients)})
+    res = session.call(calls.adhoc("local curves"), {c: Task(local_index_curve, payload, None) for c in range(session.info.n_clients)})
     return {f"local:{session.descriptions[r.client_id]['name']}": dict(zip(r.update["ks"], r.update["index"]))
             for r in res.replies}
 

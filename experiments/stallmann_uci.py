@@ -46,6 +46,7 @@ from fedray.data.datasets import load_dataset
 from fedray.analysis.kselect import choose_k, local_index_curve, select_k
 from fedray.core.metrics import ari_from_table, contingency
 from fedray.api.session import Session
+from fedray.core import calls
 
 log = logging.getLogger("stallmann_uci")
 
@@ -85,7 +86,7 @@ def run(args: argparse.Namespace) -> tuple[pd.DataFrame, dict[str, Any]]:
             # step 1: each client alone over a wide range, elbow
             lks = list(range(2, args.local_k_max + 1))
             payload = {"ks": lks, "fuzzy": True, "m": 2.0, "q": 1.0, "p": 2.0, "tol": 1e-3}
-            res = s.execute({c: Task(local_index_curve, payload, None) for c in range(s.info.n_clients)})
+            res = s.call(calls.adhoc("local curves"), {c: Task(local_index_curve, payload, None) for c in range(s.info.n_clients)})
             local_k = {}
             for r in res.replies:
                 name = names[r.client_id]

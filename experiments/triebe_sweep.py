@@ -29,7 +29,7 @@ import pandas as pd
 
 import fedray
 from fedray.core.ops import assign, lloyd
-from fedray.analysis.validation import crisp_davies_bouldin
+from fedray.algorithms.fedfuzzdb import crisp_davies_bouldin
 
 log = logging.getLogger("triebe_sweep")
 

@@ -14,6 +14,7 @@ import fedray
 from fedray.api import checkpoint
 from fedray.api import run as run_api
 from fedray.core.errors import ConfigError
+from fedray.core import calls
 
 CLI = [sys.executable, "-c", "import sys; from fedray.tools.cli import main; sys.exit(main())"]
 
@@ -363,7 +364,7 @@ def test_a_stalled_round_without_round_timeout_is_reported(ray_session, monkeypa
         slow = fedray.Task(delayed, {"delay": 3.5, "fn": _moments, "payload": None})
         fast = fedray.Task(_moments)
         with caplog.at_level("WARNING", logger="fedray"):
-            res = s.executor.execute(0, {0: slow, 1: fast, 2: fast, 3: fast}, None)
+            res = s.executor.execute(calls.train(0), {0: slow, 1: fast, 2: fast, 3: fast}, None)
     assert len(res.replies) == 4  # no deadline: it waits, but says so
     assert any("round 0: still waiting for 1 of 4 client actors" in r.getMessage() for r in caplog.records)
 

@@ -147,3 +147,17 @@ def test_ray_runtime_gives_the_same_curve(ray_session):
     cols = ["federated", "local:client-1", "local:client-2", "local:client-3"]
     np.testing.assert_array_equal(local.table[cols].to_numpy(), on_ray.table[cols].to_numpy())
     assert on_ray.chosen == local.chosen
+
+
+def test_select_k_under_secure_aggregation_releases_only_masked_sums_and_counted_curves():
+    """Under privacy.secure_aggregation every call of select_k outside its runs passes through the
+    layers: the validation sums reach the server as masked vectors only, and the one unmasked
+    reply kind — the local-only baseline's per-client curves — is counted as a disclosure."""
+    cfg = {**MOTIVATIONAL, "algorithm": {"name": "federated-fcm"}, "privacy": {"secure_aggregation": True},
+           "output.messages": True}
+    sel = select_k(cfg, k_min=2, k_max=3, central=False, local=True)
+    up = [r for r in sel.outside["messages"] if r["direction"] == "up"]
+    assert {r["purpose"] for r in up if r["kind"] == "masked"} >= {"validation", "moments"}
+    unmasked = [r for r in up if r["kind"] != "masked"]
+    assert {r["purpose"] for r in unmasked} <= {"select_k local curves"}
+    assert sel.outside["disclosures"].get("local_index_curves", 0) == len(unmasked) > 0

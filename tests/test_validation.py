@@ -8,7 +8,8 @@ from sklearn.metrics import davies_bouldin_score
 import fedray
 from fedray.core.errors import ConfigError, DataError
 from fedray.core.ops import assign, fcm_memberships, lloyd
-from fedray.analysis.validation import MASK_MODULUS, center_distances, crisp_davies_bouldin, federated_crisp_db, federated_fuzzy_db, federated_variance, fuzzy_davies_bouldin, fuzzy_db_stats, knowledge_gap, total_count
+from fedray.analysis.validation import center_distances, federated_crisp_db, federated_fuzzy_db, federated_variance, knowledge_gap
+from fedray.algorithms.fedfuzzdb import crisp_davies_bouldin, fuzzy_davies_bouldin, fuzzy_db_stats, total_count
 
 LOCAL = {"backend": "local", "progress": False}
 
@@ -56,22 +57,17 @@ def test_fedfuzzdb_equals_the_pooled_index_for_the_same_centres(partition, n_cli
     assert crisp == pytest.approx(crisp_davies_bouldin(X, C), rel=0, abs=1e-9)
 
 
-def test_hidden_counts_reveal_only_the_total():
-    class C_:
-        def __init__(self, cid, n):
-            self.id = cid
-            self.data = type("D", (), {"X": np.zeros((n, 2)) + cid})()
-
-    sizes = [13, 250, 7, 1000]
-    order = list(range(len(sizes)))
-    centers = np.array([[0.0, 0.0], [1.0, 1.0]])
-    masked = [fuzzy_db_stats({"m": 2.0, "mask": {"seed": 9, "order": order}}, centers, C_(i, n))
-              for i, n in enumerate(sizes)]
-    assert all("n" not in s for s in masked)
-    values = [int(s["n_masked"][0]) for s in masked]
-    assert all(v != n for v, n in zip(values, sizes))  # no client's count is readable
-    assert all(0 <= v < MASK_MODULUS for v in values)
-    assert total_count(sum(masked[1:], masked[0])) == sum(sizes)
+def test_hidden_counts_reach_the_server_only_as_a_secure_total():
+    """hide_n sums every client's statistics through the one secure sum: the message log shows
+    only masked vectors for the validation call, and the index equals the pooled one."""
+    with fedray.Session(data={"dataset": "sklearn:iris"}, federation={"n_clients": 6},
+                        runtime={"backend": "local"}, **{"output.messages": True}) as s:
+        X = _union(s)
+        C = X[[0, 60, 120]] + 0.01
+        fed = federated_fuzzy_db(s, C, m=2.0, hide_n=True)
+        rows = [r for r in s.outside_records()["messages"] if r["purpose"] == "validation" and r["direction"] == "up"]
+    assert fed == pytest.approx(fuzzy_davies_bouldin(X, C, 2.0), rel=0, abs=1e-9)
+    assert len(rows) == 6 and {r["kind"] for r in rows} == {"masked"}
 
 
 def test_crisp_index_equals_scikit_learn_at_lloyd_convergence():

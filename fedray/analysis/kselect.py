@@ -38,16 +38,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from fedray.analysis.validation import (
-    crisp_davies_bouldin,
-    federated_crisp_db,
-    federated_fuzzy_db,
-    fuzzy_davies_bouldin,
-)
+from fedray.algorithms.fedfuzzdb import crisp_davies_bouldin, fuzzy_davies_bouldin
+from fedray.analysis.validation import federated_crisp_db, federated_fuzzy_db
 from fedray.core.errors import ConfigError, DataError
 from fedray.core.ops import fcm, kmeans, kmeans_plusplus, lloyd, sq_distances
 from fedray.core.seeding import data_rng
 from fedray.plots.style import CENTRAL, FEDERATED, new_figure, save_figure, styled
+from fedray.core import calls
 
 if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.figure import Figure
@@ -82,6 +79,9 @@ class KSelection:
     federated_centers: dict[int, np.ndarray] = field(default_factory=dict)
     central_centers: dict[int, np.ndarray] = field(default_factory=dict)
     output_dir: Path | None = None
+    #: What the session's calls outside the runs sent (validation sums, local curves): the
+    #: message-log rows (with ``output.messages``) and the disclosures counted.
+    outside: dict[str, Any] = field(default_factory=dict)
 
     @property
     def k(self) -> int | None:
@@ -341,7 +341,9 @@ def _select(sess: Any, cfg: Any, cls: Any, k_min: int, k_max: int, method: str, 
         lo, hi = _local_range(info, local_k_range, k_min, k_max)
         lks = [k for k in ks if lo <= k <= hi]
         payload = {"ks": lks, "fuzzy": fuzzy, "m": m, "q": q, "p": p, "tol": tol, "n_init": n_init}
-        res = sess.execute({cid: Task(local_index_curve, payload, None) for cid in range(info.n_clients)})
+        res = sess.call(calls.adhoc("select_k local curves"), {cid: Task(local_index_curve, payload, None)
+                                                                  for cid in range(info.n_clients)})
+        sess.disclosures["local_index_curves"] = sess.disclosures.get("local_index_curves", 0) + len(res.replies)
         if res.user_errors or len(res.replies) < info.n_clients:
             raise DataError(f"select-k: the local-only baseline failed on {info.n_clients - len(res.replies)} clients")
         names = [d.get("name") or f"client-{d['client_id']}" for d in sess.descriptions]
@@ -353,7 +355,8 @@ def _select(sess: Any, cfg: Any, cls: Any, k_min: int, k_max: int, method: str, 
         chosen["central"] = choose_k(table["k"], table["central"], method)
     for c in [c for c in table.columns if c.startswith("local:")]:
         chosen[c] = choose_k(table["k"], table[c], method)
-    sel = KSelection(table, chosen, method, index_name, cfg.algorithm.name, n_init, fed_centers, cen_centers)
+    sel = KSelection(table, chosen, method, index_name, cfg.algorithm.name, n_init, fed_centers, cen_centers,
+                     outside=sess.outside_records())
     if output:
         sel.save(output)
     return sel

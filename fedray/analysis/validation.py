@@ -1,26 +1,12 @@
-"""Federated cluster validation: FedFuzzDB, a crisp federated Davies–Bouldin index, knowledge gap.
+"""Federated cluster validation over a session's clients: FedFuzzDB, a crisp federated
+Davies–Bouldin index, federated variances and the knowledge gap.
 
-Stallmann & Wilbik (2022), Section 2.1.3 and 2.2.2. The fuzzy Davies–Bouldin
-index of centres c_1..c_K on data X (N points) is
-
-    S_i = U_i · ((1/N) Σ_x ‖x − c_i‖^q)^{1/q},   U_i = (1/N) Σ_x u_i(x)      (eqs. 12, 13)
-    M_ij = ‖c_i − c_j‖_p,  R_ij = (S_i + S_j) / M_ij,  R_i = max_{j≠i} R_ij,
-    index = (1/K) Σ_i R_i                                                   (eqs. 7–9, 11)
-
-with u_i(x) the fuzzy c-means memberships (eq. 5). Every sum over x splits into
-per-client sums (eqs. 15–17): a client sends N_l, Σ_x ‖x − c_i‖^q and Σ_x u_i(x)
-per cluster — a :class:`~fedray.core.stats.Stats` — and the server adds them up, so the
-federated index equals the index on the pooled data for the same centres.
-
-``hide_n=True`` keeps each N_l from the server: a client sends
-(N_l + r_l − r_{l−1}) mod 2^32, where r_l is a mask shared with its successor in
-the ring of participating clients (derived from a seed the clients share; in this
-simulation from the experiment seed). The masks cancel in the sum, so the server
-learns only Σ_l N_l — the "summed statistic" of Section 2.2.3.
-
-The crisp index (eq. 10: S_i = ((1/T_i) Σ_{x∈i} ‖x − c_i‖^q)^{1/q}, T_i the points
-nearest to c_i) is the extension the paper names as future work; clients send
-T_i and the spread sums per cluster. Clusters without points are left out.
+The index's maths (client functions, the index from summed statistics, pooled versions) is
+:mod:`fedray.algorithms.fedfuzzdb` (Stallmann & Wilbik 2022, Sections 2.1.3 and 2.2.2).
+Here the statistics are summed over every client through the session's layer stack
+(:meth:`fedray.api.session.Session.total`): under ``privacy.secure_aggregation`` (or with
+``hide_n=True``) through the one secure sum, so the server learns only the totals —
+N = Σ_l N_l included —; otherwise per-client sums reach the server, as in the paper.
 
 The knowledge gap (eq. 19) between estimated centres c̃ and reference centres c is
 Σ_k sqrt(Σ_i (c̃_k[i] − c_k[i])² / Var(x[i])), with the centres matched by the
@@ -34,223 +20,25 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
-from fedray.core.contract import Task, batched
-from fedray.core.errors import ConfigError, DataError
-from fedray.core.ops import (
-    assign,
-    column_sums,
-    memberships_from_d2,
-    segment_colsums,
-    sq_distances,
-)
-from fedray.core.stats import Stats, StatsBlock, total
+from fedray.algorithms.fedfuzzdb import (_centres, _check_qpm, crisp_db_from_stats, crisp_db_stats,
+                                        fuzzy_db_from_stats, fuzzy_db_stats, moment_stats)
+from fedray.core import calls
+from fedray.core.contract import Task
+from fedray.core.errors import DataError
+from fedray.core.stats import Stats
 
 if TYPE_CHECKING:  # pragma: no cover
     from fedray.api.session import Session
 
 log = logging.getLogger(__name__)
 
-MASK_MODULUS = 2**32
-_MASK_STREAM = 0x6D61736B  # "mask"
-
-
-# --- checks --------------------------------------------------------------------
-def _check_qpm(q: float, p: float, m: float | None = None) -> None:
-    if not q > 0:
-        raise ConfigError(f"validation q: the spread exponent must be > 0; got {q!r}")
-    if not p > 0:
-        raise ConfigError(f"validation p: the Minkowski exponent of centre distances must be > 0; got {p!r}")
-    if m is not None and not m > 1:
-        raise ConfigError(f"validation m: the fuzzifier must be > 1; got {m!r}")
-
-
-def _centres(C: Any) -> np.ndarray:
-    C = np.asarray(C, dtype=np.float64)
-    if C.ndim != 2 or C.shape[0] < 2:
-        raise DataError(f"Davies–Bouldin needs at least 2 centres as an array (k, d); got shape {C.shape}")
-    return C
-
-
-# --- the index from spreads -----------------------------------------------------
-def db_from_spreads(C: np.ndarray, S: np.ndarray, p: float = 2.0) -> float:
-    """Davies–Bouldin index from centres (k, d) and cluster spreads (k,) (eqs. 7–9, 11).
-
-    Coinciding centres give an infinite index.
-    """
-    C = np.asarray(C, dtype=np.float64)
-    S = np.asarray(S, dtype=np.float64)
-    if C.shape[0] < 2:
-        return float("nan")
-    diff = np.abs(C[:, None, :] - C[None, :, :])
-    M = np.sum(diff ** p, axis=-1) ** (1.0 / p)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        R = (S[:, None] + S[None, :]) / M
-    R[M == 0] = np.inf
-    np.fill_diagonal(R, -np.inf)
-    return float(np.mean(np.max(R, axis=1)))
-
-
-# --- client functions ----------------------------------------------------------
-def _ring_mask(seed: int, order: tuple[int, ...], cid: int) -> int:
-    """r_l − r_{l−1} mod 2^32 for client ``cid`` in the ring ``order`` of participants."""
-    pos = order.index(cid)
-    P = len(order)
-
-    def r(a: int) -> int:
-        left, right = order[a % P], order[(a + 1) % P]
-        g = np.random.default_rng(np.random.SeedSequence([int(seed), _MASK_STREAM, int(left), int(right)]))
-        return int(g.integers(0, MASK_MODULUS))
-
-    return (r(pos) - r(pos - 1)) % MASK_MODULUS
-
-
-def _count_entry(n: int, payload: dict[str, Any], client: Any) -> dict[str, np.ndarray]:
-    mask = payload.get("mask")
-    if not mask:
-        return {"n": np.array([float(n)])}
-    masked = (int(n) + _ring_mask(mask["seed"], tuple(mask["order"]), int(client.id))) % MASK_MODULUS
-    return {"n_masked": np.array([float(masked)])}
-
-
-def _count_block(batch: Any, payload: dict[str, Any]) -> dict[str, np.ndarray]:
-    if not payload.get("mask"):
-        return {"n": batch.sizes.astype(np.float64)[:, None]}
-    return {"n_masked": np.stack([_count_entry(c.data.X.shape[0], payload, c)["n_masked"] for c in batch.clients])}
-
-
-def _same_payload(payloads: list[dict[str, Any]]) -> dict[str, Any]:
-    if any(p != payloads[0] for p in payloads):
-        raise ValueError("clients with different payloads")  # the host runs them client by client
-    return payloads[0]
-
-
-def fuzzy_db_stats_many(payloads: list[dict[str, Any]], centers: np.ndarray, batch: Any) -> StatsBlock:
-    """:func:`fuzzy_db_stats` for all of a host's clients in one pass over their rows (the same bits)."""
-    payload = _same_payload(payloads)
-    q = float(payload.get("q", 1.0))
-    X, owner, n = batch.X, batch.owner, len(batch)
-    d2 = sq_distances(X, centers)
-    U = memberships_from_d2(d2.copy(), float(payload["m"]))
-    return StatsBlock(spread=segment_colsums(np.sqrt(d2) ** q, owner, n), support=segment_colsums(U, owner, n),
-                      **_count_block(batch, payload))
-
-
-@batched(fuzzy_db_stats_many)
-def fuzzy_db_stats(payload: dict[str, Any], centers: np.ndarray, client: Any) -> Stats:
-    """A client's FedFuzzDB sums for ``centers`` (k, d).
-
-    Returns
-    -------
-    Stats
-        ``n`` (1,) — or ``n_masked`` (1,) when N_l is hidden —, ``spread`` (k,) =
-        Σ_x ‖x − c_i‖^q and ``support`` (k,) = Σ_x u_i(x), summed over the rows in order.
-    """
-    X = client.data.X
-    q = float(payload.get("q", 1.0))
-    d2 = sq_distances(X, centers)
-    U = memberships_from_d2(d2.copy(), float(payload["m"]))
-    return Stats(spread=column_sums(np.sqrt(d2) ** q), support=column_sums(U),
-                 **_count_entry(X.shape[0], payload, client))
-
-
-def crisp_db_stats_many(payloads: list[dict[str, Any]], centers: np.ndarray, batch: Any) -> StatsBlock:
-    """:func:`crisp_db_stats` for all of a host's clients in one pass over their rows (the same bits)."""
-    payload = _same_payload(payloads)
-    q = float(payload.get("q", 1.0))
-    X, owner, n = batch.X, batch.owner, len(batch)
-    k = centers.shape[0]
-    labels, d2 = assign(X, centers)
-    cell = owner * k + labels
-    return StatsBlock(counts=np.bincount(cell, minlength=n * k).astype(np.float64).reshape(n, k),
-                      spread=np.bincount(cell, weights=np.sqrt(d2) ** q, minlength=n * k).reshape(n, k),
-                      **_count_block(batch, payload))
-
-
-@batched(crisp_db_stats_many)
-def crisp_db_stats(payload: dict[str, Any], centers: np.ndarray, client: Any) -> Stats:
-    """A client's crisp Davies–Bouldin sums: ``counts`` T_i (k,) and ``spread`` Σ_{x∈i} ‖x − c_i‖^q (k,)."""
-    X = client.data.X
-    q = float(payload.get("q", 1.0))
-    k = centers.shape[0]
-    labels, d2 = assign(X, centers)
-    return Stats(counts=np.bincount(labels, minlength=k).astype(np.float64),
-                 spread=np.bincount(labels, weights=np.sqrt(d2) ** q, minlength=k),
-                 **_count_entry(X.shape[0], payload, client))
-
-
-def moment_stats(payload: Any, shared: Any, client: Any) -> Stats:
-    """Column count, sums and sums of squares (for federated variances)."""
-    X = client.data.X
-    return Stats(n=np.array([float(X.shape[0])]), s=X.sum(axis=0), ss=(X * X).sum(axis=0))
-
-
-# --- server side -----------------------------------------------------------------
-def total_count(t: Stats) -> float:
-    """N = Σ_l N_l from summed statistics (unmasking ``n_masked`` modulo 2^32)."""
-    if "n" in t:
-        return float(t["n"][0])
-    return float(int(round(float(t["n_masked"][0]))) % MASK_MODULUS)
-
-
-def fuzzy_db_from_stats(centers: np.ndarray, stats: Stats, q: float = 1.0, p: float = 2.0) -> float:
-    """FedFuzzDB (eqs. 15–17 and 7–11) from summed client statistics."""
-    C = _centres(centers)
-    N = total_count(stats)
-    if N <= 0:
-        raise DataError("FedFuzzDB: the clients hold no samples")
-    S = (stats["support"] / N) * (stats["spread"] / N) ** (1.0 / q)
-    return db_from_spreads(C, S, p)
-
-
-def crisp_db_from_stats(centers: np.ndarray, stats: Stats, q: float = 1.0, p: float = 2.0) -> float:
-    """Crisp federated Davies–Bouldin index (eq. 10) from summed statistics; empty clusters are left out."""
-    C = _centres(centers)
-    T = stats["counts"]
-    keep = T > 0
-    S = (stats["spread"][keep] / T[keep]) ** (1.0 / q)
-    return db_from_spreads(C[keep], S, p)
-
-
-# --- pooled (non-federated) versions -----------------------------------------------
-class _Pooled:
-    """A stand-in for a client holding ``X`` (to reuse the client functions)."""
-
-    def __init__(self, X: np.ndarray) -> None:
-        self.data = type("D", (), {"X": np.asarray(X, dtype=np.float64)})()
-        self.id = 0
-
-
-def fuzzy_davies_bouldin(X: np.ndarray, centers: np.ndarray, m: float = 2.0, q: float = 1.0, p: float = 2.0) -> float:
-    """Fuzzy Davies–Bouldin index of ``centers`` (k, d) on pooled data ``X`` (n, d) (Vergani & Binaghi)."""
-    _check_qpm(q, p, m)
-    C = _centres(centers)
-    return fuzzy_db_from_stats(C, fuzzy_db_stats({"m": m, "q": q}, C, _Pooled(X)), q, p)
-
-
-def crisp_davies_bouldin(X: np.ndarray, centers: np.ndarray, q: float = 1.0, p: float = 2.0) -> float:
-    """Crisp Davies–Bouldin index of nearest-centre clusters on pooled data (eq. 10 with centres ``centers``)."""
-    _check_qpm(q, p)
-    C = _centres(centers)
-    return crisp_db_from_stats(C, crisp_db_stats({"q": q}, C, _Pooled(X)), q, p)
-
 
 # --- federated helpers on a session ----------------------------------------------------
-def _run_on_all(session: "Session", fn: Any, payload: Any, shared: Any, evaluation: bool = False) -> list[Any]:
-    ids = tuple(range(session.info.n_clients))
-    res = session.execute({cid: Task(fn, payload, shared, evaluation=evaluation) for cid in ids})
-    if res.user_errors or len(res.replies) < len(ids):
-        errs = {**getattr(res, "errors", {}), **res.user_errors}
-        first = next(iter(errs.values()), "no reply")
-        raise DataError(f"validation: {len(ids) - len(res.replies)} of {len(ids)} clients did not answer: {first}")
-    return [r.update for r in res.replies]
-
-
-def _mask_payload(session: "Session", hide_n: bool) -> dict[str, Any] | None:
-    if not hide_n:
-        return None
-    if session.info.total_samples >= MASK_MODULUS:
-        raise DataError(f"validation hide_n: {session.info.total_samples} samples exceed the mask modulus 2^32")
-    return {"seed": int(session.config.seed), "order": list(range(session.info.n_clients))}
+def _sum_over_all(session: "Session", fn: Any, payload: Any, shared: Any, secure: bool = False) -> Stats:
+    """The total of ``fn``'s statistics over every client of ``session`` (an ad-hoc call through its
+    layers; securely summed under privacy or when ``secure``)."""
+    tasks = {cid: Task(fn, payload, shared) for cid in range(session.info.n_clients)}
+    return session.total(calls.adhoc("validation"), tasks, secure=secure)
 
 
 def federated_fuzzy_db(session: "Session", centers: np.ndarray, m: float = 2.0, q: float = 1.0, p: float = 2.0,
@@ -258,8 +46,8 @@ def federated_fuzzy_db(session: "Session", centers: np.ndarray, m: float = 2.0, 
     """FedFuzzDB of ``centers`` (k, d) (in the session's scaled feature space) over all clients."""
     _check_qpm(q, p, m)
     C = _centres(centers)
-    payload = {"m": float(m), "q": float(q), "mask": _mask_payload(session, hide_n)}
-    return fuzzy_db_from_stats(C, total(_run_on_all(session, fuzzy_db_stats, payload, C)), q, p)
+    payload = {"m": float(m), "q": float(q)}
+    return fuzzy_db_from_stats(C, _sum_over_all(session, fuzzy_db_stats, payload, C, secure=hide_n), q, p)
 
 
 def federated_crisp_db(session: "Session", centers: np.ndarray, q: float = 1.0, p: float = 2.0,
@@ -267,13 +55,13 @@ def federated_crisp_db(session: "Session", centers: np.ndarray, q: float = 1.0, 
     """Crisp federated Davies–Bouldin index of ``centers`` (k, d) over all clients."""
     _check_qpm(q, p)
     C = _centres(centers)
-    payload = {"q": float(q), "mask": _mask_payload(session, hide_n)}
-    return crisp_db_from_stats(C, total(_run_on_all(session, crisp_db_stats, payload, C)), q, p)
+    payload = {"q": float(q)}
+    return crisp_db_from_stats(C, _sum_over_all(session, crisp_db_stats, payload, C, secure=hide_n), q, p)
 
 
 def federated_variance(session: "Session") -> np.ndarray:
     """Per-feature variance of the union (population variance), from per-client sums; shape (d,)."""
-    t = total(_run_on_all(session, moment_stats, None, None))
+    t = _sum_over_all(session, moment_stats, None, None)
     n = t["n"][0]
     mean = t["s"] / n
     return np.maximum(t["ss"] / n - mean ** 2, 0.0)

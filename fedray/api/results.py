@@ -22,16 +22,16 @@ import os
 import platform
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from fedray.api.plotdata import PlotData
 from fedray.core.contract import Algorithm
 from fedray.core.registry import make_params
-
-if TYPE_CHECKING:  # pragma: no cover
-    from fedray.api.session import Session
+from fedray.plots import style as P
+from fedray.plots.cfl import client_clusters
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +80,7 @@ class Result:
 
     # --- construction ---------------------------------------------------------
     @classmethod
-    def build(cls, cfg: Any, alg: Any, session: "Session", state: dict[str, Any], model: dict[str, Any],
+    def build(cls, cfg: Any, alg: Any, session: Any, state: dict[str, Any], model: dict[str, Any],
               final: dict[str, Any], wall_s: float) -> "Result":
         history = pd.DataFrame(state["history"])
         rows = []
@@ -160,7 +160,7 @@ class Result:
         return self.algorithm_cls.predict_proba(self.model, self._scaled(X))
 
     # --- central baseline ----------------------------------------------------
-    def add_central_baseline(self, session: "Session") -> None:
+    def add_central_baseline(self, session: Any) -> None:
         """Run the central algorithm on the union of the shards from the same initial centres."""
         from sklearn.metrics import adjusted_rand_score
 
@@ -187,8 +187,12 @@ class Result:
             fin["central_ari"] = float(adjusted_rand_score(y, assign(X, C)[0]))
 
     # --- saving ---------------------------------------------------------------
-    def save(self, directory: str | Path, plots: bool = True, session: "Session | None" = None) -> Path:
-        """Write the output folder (see module docstring); returns its path."""
+    def save(self, directory: str | Path, plots: bool = True, plot_data: PlotData | None = None) -> Path:
+        """Write the output folder (see module docstring); returns its path.
+
+        ``plot_data`` holds the statistics gathered from the clients during the run (the data
+        density under the centres); without it the centres plot is left out. Saving never calls
+        clients."""
         out = Path(directory)
         out.mkdir(parents=True, exist_ok=True)
         self.history.to_parquet(out / "rounds.parquet", index=False)
@@ -206,34 +210,32 @@ class Result:
             self.summary["peak_memory_mb"] = self.peak_memory_mb
         (out / "summary.json").write_text(json.dumps(_jsonable(self.summary), indent=2))
         if plots:
-            from fedray.plots import style as P
-
-            (out / "plots").mkdir(exist_ok=True)
-            P.convergence(self.history, out / "plots" / "convergence.png", title=self.summary["algorithm"],
-                          fraction=float(self.config.federation.fraction))
-            C = self.model.get("centers")
-            if session is not None and isinstance(C, np.ndarray) and C.ndim == 2 and C.shape[1] == 1 == session.info.n_features:
-                name = (session.info.extras.get("feature_names") or ("x0",))[0]
-                P.centers_1d(C, out / "plots" / "centers.png", density=session.density_1d(),
-                             central=self.model.get("central_centers"), axis_label=str(name))
-            elif session is not None and isinstance(C, np.ndarray) and C.ndim == 2 and C.shape[1] == session.info.n_features:
-                mean, axes = session.projection_2d()
-                project = (lambda A: (np.asarray(A) - mean) @ axes)
-                central = self.model.get("central_centers")
-                labels = ("x0", "x1") if C.shape[1] == 2 else ("PC 1", "PC 2")
-                P.centers_2d(project(C), out / "plots" / "centers.png", density=session.density_2d(projection=(mean, axes)),
-                             central=None if central is None else project(central), axis_labels=labels,
-                             title="federated centres over the data density" + ("" if C.shape[1] == 2 else
-                                                                               " (federated PCA)"))
-            if self.model.get("assignment") is not None:  # clustered FL: which clients ended up together
-                from fedray.plots.cfl import client_clusters
-
-                groups = session.info.extras.get("true_groups") if session is not None else None
-                client_clusters(self.model["assignment"], groups, self.clients["n_samples"].to_numpy(),
-                                out / "plots" / "clients.png", title=f"client clusters found by {self.summary['algorithm']}")
+            self._save_plots(out / "plots", plot_data)
         self.output_dir = out
         log.info("outputs written to %s", out)
         return out
+
+    def _save_plots(self, where: Path, data: PlotData | None) -> None:
+        where.mkdir(exist_ok=True)
+        P.convergence(self.history, where / "convergence.png", title=self.summary["algorithm"],
+                      fraction=float(self.config.federation.fraction))
+        C = self.model.get("centers")
+        central = self.model.get("central_centers")
+        if data is not None and isinstance(C, np.ndarray) and C.ndim == 2 and C.shape[1] == data.n_features == 1:
+            name = (data.feature_names or ("x0",))[0]
+            P.centers_1d(C, where / "centers.png", density=data.density_1d, central=central, axis_label=str(name))
+        elif data is not None and data.projection is not None and isinstance(C, np.ndarray) and C.ndim == 2:
+            mean, axes = data.projection
+            project = (lambda A: (np.asarray(A) - mean) @ axes)
+            labels = ("x0", "x1") if C.shape[1] == 2 else ("PC 1", "PC 2")
+            P.centers_2d(project(C), where / "centers.png", density=data.density_2d,
+                         central=None if central is None else project(central), axis_labels=labels,
+                         title="federated centres over the data density" + ("" if C.shape[1] == 2 else
+                                                                           " (federated PCA)"))
+        if self.model.get("assignment") is not None:  # clustered FL: which clients ended up together
+            groups = data.true_groups if data is not None else None
+            client_clusters(self.model["assignment"], groups, self.clients["n_samples"].to_numpy(),
+                            where / "clients.png", title=f"client clusters found by {self.summary['algorithm']}")
 
     def table(self, color: bool = False) -> str:
         """A short text table of the final metrics (``color``: an incomplete evaluation in red)."""

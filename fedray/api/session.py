@@ -15,20 +15,29 @@ from typing import Any
 
 import numpy as np
 
+from fedray.api import plotdata
+from fedray.api.checkpoint import Checkpointer
 from fedray.api.config import ExperimentConfig, make_config
+from fedray.api.drivers import LocalDriver, RayDriver
+from fedray.api.outputs import prepare, write_partial
 from fedray.api.progress import Progress
 from fedray.api.results import Result
+from fedray.core import calls
+from fedray.core.calls import Call
 from fedray.core.contract import Algorithm, FederationInfo, Task
-from fedray.core.errors import ConfigError, RoundFailedError
+from fedray.core.errors import ConfigError, DataError
 from fedray.core.extras import requirements
-from fedray.core.registry import get_algorithm, make_params
+from fedray.core.registry import check_algorithm_class, get_algorithm, make_params
 from fedray.core.stats import Stats
-from fedray.data.checks import check_descriptions, check_magnitude, check_memory
-from fedray.data.federation import Federation, build_federation
-from fedray.loop.server import Server, round_cap
+from fedray.data.checks import check_descriptions, check_magnitude
+from fedray.data.federation import Federation, build_federation, check_memory
+from fedray.layers.privacy import PrivacyLayer
+from fedray.layers.stack import build_stack, secure_layer
+from fedray.loop.server import round_cap
 from fedray.runtime.backends import make_executor
-from fedray.runtime.executor import Executor
+from fedray.runtime.executor import ExecResult, Executor
 from fedray.runtime.ray_executor import ensure_ray
+from fedray.runtime.shipping import actor_runtime_env
 
 log = logging.getLogger(__name__)
 
@@ -57,17 +66,20 @@ class Session:
         self._spare_server: Any = None  # a server actor started ahead for the next run (ray)
         self.runtime_env: dict[str, Any] | None = None  # given to every actor (fedray.runtime.shipping)
         if rt.backend == "ray":
-            from fedray.runtime.shipping import actor_runtime_env
-
             self._started_ray = ensure_ray(rt.address, rt.num_cpus, cfg=cfg)
             self.runtime_env = actor_runtime_env(cfg)
             self._prestart_server()  # its process starts while the client actors build their shards
         # Disclosures outside the protected path, counted for the privacy summary (fedray.layers.privacy).
         self.disclosures: dict[str, int] = {}
+        self.outside_messages: list[dict[str, Any]] = []  # message-log rows of calls outside runs
         try:
             self.executor: Executor = make_executor(rt.backend, self.federation.specs, cfg.seed,
                                                     self.algorithm_cls.supervised, self.federation.sample_shape,
                                                     rt, runtime_env=self.runtime_env, preload=self._preloaded)
+            # The one layer stack every call to clients goes through (training, evaluation, set-up,
+            # K selection, validation, plots); each run starts its records afresh.
+            self.layers: Executor = build_stack(self.executor, cfg, self.disclosures)
+            self._secure: PrivacyLayer | None = None
             self.descriptions = self.executor.describe(private=True) if cfg.privacy.active else self.executor.describe()
             self.info, self.scaler = self._check_and_scale(self.descriptions)
         except BaseException:
@@ -118,13 +130,11 @@ class Session:
         extreme reaches the server), and a box for the federation: ``privacy.feature_bounds`` if
         given, else mean +- 3 standard deviations (not the data's extremes)."""
         p = self.config.privacy
+        tasks = {c: Task(_moment_stats, None, None) for c in range(len(self.federation.specs))}
         if self._can_secure_sum():
-            from fedray.layers.privacy import secure_total
-
-            t = secure_total(self.executor, p, self.config.seed,
-                             {c: Task(_moment_stats, None, None) for c in range(len(self.federation.specs))}, -1000)
+            t = self._secure_layer().secure_sum(calls.setup("moments"), tasks)
         else:  # too few clients for a secure sum: per-client moments reach the server (counted)
-            res = self.execute({c: Task(_moment_stats, None, None) for c in range(len(self.federation.specs))})
+            res = self.call(calls.setup("moments"), tasks)
             t = sum((r.update for r in res.replies[1:]), start=res.replies[0].update)
             self.disclosures["setup_moments"] = len(res.replies)
         s, ss = t["s"], t["ss"]
@@ -149,8 +159,6 @@ class Session:
         an :class:`Algorithm` subclass, or None for the configured one."""
         cfg = self.config
         if isinstance(name, type):
-            from fedray.core.registry import check_algorithm_class
-
             cls = check_algorithm_class(name, name.__qualname__, key="algorithm")
         else:
             cls = get_algorithm(name) if name else self.algorithm_cls
@@ -176,16 +184,48 @@ class Session:
         """Run one algorithm on this session's clients and return its :class:`Result`.
 
         ``resume_from`` is a checkpoint loaded by :func:`fedray.api.checkpoint.load` (used by
-        :func:`fedray.api.checkpoint.resume`): the run continues after its last saved round.
+        :func:`fedray.api.run.resume`): the run continues after its last saved round.
         """
-        cfg = self.config
         t0 = time.perf_counter()
         self._preload_for(algorithm)
         if resume_from is not None:
             alg = resume_from["server"]["algorithm"]
         else:
             alg = algorithm if isinstance(algorithm, Algorithm) else self.make_algorithm(algorithm, params)
-        fed = cfg.federation
+        cfg, kwargs, cap, budget = self._run_config(alg, resume_from)
+        out = cfg.output.directory if output is None else (None if output is False else output)
+        if out:
+            prepare(out, cfg.output.overwrite, resuming=resume_from is not None)
+        checkpoint = Checkpointer(cfg, out, self) if cfg.checkpoint.every else None
+        if resume_from is not None and resume_from.get("clients"):
+            self.executor.set_state(resume_from["clients"])
+        self._stash_outside_records()
+        bar = Progress(alg.name, min(cap, budget) if budget else cap,
+                       progress if progress is not None else cfg.runtime.progress)
+        driver = self._driver(alg, kwargs, resume_from)
+        try:
+            driver.begin()
+            while (row := driver.step()) is not None:
+                if checkpoint is not None:
+                    checkpoint.after_round(row["round"], driver.snapshot)
+                bar.update(row)
+            final, model, state = driver.finish()
+        except BaseException as exc:
+            if out:
+                self._save_partial(out, exc, driver.state, cfg)
+            raise
+        finally:
+            bar.close()
+            driver.close()  # also when the run fails or is interrupted
+            self.layers.reset_records()  # the run's records are in its state (its Result)
+            if cfg.runtime.backend == "ray":
+                self._prestart_server()  # the next run's, started while this one's results are built
+        return self._complete(cfg, alg, state, model, final, t0, out, central_baseline)
+
+    def _run_config(self, alg: Algorithm, resume_from: dict[str, Any] | None
+                    ) -> tuple[ExperimentConfig, dict[str, Any], int, int | None]:
+        """The run's config (with the round cap it has), the server's arguments, the cap and the budget."""
+        fed = self.config.federation
         budget = alg.round_budget()
         if resume_from is not None:  # the cap the interrupted run had
             cap = int(resume_from["server"].get("max_rounds") or round_cap(fed.rounds, budget))
@@ -194,80 +234,22 @@ class Session:
         if fed.rounds is None:
             log.debug("%s: round cap %d (federation.rounds unset; the algorithm's budget is %s)", alg.name, cap, budget)
         # the run's config says which cap it had (config.yaml, summary.json, checkpoints)
-        cfg = cfg.model_copy(update={"federation": fed.model_copy(update={"rounds": cap})})
+        cfg = self.config.model_copy(update={"federation": fed.model_copy(update={"rounds": cap})})
         fed = cfg.federation
         kwargs = dict(seed=cfg.seed, fraction=fed.fraction, max_rounds=cap, min_clients=fed.min_clients,
                       round_timeout=cfg.runtime.round_timeout, round_retries=fed.round_retries)
-        out = cfg.output.directory if output is None else (None if output is False else output)
-        executor = self.executor
-        if cfg.faults.active or cfg.output.messages or cfg.output.message_payloads or cfg.privacy.active:
-            executor = _layers(executor, cfg, self.disclosures)
-        if out:
-            from fedray.api.outputs import prepare
+        return cfg, kwargs, cap, budget
 
-            prepare(out, cfg.output.overwrite, resuming=resume_from is not None)
-        checkpoint = None
-        if cfg.checkpoint.every:
-            from fedray.api.checkpoint import Checkpointer
+    def _driver(self, alg: Algorithm, kwargs: dict[str, Any], resume_from: dict[str, Any] | None) -> Any:
+        """Where the run's round loop lives: here, or in a server actor (the one started ahead)."""
+        if self.config.runtime.backend != "ray":
+            return LocalDriver(alg, self.layers, kwargs, resume_from)
+        actor, self._spare_server = self._spare_server, None  # started ahead (_prestart_server)
+        return RayDriver(alg, self.layers, kwargs, resume_from, actor, self._new_server_actor)
 
-            checkpoint = Checkpointer(cfg, out, self)
-        if resume_from is not None and resume_from.get("clients"):
-            self.executor.set_state(resume_from["clients"])
-        bar = Progress(alg.name, min(cap, budget) if budget else cap,
-                       progress if progress is not None else cfg.runtime.progress)
-        if cfg.runtime.backend == "ray":
-            import ray
-
-            server, self._spare_server = self._spare_server, None  # started ahead (_prestart_server)
-            ahead = server is not None
-            if server is None:
-                server = self._new_server_actor()
-
-            def begin() -> None:
-                nonlocal server
-                args = (alg, executor, kwargs, logging.getLogger("fedray").getEffectiveLevel())
-                try:
-                    _server_call(server.start.remote(*args))
-                except RoundFailedError:
-                    if not ahead:
-                        raise
-                    # the actor started ahead died while it waited (a lost node, the OOM killer): a new one
-                    log.warning("the server actor started ahead for this run is gone; starting a new one")
-                    ray.kill(server)
-                    server = self._new_server_actor()
-                    _server_call(server.start.remote(*args))
-                if resume_from is not None:
-                    _server_call(server.restore.remote(resume_from["server"]))
-
-            step = lambda: _server_call(server.step.remote())  # noqa: E731
-            finish = lambda: _server_call([server.evaluate.remote(), server.result.remote(), server.state.remote()])  # noqa: E731
-            snapshot = lambda: _server_call(server.snapshot.remote())  # noqa: E731
-            state_of = lambda: _server_call(server.state.remote(), timeout=30)  # noqa: E731
-        else:
-            local = Server(alg, executor, **kwargs)
-            if resume_from is not None:
-                local.restore(resume_from["server"])
-            begin = lambda: None  # noqa: E731
-            step = local.step
-            finish = lambda: [local.evaluate(), local.result(), local.state()]  # noqa: E731
-            snapshot = local.snapshot
-            state_of = local.state
-        try:
-            begin()
-            while (row := step()) is not None:
-                if checkpoint is not None:
-                    checkpoint.after_round(row["round"], snapshot)
-                bar.update(row)
-            final, model, state = finish()
-        except BaseException as exc:
-            if out:
-                self._save_partial(out, exc, state_of, cfg)
-            raise
-        finally:
-            bar.close()
-            if cfg.runtime.backend == "ray":
-                ray.kill(server)  # also when the run fails or is interrupted
-                self._prestart_server()  # the next run's, started while this one's results are built
+    def _complete(self, cfg: ExperimentConfig, alg: Algorithm, state: dict[str, Any], model: dict[str, Any],
+                  final: dict[str, Any], t0: float, out: Any, central_baseline: bool | None) -> Result:
+        """The run's :class:`Result`, its central baseline and its output folder."""
         cov = final.get("evaluation_coverage")
         if cov and cov["clients"] < cov["of_clients"]:
             log.warning("evaluation covers %d of %d clients (%d of %d samples): the final metrics describe only "
@@ -277,13 +259,13 @@ class Session:
         if central_baseline if central_baseline is not None else cfg.evaluation.central_baseline:
             result.add_central_baseline(self)
         if out:
-            result.save(out, plots=cfg.output.plots, session=self)
+            plots = cfg.output.plots
+            data = plotdata.gather(self._plot_total, self.info, result.model) if plots else None
+            result.save(out, plots=plots, plot_data=data)
         return result
 
     def _save_partial(self, out: str | Path, exc: BaseException, state_of: Any, cfg: Any = None) -> None:
         """Write what a failed run has (see :func:`fedray.api.outputs.write_partial`)."""
-        from fedray.api.outputs import write_partial
-
         try:
             state = state_of()
         except Exception:  # noqa: BLE001 - the server itself may be gone
@@ -295,75 +277,69 @@ class Session:
         except OSError as err:
             log.warning("the run failed and its partial outputs could not be written to %s: %s", out, err)
 
-    def execute(self, tasks: dict[int, Task], round_: int = -100):
-        """Run ad-hoc tasks on clients (evaluation helpers); returns the executor's result."""
-        return self.executor.execute(round_, tasks, None)
+    # --- calls outside a run ------------------------------------------------------
+    def _stash_outside_records(self) -> None:
+        """Keep what the layers recorded of calls outside runs (set-up, K selection, validation,
+        plots) in :attr:`outside_messages`, and start the run's records afresh."""
+        self.outside_messages.extend(self.layers.report().get("messages", []))
+        self.layers.reset_records()
+
+    def outside_records(self) -> dict[str, Any]:
+        """The message-log rows of every call outside runs so far (``messages``; with
+        ``output.messages``) and the disclosures counted outside runs (``disclosures``)."""
+        return {"messages": self.outside_messages + list(self.layers.report().get("messages", [])),
+                "disclosures": dict(self.disclosures)}
+
+    def call(self, call: Call, tasks: dict[int, Task]) -> ExecResult:
+        """Run ``tasks`` on clients as ``call`` (a set-up or ad-hoc call) through the session's layers.
+
+        Raises :class:`DataError` (one line) when a client function fails on the user's data."""
+        res = self.layers.execute(call, tasks, None)
+        if res.user_errors:
+            raise DataError(res.user_errors[min(res.user_errors)])
+        return res
+
+    def total(self, call: Call, tasks: dict[int, Task], secure: bool = False) -> Stats:
+        """The sum of every task's :class:`Stats` over the clients, through the session's layers.
+
+        Under privacy, or when ``secure``, the sum is secure (the server sees masked vectors and
+        their total only); that needs ``privacy.min_cohort`` clients (one-line error otherwise).
+        Every client must answer (one-line error naming how many did not)."""
+        if secure or self.config.privacy.active:
+            if not self._can_secure_sum():
+                raise DataError(f"{call.label()}: a secure sum needs at least privacy.min_cohort="
+                                f"{self.config.privacy.min_cohort} clients; the federation has {len(tasks)}")
+            return self._secure_layer().secure_sum(call, tasks)
+        res = self.call(call, tasks)
+        if len(res.replies) < len(tasks):
+            first = next(iter(res.errors.values()), "no reply").strip()
+            raise DataError(f"{call.label()}: {len(tasks) - len(res.replies)} of {len(tasks)} clients did not "
+                            f"answer: {(first.splitlines() or [''])[-1]}")
+        return sum((r.update for r in res.replies[1:]), start=res.replies[0].update)
+
+    def _secure_layer(self) -> PrivacyLayer:
+        if self._secure is None:
+            self._secure = secure_layer(self.layers, self.config)
+        return self._secure
+
+    def _plot_total(self, fn: Any, shared: Any) -> Stats | None:
+        """The plots' sums (None under privacy when the federation is too small for a secure sum)."""
+        if self.config.privacy.active and not self._can_secure_sum():
+            return None
+        return self.total(calls.adhoc("plots"), {c: Task(fn, None, shared) for c in range(self.info.n_clients)})
 
     def projection_2d(self) -> tuple[np.ndarray, np.ndarray]:
-        """Mean and top-2 principal axes of the union, from summed per-client moments (no rows move).
-
-        Returns (mean of shape (n_features,), axes of shape (n_features, 2)).
-        """
-        d = self.info.n_features
-        if d == 2:
-            return np.zeros(2), np.eye(2)
-        t = self._sum_over_clients(_moments, None)
-        if t is None:  # under privacy with too few clients for a secure sum: the first two features
-            return np.zeros(d), np.eye(d)[:, :2]
-        n, s, ss = float(t["n"]), t["sum"], t["outer"]
-        mean = s / n
-        cov = ss / n - np.outer(mean, mean)
-        w, v = np.linalg.eigh(cov)
-        axes = v[:, ::-1][:, :2]
-        axes = axes * np.sign(axes[np.argmax(np.abs(axes), axis=0), [0, 1]])  # deterministic signs
-        return mean, axes
+        """Mean (d,) and top-2 principal axes (d, 2) of the union (:func:`fedray.api.plotdata.projection_2d`)."""
+        return plotdata.projection_2d(self._plot_total, self.info)
 
     def density_2d(self, bins: int | None = None, projection: tuple[np.ndarray, np.ndarray] | None = None
                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-        """Summed 2-D histogram of all clients' points (projected on ``projection`` if given), for plots.
-
-        Under privacy the histograms are summed securely (a one-row client's histogram shows
-        which cell its row falls in); None when the federation is too small for that."""
-        mean, axes = projection if projection is not None else (np.zeros(2), np.eye(2))
-        if bins is None:
-            bins = int(np.clip(np.sqrt(self.info.total_samples) / 1.5, 25, 150))
-        lo, hi = self.info.feature_min, self.info.feature_max
-        corners = np.array(np.meshgrid(*[[a, b] for a, b in zip(lo, hi)])).reshape(len(lo), -1).T if len(lo) <= 12 else None
-        if corners is not None:
-            proj = (corners - mean) @ axes
-            plo, phi = proj.min(axis=0), proj.max(axis=0)
-        else:
-            span = np.sqrt(np.sum((hi - lo) ** 2)) / 2
-            plo, phi = np.full(2, -span), np.full(2, span)
-        edges = (np.linspace(plo[0], phi[0], bins + 1), np.linspace(plo[1], phi[1], bins + 1))
-        t = self._sum_over_clients(_histogram2d, (edges, mean, axes))
-        if t is None:
-            return None
-        return t["h"], edges[0], edges[1]
-
-    def _sum_over_clients(self, fn: Any, shared: Any) -> Any:
-        """Sum of every client's :class:`Stats` from ``fn``; under privacy through secure aggregation
-        (None when the federation is too small for it: nothing is sent)."""
-        tasks = {c: Task(fn, None, shared) for c in range(self.info.n_clients)}
-        if self.config.privacy.active:
-            if not self._can_secure_sum():
-                return None
-            from fedray.layers.privacy import secure_total
-
-            return secure_total(self.executor, self.config.privacy, self.config.seed, tasks, -1001)
-        res = self.execute(tasks)
-        return sum((r.update for r in res.replies[1:]), start=res.replies[0].update)
+        """Summed 2-D histogram of the union (:func:`fedray.api.plotdata.density_2d`)."""
+        return plotdata.density_2d(self._plot_total, self.info, bins, projection)
 
     def density_1d(self, bins: int | None = None) -> tuple[np.ndarray, np.ndarray] | None:
-        """Summed histogram of all clients' values of a one-feature data set, for plots (no rows move).
-
-        Summed securely under privacy; None when the federation is too small for that."""
-        if bins is None:
-            bins = int(np.clip(np.sqrt(self.info.total_samples), 20, 120))
-        lo, hi = float(self.info.feature_min[0]), float(self.info.feature_max[0])
-        edges = np.linspace(lo, hi if hi > lo else lo + 1.0, bins + 1)
-        t = self._sum_over_clients(_histogram1d, edges)
-        return None if t is None else (t["h"], edges)
+        """Summed histogram of a one-feature union (:func:`fedray.api.plotdata.density_1d`)."""
+        return plotdata.density_1d(self._plot_total, self.info, bins)
 
     def _new_server_actor(self) -> Any:
         """An empty :class:`ServerActor` with this session's runtime environment (a run hands it
@@ -409,61 +385,6 @@ class Session:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
-
-
-def _layers(executor: Executor, cfg: ExperimentConfig, disclosures: dict[str, int] | None = None) -> Executor:
-    """Wrap the executor in the layers the configuration asks for, bottom to top: injected
-    faults, the message log (what reached the server), privacy (masking, noise, unmasking)."""
-    if cfg.faults.active:
-        from fedray.layers.faults import FaultInjector
-
-        executor = FaultInjector(executor, cfg.faults, cfg.seed)
-    if cfg.output.messages or cfg.output.message_payloads:
-        from fedray.layers.messages import MessageLog
-
-        executor = MessageLog(executor, keep_payloads=cfg.output.message_payloads)
-    if cfg.privacy.active:
-        from fedray.layers.privacy import PrivacyLayer
-
-        executor = PrivacyLayer(executor, cfg.privacy, cfg.seed, disclosures)
-    return executor
-
-
-def _histogram2d(payload: Any, shared: tuple, client: Any) -> Stats:
-    edges, mean, axes = shared
-    P = (client.data.X - mean) @ axes
-    H, _, _ = np.histogram2d(P[:, 0], P[:, 1], bins=edges)
-    return Stats(h=H)
-
-
-def _server_call(refs: Any, timeout: float | None = None) -> Any:
-    """``ray.get`` on the server actor: its errors arrive as the fedray error it raised, and
-    its death as one :class:`RoundFailedError` line, not as Ray's remote traceback."""
-    import ray
-    from ray.exceptions import RayActorError, RayTaskError
-
-    from fedray.core.errors import FedrayError, RoundFailedError
-
-    try:
-        return ray.get(refs, timeout=timeout)
-    except RayTaskError as exc:
-        cause = getattr(exc, "cause", None)
-        if isinstance(cause, FedrayError):
-            raise cause from None
-        raise
-    except RayActorError as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise RoundFailedError(f"the server actor died ({type(exc).__name__}: {first[:200]}); the run cannot go "
-                               "on — check the Ray logs of the node that hosted it (e.g. out of memory)") from None
-
-
-def _histogram1d(payload: Any, edges: np.ndarray, client: Any) -> Stats:
-    return Stats(h=np.histogram(client.data.X[:, 0], bins=edges)[0].astype(np.float64))
-
-
-def _moments(payload: Any, shared: Any, client: Any) -> Stats:
-    X = client.data.X
-    return Stats(n=np.array(float(X.shape[0])), sum=X.sum(axis=0), outer=X.T @ X)
 
 
 def _moment_stats(payload: Any, shared: Any, client: Any) -> Stats:

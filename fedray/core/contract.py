@@ -155,13 +155,23 @@ class FederationInfo:
 
 @dataclass(frozen=True)
 class RoundContext:
-    """Read-only facts about the current round, handed to the algorithm."""
+    """Read-only facts about the current round, handed to the algorithm.
+
+    ``aggregate`` receives the same context with ``failed`` and ``late`` filled in: the sampled
+    clients whose reply is missing, as Flower's ``aggregate_fit(results, failures)`` is told.
+    """
 
     round: int
     seed: int
     sampled: tuple[int, ...]
     info: FederationInfo
     fraction: float = 1.0
+    #: Clients of this round that failed or were late in its last attempt (set when
+    #: :meth:`Algorithm.aggregate` is called; empty in ``configure_round``).
+    failed: tuple[int, ...] = ()
+    late: tuple[int, ...] = ()
+    #: Executions of the round (1 unless clients were asked again or the round was retried).
+    attempts: int = 1
 
     @property
     def all_clients(self) -> tuple[int, ...]:

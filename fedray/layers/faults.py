@@ -38,6 +38,7 @@ import os
 import time
 from typing import Any
 
+from fedray.core.calls import Call
 from fedray.core.contract import Task
 from fedray.core.seeding import server_rng
 from fedray.runtime.executor import ExecResult, Executor, ExecutorWrapper
@@ -123,31 +124,32 @@ class FaultInjector(ExecutorWrapper):
         self.faults = faults
         self.seed = int(seed)
         self.events: list[dict[str, Any]] = []  # one row a planned fault
-        self._round = None
-        self._attempt = 0
 
-    def execute(self, round_: int, tasks: dict[int, Task], timeout: float | None = None) -> ExecResult:
-        if round_ < 0:  # evaluation passes are not part of the protocol being tested
-            return self.inner.execute(round_, tasks, timeout)
-        self._attempt = self._attempt + 1 if round_ == self._round else 0
-        self._round = round_
-        crash, delay = fault_plan(self.faults, self.seed, round_, self._attempt, sorted(tasks))
+    def reset_records(self) -> None:
+        self.events = []
+        self.inner.reset_records()
+
+    def execute(self, call: Call, tasks: dict[int, Task], timeout: float | None = None) -> ExecResult:
+        if not call.training:  # evaluation, set-up and ad-hoc calls are not part of the protocol being tested
+            return self.inner.execute(call, tasks, timeout)
+        round_, attempt = call.round, call.attempt
+        crash, delay = fault_plan(self.faults, self.seed, round_, attempt, sorted(tasks))
         if not crash and not delay:
-            return self.inner.execute(round_, tasks, timeout)
+            return self.inner.execute(call, tasks, timeout)
         f = self.faults
         crash_fn = crash_process if f.crash_scope == "actor" else crash_client
         sent = dict(tasks)
         for c in sorted(crash):
             sent[c] = Task(crash_fn, None, None, evaluation=tasks[c].evaluation)
-            self.events.append({"round": round_, "attempt": self._attempt, "client_id": c, "fault": "crash",
+            self.events.append({"round": round_, "attempt": attempt, "client_id": c, "fault": "crash",
                                 "seconds": 0.0})
         for c, d in sorted(delay.items()):
-            self.events.append({"round": round_, "attempt": self._attempt, "client_id": c, "fault": "delay",
+            self.events.append({"round": round_, "attempt": attempt, "client_id": c, "fault": "delay",
                                 "seconds": d})
             if f.delay_mode == "sleep":
                 t = tasks[c]
                 sent[c] = Task(delayed, {"delay": d, "fn": t.fn, "payload": t.payload}, t.shared, t.evaluation)
-        res = self.inner.execute(round_, sent, timeout)
+        res = self.inner.execute(call, sent, timeout)
         if f.delay_mode == "virtual" and timeout is not None:
             late = {c for c, d in delay.items() if d > timeout}
             if late:

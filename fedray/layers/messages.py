@@ -2,15 +2,19 @@
 
 With ``output.messages: true`` every task sent to a client (``down``) and every
 reply that reached the server (``up``) becomes one row of ``messages.parquet``:
-round, attempt, client, direction, the client function, the kind of message
+round, attempt, the call's kind (``train``, ``evaluate``, ``setup``, ``adhoc``) and purpose,
+client, direction, the client function, the kind of message
 (``stats``, ``masked``, ``other``, ``none``), and the names, shapes, dtypes and
 bytes of its array leaves (:func:`fedray.core.sizes.describe_message`). The layer sits
 below the privacy layer (:mod:`fedray.layers.privacy`), so under secure aggregation the
 ``up`` rows show the masked vectors the server received, never a client's sum.
 Shared inputs (one object-store broadcast per round) are listed in each client's
-``down`` row, as each client receives them. Evaluation passes (negative rounds)
-are logged too; the central baseline and plots, which read shards directly in
-the simulation, are not messages and are not logged.
+``down`` row, as each client receives them. Every call of the session passes through
+the layer, so evaluation passes, set-up sums, K selection, validation and the plots'
+statistics are logged too; ``round`` is the integer the clients' random streams are
+keyed by (:attr:`fedray.core.calls.Call.stream_round`: the round for training, -1 - stage
+for evaluation, -1000 for set-up, -100 for ad-hoc calls). Only the central baseline, an
+oracle of the simulation that reads the shards directly, is not a message.
 
 ``output.message_payloads: true`` also keeps the received replies themselves on
 the :class:`~fedray.api.results.Result` (``result.extras["payloads"]``) for audits;
@@ -24,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from fedray.core.calls import Call
 from fedray.core.contract import Task
 from fedray.core.sizes import describe_message, leaves
 from fedray.core.stats import Stats
@@ -59,9 +64,10 @@ def _kind(update: Any) -> str:
     return "other"
 
 
-def _row(round_: int, attempt: int, cid: int, direction: str, fn: str, kind: str,
+def _row(call: Call, cid: int, direction: str, fn: str, kind: str,
          leaves: list[tuple[str, tuple[int, ...], str, int]]) -> dict[str, Any]:
-    return {"round": round_, "attempt": attempt, "client_id": cid, "direction": direction, "function": fn,
+    return {"round": call.stream_round, "attempt": call.attempt, "call": call.kind.value, "purpose": call.purpose,
+            "client_id": cid, "direction": direction, "function": fn,
             "kind": kind, "names": [n for n, _, _, _ in leaves], "shapes": [str(tuple(s)) for _, s, _, _ in leaves],
             "dtypes": [d for _, _, d, _ in leaves], "bytes": int(sum(b for _, _, _, b in leaves))}
 
@@ -85,12 +91,13 @@ class MessageLog(ExecutorWrapper):
         self.rows: list[dict[str, Any]] = []
         self.keep_payloads = keep_payloads
         self.payloads: list[tuple[int, int, int, Any]] = []
-        self._round: int | None = None
-        self._attempt = 0
 
-    def execute(self, round_: int, tasks: dict[int, Task], timeout: float | None = None) -> ExecResult:
-        self._attempt = self._attempt + 1 if round_ == self._round else 0
-        self._round = round_
+    def reset_records(self) -> None:
+        self.rows, self.payloads = [], []
+        self.inner.reset_records()
+
+    def execute(self, call: Call, tasks: dict[int, Task], timeout: float | None = None) -> ExecResult:
+        round_, attempt = call.stream_round, call.attempt
         shared_rows: dict[int, list] = {}
         fn_of: dict[int, str] = {}
         for cid in sorted(tasks):
@@ -107,13 +114,13 @@ class MessageLog(ExecutorWrapper):
                     shared_rows[key] = describe_message(t.shared, "shared")
                 leaves = leaves + shared_rows[key]
             fn_of[cid] = fn
-            self.rows.append(_row(round_, self._attempt, cid, "down", fn, "task", leaves))
-        res = self.inner.execute(round_, tasks, timeout)
+            self.rows.append(_row(call, cid, "down", fn, "task", leaves))
+        res = self.inner.execute(call, tasks, timeout)
         for r in res.replies:
-            self.rows.append(_row(round_, self._attempt, r.client_id, "up", fn_of.get(r.client_id, ""),
+            self.rows.append(_row(call, r.client_id, "up", fn_of.get(r.client_id, ""),
                                   _kind(r.update), describe_message(r.update, "update")))
             if self.keep_payloads:
-                self.payloads.append((round_, self._attempt, r.client_id, r.update))
+                self.payloads.append((round_, attempt, r.client_id, r.update))
         return res
 
     def report(self) -> dict[str, Any]:
@@ -132,7 +139,8 @@ def messages_table(rows: list[dict[str, Any]]) -> Any:
     """``messages.parquet`` as a DataFrame (list columns ``names``, ``shapes``, ``dtypes``)."""
     import pandas as pd
 
-    cols = ["round", "attempt", "client_id", "direction", "function", "kind", "names", "shapes", "dtypes", "bytes"]
+    cols = ["round", "attempt", "call", "purpose", "client_id", "direction", "function", "kind", "names", "shapes",
+            "dtypes", "bytes"]
     return pd.DataFrame(rows, columns=cols)
 
 

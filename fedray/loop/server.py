@@ -8,18 +8,21 @@ and record one history row. The Ray runtime runs the same object inside
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from typing import Any
 
 import numpy as np
 
+from fedray.core import calls
+from fedray.core.calls import Call
 from fedray.core.contract import Algorithm, Reply, RoundContext, Task
 from fedray.core.errors import FedrayError, RoundFailedError
 from fedray.core.replies import reply_columns
 from fedray.core.seeding import sample_clients
 from fedray.core.sizes import nbytes_of
-from fedray.runtime.executor import Executor
+from fedray.runtime.executor import ExecResult, Executor
 
 log = logging.getLogger(__name__)
 
@@ -96,52 +99,82 @@ class Server:
             self.finished = True
             self.stop_reason = "converged" if self.algorithm.converged else "algorithm"
             return None
-        need = min(self.min_clients, len(tasks))
-        attempt = 0
-        ask_again = int(self.algorithm.retries_for_missing(ctx))
-        executions = 0
+        res, executions = self.gather(calls.train(self.round), tasks, need=min(self.min_clients, len(tasks)),
+                                      retries=self.round_retries,
+                                      ask_missing=int(self.algorithm.retries_for_missing(ctx)))
+        ctx = dataclasses.replace(ctx, failed=tuple(res.failed), late=tuple(res.late), attempts=executions)
+        metrics = self.algorithm.aggregate(ctx, res.replies)
+        bytes_up = self._count_clients(tasks, res.replies)
+        if len(sampled) < info.n_clients and "objective" in metrics:  # a sum over this round's cohort only
+            metrics = {("objective_sampled" if k == "objective" else k): v for k, v in metrics.items()}
+        out = {"round": self.round, "phase": phase, "clients_sampled": len(tasks),
+               "clients_answered": len(res.replies), "clients_failed": len(res.failed),
+               "clients_late": len(res.late), **metrics,
+               "bytes_down": _bytes_down(tasks), "bytes_up": bytes_up,
+               "wall_s": time.perf_counter() - t0}
+        if self.round_retries or executions > 1:
+            out["attempts"] = executions
+        self.history.append(out)
+        self.round += 1
+        return out
+
+    def gather(self, call: Call, tasks: dict[int, Task], *, need: int = 0, retries: int = 0,
+               ask_missing: int = 0) -> tuple[ExecResult, int]:
+        """Run ``tasks`` as ``call`` through the executor (the session's layer stack).
+
+        Clients that failed or were late are asked again up to ``ask_missing`` times (their
+        replies join the first ones); when fewer than ``need`` clients answered, the whole call
+        is run again up to ``retries`` times. Every execution is one attempt of the call
+        (``call.attempt`` counts them) and every client missing from one is a row of
+        :attr:`failures`. Returns the merged result (replies in client-id order) and the number
+        of executions; raises :class:`RoundFailedError` when ``need`` is still not met.
+        """
+        retried = 0
         while True:
-            res = self.executor.execute(self.round, tasks, self.round_timeout)
-            if res.user_errors:
-                cid = min(res.user_errors)
-                raise type_of_user_error(res.user_errors[cid])
-            if res.failed or res.late:
-                self._record_failures(res, executions)
-            executions += 1
-            for _ in range(ask_again):  # the algorithm needs every client: ask those missing again
+            res = self._execute(call, tasks)
+            for _ in range(ask_missing):
                 missing = sorted(set(res.failed) | set(res.late))
                 if not missing:
                     break
-                again = self.executor.execute(self.round, {c: tasks[c] for c in missing}, self.round_timeout)
-                if again.user_errors:
-                    raise type_of_user_error(again.user_errors[min(again.user_errors)])
-                if again.failed or again.late:
-                    self._record_failures(again, executions)
-                executions += 1
-                res.replies = sorted(res.replies + again.replies, key=lambda r: r.client_id)
+                call = call.again()
+                again = self._execute(call, {c: tasks[c] for c in missing})
+                res.replies = sorted(list(res.replies) + list(again.replies), key=lambda r: r.client_id)
                 res.failed, res.late, res.spillover = again.failed, again.late, again.spillover
                 res.errors = {**res.errors, **again.errors}
             if len(res.replies) >= need:
-                break
-            if attempt >= self.round_retries:
-                first = next(iter(res.errors.values()), "")
-                retried = (f"; retried {attempt} time(s) (federation.round_retries={self.round_retries})"
-                           if self.round_retries else "; set federation.round_retries to retry such rounds")
-                if first:
-                    log.info("round %d: first client failure:\n%s", self.round, first)
-                last = first.strip().splitlines()[-1] if first.strip() else ""
-                raise RoundFailedError(
-                    f"round {self.round}: {len(res.replies)} of {len(tasks)} clients answered "
-                    f"({len(res.failed)} failed, {len(res.late)} late); federation.min_clients={self.min_clients}"
-                    + retried + (f"; first failure: {last} (-v shows its traceback)" if last else ""))
-            attempt += 1
-            log.warning("round %d: %d of %d clients answered (federation.min_clients=%d); attempt %d of %d",
-                        self.round, len(res.replies), len(tasks), self.min_clients, attempt + 1, self.round_retries + 1)
-        metrics = self.algorithm.aggregate(ctx, res.replies)
-        bytes_down = _bytes_down(tasks)
-        n_rep = len(res.replies)
-        ids, seconds, up = reply_columns(res.replies)
-        bytes_up = int(up.sum())
+                return res, call.attempt + 1
+            if retried >= retries:
+                raise RoundFailedError(self._shortfall(call, res, len(tasks), retried))
+            retried += 1
+            log.warning("%s: %d of %d clients answered (federation.min_clients=%d); attempt %d of %d", call.label(),
+                        len(res.replies), len(tasks), self.min_clients, retried + 1, retries + 1)
+            call = call.again()
+
+    def _execute(self, call: Call, tasks: dict[int, Task]) -> ExecResult:
+        res = self.executor.execute(call, tasks, self.round_timeout)
+        if res.user_errors:
+            raise type_of_user_error(res.user_errors[min(res.user_errors)])
+        if res.failed or res.late:
+            self._record_failures(call, res)
+        return res
+
+    def _shortfall(self, call: Call, res: ExecResult, n_tasks: int, retried: int) -> str:
+        """The one-line error of a round that kept fewer than ``federation.min_clients`` answers."""
+        first = next(iter(res.errors.values()), "")
+        how = (f"; retried {retried} time(s) (federation.round_retries={self.round_retries})"
+               if self.round_retries else "; set federation.round_retries to retry such rounds")
+        if first:
+            log.info("%s: first client failure:\n%s", call.label(), first)
+        last = first.strip().splitlines()[-1] if first.strip() else ""
+        return (f"{call.label()}: {len(res.replies)} of {n_tasks} clients answered ({len(res.failed)} failed, "
+                f"{len(res.late)} late); federation.min_clients={self.min_clients}" + how
+                + (f"; first failure: {last} (-v shows its traceback)" if last else ""))
+
+    def _count_clients(self, tasks: dict[int, Task], replies: Any) -> int:
+        """Per-client counters of a round (taken part, only evaluated, bytes up, compute seconds);
+        returns the bytes the replies carried up."""
+        ids, seconds, up = reply_columns(replies)
+        n_rep = len(ids)
         self._grow(int(ids.max()) + 1 if n_rep else 0)
         # A round the client took part in, or one where it only evaluated the current model
         # (supervised methods evaluate every client, sampled or not; clients.parquet keeps both).
@@ -154,17 +187,7 @@ class Server:
         self._evaluated[ids[only_eval]] += 1
         self._bytes_up[ids] += up
         self._compute_s[ids] += seconds
-        if len(sampled) < info.n_clients and "objective" in metrics:  # a sum over this round's cohort only
-            metrics = {("objective_sampled" if k == "objective" else k): v for k, v in metrics.items()}
-        out = {"round": self.round, "phase": phase, "clients_sampled": len(tasks),
-               "clients_answered": len(res.replies), "clients_failed": len(res.failed),
-               "clients_late": len(res.late), **{k: v for k, v in metrics.items()},
-               "bytes_down": bytes_down, "bytes_up": bytes_up, "wall_s": time.perf_counter() - t0}
-        if self.round_retries or executions > 1:
-            out["attempts"] = executions
-        self.history.append(out)
-        self.round += 1
-        return out
+        return int(up.sum())
 
     def _grow(self, n: int) -> None:
         if n > len(self._rounds):
@@ -194,21 +217,20 @@ class Server:
             self._rounds[c], self._bytes_up[c], self._compute_s[c] = v["rounds"], v["bytes_up"], v["compute_s"]
             self._evaluated[c] = v.get("evaluated", 0)
 
-    def _record_failures(self, res: Any, attempt: int) -> None:
-        for cid in res.failed:
-            err = res.errors.get(cid, "").strip()
-            self.failures.append({"round": self.round, "attempt": attempt, "client_id": cid, "kind": "failed",
-                                  "error": err.splitlines()[-1] if err else ""})
+    def _record_failures(self, call: Call, res: ExecResult) -> None:
+        """One row of :attr:`failures` per client missing from this attempt; ``round`` is the
+        call's stream round (the round, or -1 - stage for an evaluation pass)."""
         spill = set(res.spillover)
-        for cid in res.late:
-            why = SPILLOVER if cid in spill else ""
-            self.failures.append({"round": self.round, "attempt": attempt, "client_id": cid, "kind": "late",
-                                  "error": f"no answer within runtime.round_timeout={self.round_timeout}{why}"})
+        rows = [(cid, "failed", (res.errors.get(cid, "").strip().splitlines() or [""])[-1]) for cid in res.failed]
+        rows += [(cid, "late", f"no answer within runtime.round_timeout={self.round_timeout}"
+                  + (SPILLOVER if cid in spill else "")) for cid in res.late]
+        for cid, kind, err in rows:
+            self.failures.append({"round": call.stream_round, "attempt": call.attempt, "client_id": cid,
+                                  "kind": kind, "error": err})
         if res.failed:
-            log.warning("round %d: client(s) %s failed: %s", self.round, res.failed,
-                        self.failures[-len(res.failed) - len(res.late)]["error"])
+            log.warning("%s: client(s) %s failed: %s", call.label(), res.failed, rows[0][2])
         if res.late:
-            log.warning("round %d: client(s) %s late", self.round, res.late)
+            log.warning("%s: client(s) %s late", call.label(), res.late)
 
     def run(self) -> list[dict[str, Any]]:
         while self.step() is not None:
@@ -227,32 +249,11 @@ class Server:
         prev: list[Reply] | None = None
         info = self.algorithm.info
         covered = set(range(info.n_clients))
-        while True:
-            task = self.algorithm.evaluation_task(len(stages), prev)
-            if task is None:
-                break
-            todo = {cid: task for cid in range(info.n_clients)}
-            replies: list[Reply] = []
-            for attempt in range(retries + 1):
-                res = self.executor.execute(-1 - len(stages), todo, self.round_timeout)
-                if res.user_errors:
-                    raise type_of_user_error(res.user_errors[min(res.user_errors)])
-                replies.extend(res.replies)
-                missing = sorted(set(res.failed) | set(res.late))
-                if not missing:
-                    break
-                spill = set(res.spillover)
-                for cid in missing:
-                    late = ("no answer within runtime.round_timeout" +
-                            (SPILLOVER if cid in spill else ""))
-                    err = res.errors.get(cid, late).strip()
-                    self.failures.append({"round": -1 - len(stages), "attempt": attempt, "client_id": cid,
-                                          "kind": "late" if cid in res.late else "failed",
-                                          "error": err.splitlines()[-1] if err else ""})
-                todo = {cid: task for cid in missing}
-            answered = {r.client_id for r in replies}
-            covered &= answered
-            prev = sorted(replies, key=lambda r: r.client_id)
+        while (task := self.algorithm.evaluation_task(len(stages), prev)) is not None:
+            todo = dict.fromkeys(range(info.n_clients), task)
+            res, _ = self.gather(calls.evaluate(len(stages)), todo, ask_missing=retries)
+            covered &= {r.client_id for r in res.replies}
+            prev = sorted(res.replies, key=lambda r: r.client_id)
             stages.append(prev)
         final = self.algorithm.summarize_evaluation(stages) if stages else {}
         if stages:

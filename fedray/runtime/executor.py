@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from fedray.core.calls import Call
 from fedray.core.contract import Reply, Task
 from fedray.core.replies import Replies
 from fedray.runtime.host import Outcome, PackedOutcomes, UniformTasks
@@ -119,7 +120,7 @@ class Executor:
     def apply_scaler(self, shift: np.ndarray, scale: np.ndarray) -> None:  # pragma: no cover
         raise NotImplementedError
 
-    def execute(self, round_: int, tasks: dict[int, Task], timeout: float | None = None) -> ExecResult:  # pragma: no cover
+    def execute(self, call: Call, tasks: dict[int, Task], timeout: float | None = None) -> ExecResult:  # pragma: no cover
         raise NotImplementedError
 
     def gather_data(self, labels: bool = True) -> list[tuple[int, np.ndarray, np.ndarray | None]]:  # pragma: no cover
@@ -138,6 +139,9 @@ class Executor:
 
     def restore(self, report: dict[str, Any]) -> None:
         pass
+
+    def reset_records(self) -> None:
+        """Forget what the layers recorded (a new run starts); the clients are untouched."""
 
 
 class ExecutorWrapper(Executor):
@@ -171,8 +175,8 @@ class ExecutorWrapper(Executor):
     def apply_scaler(self, shift: np.ndarray, scale: np.ndarray) -> None:
         self.inner.apply_scaler(shift, scale)
 
-    def execute(self, round_: int, tasks: dict[int, Task], timeout: float | None = None) -> ExecResult:
-        return self.inner.execute(round_, tasks, timeout)
+    def execute(self, call: Call, tasks: dict[int, Task], timeout: float | None = None) -> ExecResult:
+        return self.inner.execute(call, tasks, timeout)
 
     def gather_data(self, labels: bool = True):
         return self.inner.gather_data(labels)
@@ -191,5 +195,8 @@ class ExecutorWrapper(Executor):
 
     def restore(self, report: dict[str, Any]) -> None:
         self.inner.restore(report)
+
+    def reset_records(self) -> None:
+        self.inner.reset_records()
 
 

@@ -5,6 +5,7 @@ from typing import Any
 
 import numpy as np
 
+from fedray.core.calls import Call
 from fedray.core.contract import Task
 from fedray.core.replies import Replies
 from fedray.data.federation import ClientSpec
@@ -36,11 +37,11 @@ class LocalExecutor(Executor):
     def apply_scaler(self, shift: np.ndarray, scale: np.ndarray) -> None:
         self.host.apply_scaler(shift, scale)
 
-    def execute(self, round_: int, tasks: dict[int, Task], timeout: float | None = None) -> ExecResult:
+    def execute(self, call: Call, tasks: dict[int, Task], timeout: float | None = None) -> ExecResult:
         shared, which = plan_shared(tasks)
         items = host_items(sorted(tasks), tasks, which)
         result = ExecResult(Replies())
-        collect_outcomes(self.host.run_parts(round_, items, *shared), result)
+        collect_outcomes(self.host.run_parts(call.stream_round, items, *shared), result)
         sort_replies(result)
         return result
 

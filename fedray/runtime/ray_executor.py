@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from fedray.core.calls import Call
 from fedray.core.contract import Task
 from fedray.core.errors import ConfigError, RoundFailedError
 from fedray.core.replies import Replies
@@ -218,7 +219,7 @@ class RayExecutor(Executor):
         self._scaler = (shift, scale)
         self._call_all("apply_scaler", shift, scale)
 
-    def execute(self, round_: int, tasks: dict[int, Task], timeout: float | None = None) -> ExecResult:
+    def execute(self, call: Call, tasks: dict[int, Task], timeout: float | None = None) -> ExecResult:
         import ray
         from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
@@ -236,8 +237,8 @@ class RayExecutor(Executor):
             self._late = {a: v for a, v in self._late.items() if id(v[1]) not in done_ids}
         busy = dict(self._late)
         t0 = time.monotonic()
-        futures = {self.actors[a].run.remote(round_, items, *refs): a for a, items in per_actor.items()}
-        ready, not_ready = self._wait(round_, list(futures), timeout)
+        futures = {self.actors[a].run.remote(call.stream_round, items, *refs): a for a, items in per_actor.items()}
+        ready, not_ready = self._wait(call, list(futures), timeout)
         broken: list[int] = []
         for fut in ready:
             a = futures[fut]
@@ -264,8 +265,8 @@ class RayExecutor(Executor):
             result.late.extend(cid for cid, _, _ in per_actor[a])
             if a in busy:
                 result.spillover.extend(cid for cid, _, _ in per_actor[a])
-            self._late[a] = (round_, fut)
-        if not not_ready and round_ >= 0:
+            self._late[a] = (call.stream_round, fut)
+        if not not_ready and call.training:
             self._round_s.append(time.monotonic() - t0)
         result.spillover.sort()
         sort_replies(result)
@@ -299,7 +300,7 @@ class RayExecutor(Executor):
             self._owner_arr = arr
         return self._owner_arr
 
-    def _wait(self, round_: int, futures: list[Any], timeout: float | None) -> tuple[list[Any], list[Any]]:
+    def _wait(self, call: Call, futures: list[Any], timeout: float | None) -> tuple[list[Any], list[Any]]:
         """Wait for the round's replies until ``timeout``; without one, warn while it stalls."""
         import ray
 
@@ -310,8 +311,8 @@ class RayExecutor(Executor):
         t0 = time.monotonic()
         ready, not_ready = ray.wait(futures, num_returns=len(futures), timeout=every)
         while not_ready:
-            log.warning("round %d: still waiting for %d of %d client actors after %.0f s%s; set "
-                        "runtime.round_timeout to drop late clients", round_, len(not_ready), len(futures),
+            log.warning("%s: still waiting for %d of %d client actors after %.0f s%s; set "
+                        "runtime.round_timeout to drop late clients", call.label(), len(not_ready), len(futures),
                         time.monotonic() - t0, f" (a round takes {np.median(self._round_s[-20:]):.2f} s)"
                         if self._round_s else "")
             more, not_ready = ray.wait(not_ready, num_returns=len(not_ready), timeout=every)

@@ -1,0 +1,58 @@
+"""The layer stack: the one path from the server to the clients.
+
+A session builds its stack once, over the executor where the clients live, and every call
+to clients passes through it — training rounds, evaluation passes, set-up sums, K selection,
+validation and the plots' statistics — each carrying its :class:`~fedray.core.calls.Call`.
+From the bottom:
+
+1. injected faults (:mod:`fedray.layers.faults`, training calls only),
+2. the message log (:mod:`fedray.layers.messages`: what reached the server),
+3. privacy (:mod:`fedray.layers.privacy`: guards, DP noise, secure aggregation).
+
+A layer is present only when the configuration asks for it, so a plain run pays nothing.
+:func:`secure_layer` gives the privacy layer a secure sum goes through: the stack's own, or,
+when the configuration asks for none but a caller wants the one secure sum (``hide_n`` of
+the validation indices), one with secure aggregation alone, on top of the same stack.
+"""
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+from fedray.layers.faults import FaultInjector
+from fedray.layers.messages import MessageLog
+from fedray.layers.privacy import PrivacyLayer
+from fedray.runtime.executor import Executor, ExecutorWrapper
+
+L = TypeVar("L", bound=Executor)
+
+
+def build_stack(executor: Executor, cfg: Any, disclosures: dict[str, int] | None = None) -> Executor:
+    """Wrap ``executor`` in the layers ``cfg`` (an ExperimentConfig) asks for; returns the top."""
+    top = executor
+    if cfg.faults.active:
+        top = FaultInjector(top, cfg.faults, cfg.seed)
+    if cfg.output.messages or cfg.output.message_payloads:
+        top = MessageLog(top, keep_payloads=cfg.output.message_payloads)
+    if cfg.privacy.active:
+        top = PrivacyLayer(top, cfg.privacy, cfg.seed, disclosures)
+    return top
+
+
+def find_layer(top: Executor, kind: type[L]) -> L | None:
+    """The layer of type ``kind`` in the stack under (and including) ``top``, or None."""
+    layer: Executor | None = top
+    while layer is not None:
+        if isinstance(layer, kind):
+            return layer
+        layer = layer.inner if isinstance(layer, ExecutorWrapper) else None
+    return None
+
+
+def secure_layer(top: Executor, cfg: Any) -> PrivacyLayer:
+    """The privacy layer a secure sum goes through (see the module doc)."""
+    own = find_layer(top, PrivacyLayer)
+    if own is not None:
+        return own
+    alone = cfg.privacy.model_copy(update={"secure_aggregation": True, "dp": None, "min_samples_guard": False,
+                                           "min_cluster_count": 0})
+    return PrivacyLayer(top, alone, cfg.seed)
