@@ -74,11 +74,18 @@ def _jit() -> dict[str, Callable[..., Any]] | None:
 
 
 def _build() -> dict[str, Callable[..., Any]]:
+    """The compiled kernels, ``{"lloyd": ..., "fcm2": ...}`` (imports numba)."""
     from numba import njit
 
     # fastmath stays off: no reassociation and no fused multiply-add, so each
     # operation rounds as numpy's does.
     jit = njit(cache=True, nogil=True, fastmath=False)
+    row_d2 = _build_row_d2(jit)
+    return {"lloyd": _build_lloyd(jit, row_d2), "fcm2": _build_fcm2(jit, row_d2)}
+
+
+def _build_row_d2(jit: Callable[..., Any]) -> Callable[..., Any]:
+    """The compiled squared distances of one row to every centre, features in order."""
 
     @jit
     def row_d2(X, j, CT, acc):  # acc[k] = sum_d (X[j, d] - CT[d, k])^2, features in order
@@ -90,6 +97,14 @@ def _build() -> dict[str, Callable[..., Any]]:
             for k in range(K):
                 t = xd - CT[d, k]
                 acc[k] += t * t
+
+    return row_d2
+
+
+def _build_lloyd(jit: Callable[..., Any], row_d2: Callable[..., Any]) -> Callable[..., Any]:
+    """The compiled Lloyd kernel: per segment, the sums and counts of the rows nearest to each
+    centre and the sum of their squared distances (when ``counts`` is not empty), and each
+    row's nearest centre and squared distance (when ``labels`` is not empty)."""
 
     @jit
     def lloyd(X, CT, offsets, sums, counts, sse, labels, d2):
@@ -115,6 +130,13 @@ def _build() -> dict[str, Callable[..., Any]]:
                     tot += best
             if sse.shape[0] > 0:
                 sse[s] = tot
+
+    return lloyd
+
+
+def _build_fcm2(jit: Callable[..., Any], row_d2: Callable[..., Any]) -> Callable[..., Any]:
+    """The compiled fuzzy c-means kernel for fuzzifier 2: per segment, the sums of w = u^2 per
+    centre, of w x and, if wanted, of w d^2."""
 
     @jit
     def fcm2(X, CT, offsets, eps, u, ws, obj, want_obj):  # fuzzifier m = 2: no pow
@@ -144,7 +166,7 @@ def _build() -> dict[str, Callable[..., Any]]:
             if want_obj:
                 obj[s] = tot
 
-    return {"lloyd": lloyd, "fcm2": fcm2}
+    return fcm2
 
 
 # --- numpy implementations (the same operations in the same order) -------------------------

@@ -192,11 +192,27 @@ def total(items: Iterable[Stats]) -> Stats:
     if len(items) == 1:
         return items[0]
     if not all(type(s) is Stats for s in items):
-        acc = items[0]
-        for s in items[1:]:
-            acc = acc + s
-        return acc
-    names = items[0].names()
+        return _add_in_order(items)
+    parts = _row_slices(items, items[0].names())
+    stacked = {}
+    for k, ps in parts.items():
+        if len({p.shape[1:] for p in ps}) != 1:  # shapes that only broadcast: added one by one, as ``+`` does
+            return _add_in_order(items)
+        stacked[k] = ps[0] if len(ps) == 1 else np.concatenate(ps)
+    return _reduce(stacked)
+
+
+def _add_in_order(items: list[Any]) -> Any:
+    """``items[0] + items[1] + ...``, left to right."""
+    acc = items[0]
+    for s in items[1:]:
+        acc = acc + s
+    return acc
+
+
+def _row_slices(items: list[Stats], names: Any) -> dict[str, list[np.ndarray]]:
+    """For each name, the arrays that stack ``items`` in order: a run of consecutive rows of one
+    :class:`StatsBlock` as one slice of the block (no per-row copy), any other item as (1, ...)."""
     parts: dict[str, list[np.ndarray]] = {k: [] for k in names}
     i, n = 0, len(items)
     while i < n:
@@ -216,12 +232,4 @@ def total(items: Iterable[Stats]) -> Stats:
             for k in names:
                 parts[k].append(s._arrays[k][None])
         i = j
-    stacked = {}
-    for k, ps in parts.items():
-        if len({p.shape[1:] for p in ps}) != 1:  # shapes that only broadcast: added one by one, as ``+`` does
-            acc = items[0]
-            for s in items[1:]:
-                acc = acc + s
-            return acc
-        stacked[k] = ps[0] if len(ps) == 1 else np.concatenate(ps)
-    return _reduce(stacked)
+    return parts
