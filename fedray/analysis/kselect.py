@@ -40,11 +40,15 @@ import pandas as pd
 
 from fedray.algorithms.fedfuzzdb import crisp_davies_bouldin, fuzzy_davies_bouldin
 from fedray.analysis.validation import federated_crisp_db, federated_fuzzy_db
+from fedray.api.config import make_config
+from fedray.api.session import Session
+from fedray.core import calls
+from fedray.core.contract import Task
 from fedray.core.errors import ConfigError, DataError
 from fedray.core.ops import fcm, kmeans, kmeans_plusplus, lloyd, sq_distances
+from fedray.core.registry import get_algorithm
 from fedray.core.seeding import data_rng
 from fedray.plots.style import CENTRAL, FEDERATED, new_figure, save_figure, styled
-from fedray.core import calls
 
 if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.figure import Figure
@@ -268,10 +272,6 @@ def select_k(config: Any = None, *, k_min: int = 2, k_max: int = 8, method: str 
     -------
     KSelection
     """
-    from fedray.api.config import make_config
-    from fedray.api.session import Session
-    from fedray.core.registry import get_algorithm
-
     if method not in METHODS:
         raise ConfigError(f"select-k --method: must be one of {', '.join(METHODS)}; got {method!r}")
     if index not in INDICES:
@@ -298,11 +298,29 @@ def select_k(config: Any = None, *, k_min: int = 2, k_max: int = 8, method: str 
             sess.close()
 
 
+def _local_curves(sess: Any, local_k_range: tuple[int, int] | None, k_min: int, k_max: int, ks: list[int],
+                  payload: dict[str, Any]) -> dict[str, list[float]]:
+    """The local-only baseline: each client's own index curve over ``ks`` (an ad-hoc call through the
+    session's layers; the per-client curves reach the server and are counted as a disclosure)."""
+    info = sess.info
+    lo, hi = _local_range(info, local_k_range, k_min, k_max)
+    payload = {"ks": [k for k in ks if lo <= k <= hi], **payload}
+    res = sess.call(calls.adhoc("select_k local curves"),
+                    {cid: Task(local_index_curve, payload, None) for cid in range(info.n_clients)})
+    sess.disclosures["local_index_curves"] = sess.disclosures.get("local_index_curves", 0) + len(res.replies)
+    if len(res.replies) < info.n_clients:
+        raise DataError(f"select-k: the local-only baseline failed on {info.n_clients - len(res.replies)} clients")
+    names = [d.get("name") or f"client-{d['client_id']}" for d in sess.descriptions]
+    out = {}
+    for r in res.replies:
+        curve = dict(zip(r.update["ks"], r.update["index"]))
+        out[f"local:{names[r.client_id]}"] = [curve.get(k, np.nan) for k in ks]
+    return out
+
+
 def _select(sess: Any, cfg: Any, cls: Any, k_min: int, k_max: int, method: str, fuzzy: bool, index_name: str,
             central: bool, local: bool, local_k_range: tuple[int, int] | None, hide_n: bool, n_init: int,
             output: str | Path | None) -> KSelection:
-    from fedray.core.contract import Task
-
     info = sess.info
     if k_max > info.total_samples:
         raise DataError(f"select-k --k-max: k_max={k_max} is more than the {info.total_samples} samples of the federation")
@@ -338,18 +356,9 @@ def _select(sess: Any, cfg: Any, cls: Any, k_min: int, k_max: int, method: str, 
                  f", central {row['central']:.4f}" if central else "", row["rounds"])
     table = pd.DataFrame(rows)
     if local:
-        lo, hi = _local_range(info, local_k_range, k_min, k_max)
-        lks = [k for k in ks if lo <= k <= hi]
-        payload = {"ks": lks, "fuzzy": fuzzy, "m": m, "q": q, "p": p, "tol": tol, "n_init": n_init}
-        res = sess.call(calls.adhoc("select_k local curves"), {cid: Task(local_index_curve, payload, None)
-                                                                  for cid in range(info.n_clients)})
-        sess.disclosures["local_index_curves"] = sess.disclosures.get("local_index_curves", 0) + len(res.replies)
-        if res.user_errors or len(res.replies) < info.n_clients:
-            raise DataError(f"select-k: the local-only baseline failed on {info.n_clients - len(res.replies)} clients")
-        names = [d.get("name") or f"client-{d['client_id']}" for d in sess.descriptions]
-        for r in res.replies:
-            curve = dict(zip(r.update["ks"], r.update["index"]))
-            table[f"local:{names[r.client_id]}"] = [curve.get(k, np.nan) for k in ks]
+        for name, values in _local_curves(sess, local_k_range, k_min, k_max, ks, payload={
+                "fuzzy": fuzzy, "m": m, "q": q, "p": p, "tol": tol, "n_init": n_init}).items():
+            table[name] = values
     chosen: dict[str, int | None] = {"federated": choose_k(table["k"], table["federated"], method)}
     if central:
         chosen["central"] = choose_k(table["k"], table["central"], method)
