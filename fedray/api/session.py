@@ -23,8 +23,8 @@ from fedray.core.errors import ConfigError, RoundFailedError
 from fedray.core.extras import requirements
 from fedray.core.registry import get_algorithm, make_params
 from fedray.core.stats import Stats
-from fedray.data.checks import check_descriptions, check_magnitude, check_memory
-from fedray.data.federation import Federation, build_federation
+from fedray.data.checks import check_descriptions, check_magnitude
+from fedray.data.federation import Federation, build_federation, check_memory
 from fedray.loop.server import Server, round_cap
 from fedray.runtime.backends import make_executor
 from fedray.runtime.executor import Executor
