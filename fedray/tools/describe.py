@@ -178,10 +178,9 @@ def format_description(d: Description) -> str:
 
 
 def _scenarios() -> dict[str, Any]:
-    from fedray.data.datasets import _SCENARIOS, _load_scenarios
+    from fedray.data.datasets import SCENARIOS
 
-    _load_scenarios()
-    return dict(_SCENARIOS)
+    return SCENARIOS.entries()
 
 
 def description(name: str) -> Description:
@@ -192,13 +191,8 @@ def description(name: str) -> Description:
     from fedray.core.plugins import entry_points
     from fedray.core.registry import ALGORITHMS, available_algorithms, get_algorithm
     from fedray.data import available_datasets, available_partitions
-    from fedray.data.federation import (
-        _BUILDERS,
-        BLOBS_DEFAULTS,
-        BLOBS_OPTIONS,
-        available_federations,
-    )
-    from fedray.data.partitions import _PARTITIONS
+    from fedray.data.federation import BLOBS_DEFAULTS, BLOBS_OPTIONS, available_federations
+    from fedray.data.partitions import FEDERATION_BUILDERS, PARTITIONS
 
     if name == TOP:
         rows = []
@@ -246,11 +240,11 @@ def description(name: str) -> Description:
         return Description(f"model {name!r} (algorithm.params.model of supervised methods)", MODEL_DESCRIPTIONS[name],
                            [])
     if name in available_federations():
-        fn = _BUILDERS[name]
+        fn = FEDERATION_BUILDERS[name]
         return Description(f"federation {name!r} (data.partition.name)", _first_line(fn.__doc__),
                            _signature_rows(fn, 4, "data.partition."))
-    if name in _PARTITIONS:
-        fn = _PARTITIONS[name]
+    if name in PARTITIONS:
+        fn = PARTITIONS[name]
         return Description(f"partition {name!r} (data.partition.name)", _first_line(fn.__doc__),
                            _signature_rows(fn, 4, "data.partition.", hidden=("groups",)))
     if name == "blobs":
