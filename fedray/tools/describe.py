@@ -183,16 +183,9 @@ def _scenarios() -> dict[str, Any]:
     return SCENARIOS.entries()
 
 
-def description(name: str) -> Description:
-    """Title, summary and parameter rows of ``name`` (raises ConfigError with near names if unknown)."""
-    import difflib
-
+def _describe_config(name: str) -> Description | None:
+    """The top level (``config``) or a configuration section, else None."""
     from fedray.api.config import ExperimentConfig
-    from fedray.core.plugins import entry_points
-    from fedray.core.registry import ALGORITHMS, available_algorithms, get_algorithm
-    from fedray.data import available_datasets, available_partitions
-    from fedray.data.federation import BLOBS_DEFAULTS, BLOBS_OPTIONS, available_federations
-    from fedray.data.partitions import FEDERATION_BUILDERS, PARTITIONS
 
     if name == TOP:
         rows = []
@@ -208,8 +201,14 @@ def description(name: str) -> Description:
         model = _model_of(ExperimentConfig.model_fields[name].annotation)
         return Description(f"configuration section {name!r}", _first_line(model.__doc__),
                            describe_model(model, f"{name}."))
-    algos = available_algorithms()
-    datasets = available_datasets()
+    return None
+
+
+def _describe_data_set(name: str, datasets: list[str]) -> Description | None:
+    """A scenario, a data set named by kind (benchmark, csv, parquet) or a listed data set other than blobs.
+
+    Raises ConfigError for an unknown data set of a known kind; None when ``name`` is no data set.
+    """
     scenarios = _scenarios()
     if name.startswith("scenario:") and name[len("scenario:"):] in scenarios:
         fn = scenarios[name[len("scenario:"):]]
@@ -229,6 +228,20 @@ def description(name: str) -> Description:
     if name in datasets and name != "blobs":
         return Description(f"data set {name!r}", "no options of its own; see `fedray describe data` and "
                            "`fedray describe PARTITION` for how it is split", [])
+    return None
+
+
+def _describe_component(name: str, algos: dict[str, Any]) -> Description | None:
+    """An algorithm, a model, a federation builder, a partition or the ``blobs`` data set, else None."""
+    from fedray.core.plugins import entry_points
+    from fedray.core.registry import ALGORITHMS, get_algorithm
+    from fedray.data.federation import (
+        BLOBS_DEFAULTS,
+        BLOBS_OPTIONS,
+        available_federations,
+    )
+    from fedray.data.partitions import FEDERATION_BUILDERS, PARTITIONS
+
     if name in algos or ALGORITHMS.builtin(name) or ":" in name or name in entry_points():
         cls = get_algorithm(name)
         title = f"algorithm {name!r}" + (f" ({cls.__module__}:{cls.__qualname__})" if ":" not in name else "")
@@ -252,13 +265,42 @@ def description(name: str) -> Description:
                     BLOBS_OPTIONS[k]) for k, v in BLOBS_DEFAULTS.items()]
         return Description("data set 'blobs' (generated inside each client)",
                            "Gaussian blobs drawn by each client from its own seeded stream", rows)
+    return None
+
+
+def _unknown_name(name: str, algos: dict[str, Any], datasets: list[str]) -> ConfigError:
+    """The error for a name ``describe`` does not know, with the nearest known names."""
+    import difflib
+
+    from fedray.core.plugins import entry_points
+    from fedray.data import available_partitions
+    from fedray.nn import MODEL_DESCRIPTIONS
+
     known = sorted(set(algos) | set(entry_points()) | set(available_partitions()) | set(SECTIONS) | set(datasets)
                    | {TOP} | set(MODEL_DESCRIPTIONS))
     near = difflib.get_close_matches(name[:100], known, n=3, cutoff=0.5)
     hint = f" (did you mean {' or '.join(repr(n) for n in near)}?)" if near else ""
     shown = name if len(name) <= 60 else f"{name[:60]}... ({len(name)} characters)"
-    raise ConfigError(f"describe: unknown name {shown!r}{hint}; `fedray list` shows algorithms, partitions and data "
-                      f"sets; sections: {TOP}, {', '.join(SECTIONS)}")
+    return ConfigError(f"describe: unknown name {shown!r}{hint}; `fedray list` shows algorithms, partitions and data "
+                       f"sets; sections: {TOP}, {', '.join(SECTIONS)}")
+
+
+def description(name: str) -> Description:
+    """Title, summary and parameter rows of ``name`` (raises ConfigError with near names if unknown)."""
+    from fedray.core.registry import available_algorithms
+    from fedray.data import available_datasets
+
+    found = _describe_config(name)
+    if found is not None:
+        return found
+    algos = available_algorithms()
+    datasets = available_datasets()
+    found = _describe_data_set(name, datasets)
+    if found is None:
+        found = _describe_component(name, algos)
+    if found is None:
+        raise _unknown_name(name, algos, datasets)
+    return found
 
 
 def describe(name: str) -> str:
