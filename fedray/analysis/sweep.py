@@ -47,7 +47,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from fedray.api.config import ExperimentConfig, make_config, parse_override
+from fedray.api.config import ExperimentConfig, make_config
+from fedray.api.overrides import parse_override
 from fedray.core.errors import ConfigError, FedrayError
 from fedray.plots.style import grid_size, new_figure, panel_grid, save_figure, styled
 
