@@ -11,12 +11,24 @@ Every parameter of every registered name has a meaning (a test holds this).
 from __future__ import annotations
 
 import argparse
+import difflib
 import inspect
 import re
 import typing
 from typing import Any, NamedTuple
 
+from pydantic import BaseModel
+from pydantic_core import PydanticUndefined
+
+from fedray.api.config import ExperimentConfig
 from fedray.core.errors import ConfigError
+from fedray.core.plugins import entry_points
+from fedray.core.registry import ALGORITHMS, available_algorithms, get_algorithm
+from fedray.data import available_datasets, available_partitions
+from fedray.data.datasets import SCENARIOS
+from fedray.data.federation import BLOBS_DEFAULTS, BLOBS_OPTIONS, available_federations
+from fedray.data.partitions import FEDERATION_BUILDERS, PARTITIONS
+from fedray.nn import MODEL_DESCRIPTIONS, available_models
 
 #: Configuration sections that `describe` knows (the keys of ExperimentConfig), and ``config``:
 #: the top level (seed, extra and one line per section).
@@ -73,8 +85,6 @@ def _bounds(field: Any) -> str:
 
 def _model_of(ann: Any) -> type | None:
     """The pydantic model inside ``ann`` (``Model`` or ``Model | None``), else None."""
-    from pydantic import BaseModel
-
     for a in (ann, *typing.get_args(ann)):
         if inspect.isclass(a) and issubclass(a, BaseModel):
             return a
@@ -83,8 +93,6 @@ def _model_of(ann: Any) -> type | None:
 
 def describe_model(model: type, prefix: str) -> list[Row]:
     """Rows of a pydantic model's fields (nested models, optional ones too, as dotted keys)."""
-    from pydantic_core import PydanticUndefined
-
     rows = []
     for name, f in model.model_fields.items():
         default = "required" if f.default is PydanticUndefined and f.default_factory is None else (
@@ -178,15 +186,11 @@ def format_description(d: Description) -> str:
 
 
 def _scenarios() -> dict[str, Any]:
-    from fedray.data.datasets import SCENARIOS
-
     return SCENARIOS.entries()
 
 
 def _describe_config(name: str) -> Description | None:
     """The top level (``config``) or a configuration section, else None."""
-    from fedray.api.config import ExperimentConfig
-
     if name == TOP:
         rows = []
         for key, f in ExperimentConfig.model_fields.items():
@@ -233,22 +237,11 @@ def _describe_data_set(name: str, datasets: list[str]) -> Description | None:
 
 def _describe_component(name: str, algos: dict[str, Any]) -> Description | None:
     """An algorithm, a model, a federation builder, a partition or the ``blobs`` data set, else None."""
-    from fedray.core.plugins import entry_points
-    from fedray.core.registry import ALGORITHMS, get_algorithm
-    from fedray.data.federation import (
-        BLOBS_DEFAULTS,
-        BLOBS_OPTIONS,
-        available_federations,
-    )
-    from fedray.data.partitions import FEDERATION_BUILDERS, PARTITIONS
-
     if name in algos or ALGORITHMS.builtin(name) or ":" in name or name in entry_points():
         cls = get_algorithm(name)
         title = f"algorithm {name!r}" + (f" ({cls.__module__}:{cls.__qualname__})" if ":" not in name else "")
         doc = cls.description or _first_line(cls.__doc__)
         return Description(title, doc, describe_model(cls.Params, "algorithm.params."))
-    from fedray.nn import MODEL_DESCRIPTIONS
-
     if name in MODEL_DESCRIPTIONS:
         return Description(f"model {name!r} (algorithm.params.model of supervised methods)", MODEL_DESCRIPTIONS[name],
                            [])
@@ -270,12 +263,6 @@ def _describe_component(name: str, algos: dict[str, Any]) -> Description | None:
 
 def _unknown_name(name: str, algos: dict[str, Any], datasets: list[str]) -> ConfigError:
     """The error for a name ``describe`` does not know, with the nearest known names."""
-    import difflib
-
-    from fedray.core.plugins import entry_points
-    from fedray.data import available_partitions
-    from fedray.nn import MODEL_DESCRIPTIONS
-
     known = sorted(set(algos) | set(entry_points()) | set(available_partitions()) | set(SECTIONS) | set(datasets)
                    | {TOP} | set(MODEL_DESCRIPTIONS))
     near = difflib.get_close_matches(name[:100], known, n=3, cutoff=0.5)
@@ -287,9 +274,6 @@ def _unknown_name(name: str, algos: dict[str, Any], datasets: list[str]) -> Conf
 
 def description(name: str) -> Description:
     """Title, summary and parameter rows of ``name`` (raises ConfigError with near names if unknown)."""
-    from fedray.core.registry import available_algorithms
-    from fedray.data import available_datasets
-
     found = _describe_config(name)
     if found is not None:
         return found
@@ -311,10 +295,6 @@ def describe(name: str) -> str:
 def describable_names() -> list[str]:
     """Every name ``describe`` knows without a file or a reference: algorithms, partitions and
     federations, configuration sections, data sets (those without a placeholder) and models."""
-    from fedray.core.registry import available_algorithms
-    from fedray.data import available_datasets, available_partitions
-    from fedray.nn import available_models
-
     return [*available_algorithms(), *available_partitions(), TOP, *SECTIONS,
             *(d for d in available_datasets() if "NAME" not in d and "PATH" not in d), *available_models()]
 
