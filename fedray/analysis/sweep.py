@@ -47,7 +47,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from fedray.api.config import ExperimentConfig, make_config, parse_override
+from fedray.api.config import ExperimentConfig, make_config
+from fedray.api.overrides import parse_override
 from fedray.core.errors import ConfigError, FedrayError
 from fedray.plots.style import grid_size, new_figure, panel_grid, save_figure, styled
 
@@ -293,6 +294,23 @@ def sweep(config: Any = None, grid: Mapping[str, list[Any]] | None = None, *, ou
     base = make_config(config, overrides=overrides)
     combos = expand_grid(grid) if grid else [{}]
     cfgs = [make_config(base, overrides={k: v for k, v in combo.items()}) for combo in combos]
+    rows = _run_all(combos, cfgs, repeats, stop_on_error, memory_interval)
+    df = pd.DataFrame(rows)
+    for key, values in grid.items():  # e.g. clients_per_actor = 1 and "auto": one type per Parquet column
+        if key in df.columns and len({type(v) for v in values}) > 1:
+            df[key] = df[key].astype(str)
+    if out is not None:
+        _write_sweep(df, Path(out), base, grid, plot)
+    return df
+
+
+def _run_all(combos: list[dict[str, Any]], cfgs: list[Any], repeats: int, stop_on_error: bool,
+             memory_interval: float) -> list[dict[str, Any]]:
+    """Run every configuration ``repeats`` times; one row a run (a failed run's row holds its error).
+
+    Ray, when a run starts it, is reused by the next runs, restarted when ``runtime.address`` or
+    ``runtime.num_cpus`` changes, and shut down at the end.
+    """
     rows: list[dict[str, Any]] = []
     started_here = False
     ray_key: tuple[Any, Any] | None = None
@@ -324,19 +342,17 @@ def sweep(config: Any = None, grid: Mapping[str, list[Any]] | None = None, *, ou
             import ray
 
             ray.shutdown()
-    df = pd.DataFrame(rows)
-    for key, values in grid.items():  # e.g. clients_per_actor = 1 and "auto": one type per Parquet column
-        if key in df.columns and len({type(v) for v in values}) > 1:
-            df[key] = df[key].astype(str)
-    if out is not None:
-        folder = Path(out)
-        folder.mkdir(parents=True, exist_ok=True)
-        df.to_parquet(folder / "sweep.parquet", index=False)
-        df.to_csv(folder / "sweep.csv", index=False)
-        (folder / "grid.yaml").write_text(_grid_yaml(base, grid))
-        if plot:
-            plot_sweep(df, folder / "sweep.png", grid_keys=list(grid))
-    return df
+    return rows
+
+
+def _write_sweep(df: pd.DataFrame, folder: Path, base: Any, grid: dict[str, list[Any]], plot: bool) -> None:
+    """Write ``sweep.parquet``, ``sweep.csv``, ``grid.yaml`` and (``plot``) ``sweep.png`` into ``folder``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    df.to_parquet(folder / "sweep.parquet", index=False)
+    df.to_csv(folder / "sweep.csv", index=False)
+    (folder / "grid.yaml").write_text(_grid_yaml(base, grid))
+    if plot:
+        plot_sweep(df, folder / "sweep.png", grid_keys=list(grid))
 
 
 def _ray_up() -> bool:

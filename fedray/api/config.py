@@ -2,7 +2,7 @@
 
 Every value is checked before Ray starts; an error names the key, the value and
 what is allowed. Dotted overrides (``federation.n_clients=100``) are applied to
-the raw mapping before validation.
+the raw mapping before validation (parsing them: :mod:`fedray.api.overrides`).
 """
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from pydantic import (
     field_validator,
 )
 
+from fedray.api.overrides import _nest_kwargs, parse_override, set_dotted
 from fedray.core.errors import ConfigError, format_validation_error
 from fedray.core.registry import get_algorithm, make_params
 from fedray.core.seeding import n_sampled
@@ -270,48 +271,6 @@ class ExperimentConfig(_Section):
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.to_dict(), sort_keys=False)
-
-
-def set_dotted(raw: dict[str, Any], key: str, value: Any) -> None:
-    """Set ``raw["a"]["b"]["c"] = value`` for ``key = "a.b.c"`` (creating levels)."""
-    parts = key.split(".")
-    cur = raw
-    for p in parts[:-1]:
-        nxt = cur.get(p)
-        if nxt is None:
-            nxt = cur[p] = {}
-        if not isinstance(nxt, dict):
-            raise ConfigError(f"{key}: {p!r} is not a section (it holds {nxt!r})")
-        cur = nxt
-    cur[parts[-1]] = value
-
-
-def parse_override(item: str) -> tuple[str, Any]:
-    """``"federation.n_clients=100"`` -> (``"federation.n_clients"``, 100) (value parsed as YAML)."""
-    if "=" not in item:
-        raise ConfigError(f"--set {item!r}: expected KEY=VALUE, e.g. federation.n_clients=100")
-    key, _, value = item.partition("=")
-    try:
-        parsed = yaml.safe_load(value) if value != "" else None
-    except yaml.YAMLError:
-        parsed = value
-    return key.strip(), parsed
-
-
-def _nest_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
-    """Keyword arguments to a raw mapping; ``federation__n_clients=5`` or dotted keys work too."""
-    raw: dict[str, Any] = {}
-    for k, v in kwargs.items():
-        key = k.replace("__", ".")
-        if key == "data" and isinstance(v, ArrayData):  # data=fedray.from_arrays(...)
-            v = {"dataset": v}
-        if "." in key:
-            set_dotted(raw, key, v)
-        elif isinstance(v, dict) and isinstance(raw.get(key), dict):
-            raw[key].update(v)
-        else:
-            raw[key] = v
-    return raw
 
 
 #: Largest config file read, and most nodes its YAML may expand to (aliases counted each time

@@ -193,12 +193,7 @@ def from_arrays(X: Any, y: Any = None, clients: Any = None, n_clients: int | Non
     >>> str(fedray.from_arrays(X, clients=[0, 0, 1, 1, 2, 2]))
     'arrays: 3 clients, 6x2'
     """
-    if clients is not None and n_clients is not None:
-        raise ConfigError(f"from_arrays: pass clients= or n_clients=, not both (got n_clients={n_clients!r} "
-                          "and a clients vector)")
-    if n_clients is not None and (isinstance(n_clients, bool) or not isinstance(n_clients, (int, np.integer))
-                                  or n_clients < 1):
-        raise ConfigError(f"from_arrays n_clients: must be an integer >= 1; got {n_clients!r}")
+    _check_split_args(clients, n_clients)
     if _is_per_client(X):
         return _from_lists(list(X), y, clients, n_clients, partition)
     X, y, clients = _take_columns(X, y, clients)
@@ -207,21 +202,45 @@ def from_arrays(X: Any, y: Any = None, clients: Any = None, n_clients: int | Non
     if n == 0:
         raise DataError(f"X: 0 rows (shape {Xm.shape}); need at least one sample")
     codes, classes = (None, None) if y is None else _encode_labels([_as_vector(y, "y", n)], "y")
+    labels = None if codes is None else codes[0]
     if clients is not None:
-        if partition is not None:
-            raise ConfigError(f"from_arrays partition: {partition!r} splits a pooled array; the rows are already "
-                              "split by clients=")
-        cid = _as_vector(clients, "clients", n)
-        order, names_c = _client_order(cid)
-        counts = np.bincount(order, minlength=len(names_c))
-        rows = np.split(np.argsort(order, kind="stable"), np.cumsum(counts)[:-1])
-        shards = [(_readonly(Xm[r]), None if codes is None else codes[0][r]) for r in rows]
-        return ArrayData(shards=shards, X=None, y=None, client_names=names_c, feature_names=names,
-                         classes=classes, n_clients=len(shards), partition=None)
+        return _split_by_clients(Xm, names, labels, classes, clients, partition)
+    return _pooled(Xm, names, labels, classes, n_clients, partition)
+
+
+def _check_split_args(clients: Any, n_clients: Any) -> None:
+    """``clients`` and ``n_clients`` exclude each other; ``n_clients`` is an integer >= 1 or None."""
+    if clients is not None and n_clients is not None:
+        raise ConfigError(f"from_arrays: pass clients= or n_clients=, not both (got n_clients={n_clients!r} "
+                          "and a clients vector)")
+    if n_clients is not None and (isinstance(n_clients, bool) or not isinstance(n_clients, (int, np.integer))
+                                  or n_clients < 1):
+        raise ConfigError(f"from_arrays n_clients: must be an integer >= 1; got {n_clients!r}")
+
+
+def _split_by_clients(Xm: np.ndarray, names: tuple[str, ...], labels: np.ndarray | None, classes: Any, clients: Any,
+                      partition: Any) -> ArrayData:
+    """A pooled matrix split by the ``clients`` vector: one shard per client, clients in name order."""
+    if partition is not None:
+        raise ConfigError(f"from_arrays partition: {partition!r} splits a pooled array; the rows are already "
+                          "split by clients=")
+    cid = _as_vector(clients, "clients", Xm.shape[0])
+    order, names_c = _client_order(cid)
+    counts = np.bincount(order, minlength=len(names_c))
+    rows = np.split(np.argsort(order, kind="stable"), np.cumsum(counts)[:-1])
+    shards = [(_readonly(Xm[r]), None if labels is None else labels[r]) for r in rows]
+    return ArrayData(shards=shards, X=None, y=None, client_names=names_c, feature_names=names,
+                     classes=classes, n_clients=len(shards), partition=None)
+
+
+def _pooled(Xm: np.ndarray, names: tuple[str, ...], labels: np.ndarray | None, classes: Any, n_clients: int | None,
+            partition: Any) -> ArrayData:
+    """A pooled matrix that the federation splits by ``partition`` over ``n_clients`` clients."""
     part = _check_partition(partition)
+    n = Xm.shape[0]
     if n_clients is not None and n_clients > n:
         raise DataError(f"from_arrays n_clients: {n_clients} clients but the arrays have only n_samples={n} rows")
-    return ArrayData(shards=None, X=_readonly(Xm), y=None if codes is None else codes[0], client_names=[],
+    return ArrayData(shards=None, X=_readonly(Xm), y=labels, client_names=[],
                      feature_names=names, classes=classes, n_clients=None if n_clients is None else int(n_clients),
                      partition=part)
 

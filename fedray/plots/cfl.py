@@ -157,6 +157,46 @@ def _box_layout(boxes: list[tuple[float, int]], gap: float, band: float, aspect:
     return best[1]
 
 
+def _cluster_boxes(a: np.ndarray, g: np.ndarray, s: np.ndarray) -> tuple[list[str], list[tuple], float]:
+    """The label and ``(members, cols, rows, width)`` of each found cluster's box, and the cell size in inches.
+
+    Boxes come largest first, "no cluster" (-1) last; members are sorted by true group, then
+    by falling size, and laid out in a near-square grid of ``cols`` x ``rows`` cells; a box is
+    widened (``width`` in cells) to fit its label.
+    """
+    n = a.shape[0]
+    clusters = sorted(np.unique(a).tolist(), key=lambda c: (c < 0, -int((a == c).sum()), c))
+    labels = ["no cluster" if c < 0 else f"cluster {c}" for c in clusters]
+    cell_in = float(np.clip(3.6 / math.sqrt(max(n, 1)), 0.22, 0.45))  # inches per client cell
+    shapes = []
+    for c, label in zip(clusters, labels):
+        members = np.flatnonzero(a == c)
+        members = members[np.lexsort((-s[members], g[members]))]
+        cols = max(1, math.ceil(math.sqrt(len(members))))
+        rows = math.ceil(len(members) / cols)
+        label_w = (len(label) * 0.6 * LABEL_PT / 72 + 0.1) / cell_in
+        shapes.append((members, cols, rows, max(float(cols), label_w)))
+    return labels, shapes, cell_in
+
+
+def _draw_boxes(ax: Any, shapes: list[tuple], corners: list[tuple[float, float]], labels: list[str],
+                r: np.ndarray, colour: Any) -> None:
+    """Draw each cluster's box, its label and a circle of radius ``r[client]`` per member client."""
+    from matplotlib.collections import PatchCollection
+    from matplotlib.patches import Circle, FancyBboxPatch
+
+    circles, colours = [], []
+    for (members, cols, rows, w), (bx, by), label in zip(shapes, corners, labels):
+        x0 = bx + (w - cols) / 2  # members centred in a box widened for its label
+        ax.add_patch(FancyBboxPatch((bx - 0.05, by - 0.05), w + 0.1, rows + 0.1, boxstyle="round,pad=0.05",
+                                    fc="none", ec="0.45", lw=1.0))
+        for j, cid in enumerate(members):
+            circles.append(Circle((x0 + j % cols + 0.5, by + rows - (j // cols) - 0.5), r[cid]))
+            colours.append(colour(cid))
+        ax.text(bx + w / 2, by + rows + 0.2, label, ha="center", va="bottom", fontsize=LABEL_PT)
+    ax.add_collection(PatchCollection(circles, facecolors=colours, edgecolors="k", linewidths=0.3))
+
+
 @styled
 def client_clusters_figure(assignment: Sequence[int], true_groups: Sequence[int] | None,
                            sizes: Sequence[float] | None, title: str = "client clusters found",
@@ -186,9 +226,7 @@ def client_clusters_figure(assignment: Sequence[int], true_groups: Sequence[int]
     Figure
     """
     from matplotlib import colormaps
-    from matplotlib.collections import PatchCollection
     from matplotlib.lines import Line2D
-    from matplotlib.patches import Circle, FancyBboxPatch
 
     a = np.asarray(assignment, dtype=np.int64)
     n = a.shape[0]
@@ -196,19 +234,8 @@ def client_clusters_figure(assignment: Sequence[int], true_groups: Sequence[int]
     s = np.ones(n) if sizes is None else np.asarray(sizes, dtype=np.float64)
     r = np.maximum(0.42 * np.sqrt(np.clip(s, 0, None) / max(float(s.max(initial=0.0)), 1e-12)), 0.08)  # area ~ samples
     cmap = colormaps["tab10" if g.max(initial=0) < 10 else "tab20"]
-    clusters = sorted(np.unique(a).tolist(), key=lambda c: (c < 0, -int((a == c).sum()), c))
-    labels = ["no cluster" if c < 0 else f"cluster {c}" for c in clusters]
-
-    cell_in = float(np.clip(3.6 / math.sqrt(max(n, 1)), 0.22, 0.45))  # inches per client cell
+    labels, shapes, cell_in = _cluster_boxes(a, g, s)
     gap, band = 0.6, max(0.8, 0.24 / cell_in)  # between boxes; above a box for its label (cells)
-    shapes = []
-    for c, label in zip(clusters, labels):
-        members = np.flatnonzero(a == c)
-        members = members[np.lexsort((-s[members], g[members]))]
-        cols = max(1, math.ceil(math.sqrt(len(members))))
-        rows = math.ceil(len(members) / cols)
-        label_w = (len(label) * 0.6 * LABEL_PT / 72 + 0.1) / cell_in
-        shapes.append((members, cols, rows, max(float(cols), label_w)))
     corners, width, height = _box_layout([(w, rows) for _, _, rows, w in shapes], gap, band, 1.5, cell_in)
 
     groups = np.unique(g)
@@ -218,16 +245,7 @@ def client_clusters_figure(assignment: Sequence[int], true_groups: Sequence[int]
     legend_h = 0.0 if true_groups is None else 0.3 + 0.22 * math.ceil(len(names) / ncol)
     fig = new_figure((fig_w, max(2.6, height * cell_in + 0.9 + legend_h)))
     ax = fig.subplots()
-    circles, colours = [], []
-    for (members, cols, rows, w), (bx, by), label in zip(shapes, corners, labels):
-        x0 = bx + (w - cols) / 2  # members centred in a box widened for its label
-        ax.add_patch(FancyBboxPatch((bx - 0.05, by - 0.05), w + 0.1, rows + 0.1, boxstyle="round,pad=0.05",
-                                    fc="none", ec="0.45", lw=1.0))
-        for j, cid in enumerate(members):
-            circles.append(Circle((x0 + j % cols + 0.5, by + rows - (j // cols) - 0.5), r[cid]))
-            colours.append(cmap(int(g[cid]) % cmap.N))
-        ax.text(bx + w / 2, by + rows + 0.2, label, ha="center", va="bottom", fontsize=LABEL_PT)
-    ax.add_collection(PatchCollection(circles, facecolors=colours, edgecolors="k", linewidths=0.3))
+    _draw_boxes(ax, shapes, corners, labels, r, lambda cid: cmap(int(g[cid]) % cmap.N))
     ax.set_xlim(-0.3, width + 0.3)
     ax.set_ylim(-0.3, height + 0.1)
     ax.set_aspect("equal")

@@ -98,6 +98,22 @@ def resolve_layout(n_clients: int, clients_per_actor: int | str, actor_cpus: flo
     return cpa, float(actor_cpus)
 
 
+def _actor_options(runtime: Any, actor_cpus: float, runtime_env: dict[str, Any] | None) -> dict[str, Any]:
+    """Ray options of a client actor: CPUs, restarts, GPUs and custom resources, placement, runtime_env."""
+    res = runtime.client_resources
+    options: dict[str, Any] = {"num_cpus": actor_cpus, "max_restarts": runtime.max_restarts,
+                               "max_task_retries": 0}
+    if res.num_gpus:
+        options["num_gpus"] = res.num_gpus
+    if res.custom:
+        options["resources"] = dict(res.custom)
+    if runtime.placement == "spread":
+        options["scheduling_strategy"] = "SPREAD"
+    if runtime_env:  # fedray and plug-ins for nodes that lack them (fedray.runtime.shipping)
+        options["runtime_env"] = runtime_env
+    return options
+
+
 class RayExecutor(Executor):
     """Clients hosted by Ray actors.
 
@@ -114,9 +130,6 @@ class RayExecutor(Executor):
     def __init__(self, specs: list[ClientSpec], seed: int, supervised: bool, sample_shape: tuple[int, ...],
                  runtime: Any = None, runtime_env: dict[str, Any] | None = None, preload: tuple[str, ...] = (),
                  **_: Any) -> None:
-        import ray
-
-        from fedray.actors.client_actor import ClientActor
         from fedray.data.federation import put_shards
 
         # Shards given from Python go to the object store, one object per client; the
@@ -132,27 +145,44 @@ class RayExecutor(Executor):
                         "resources (or for the autoscaler)", math.ceil(len(specs) / self.clients_per_actor),
                         dict(res.custom), max_actors)
         chunks = [specs[i : i + self.clients_per_actor] for i in range(0, len(specs), self.clients_per_actor)]
-        options: dict[str, Any] = {"num_cpus": actor_cpus, "max_restarts": runtime.max_restarts,
-                                   "max_task_retries": 0}
-        if res.num_gpus:
-            options["num_gpus"] = res.num_gpus
-        if res.custom:
-            options["resources"] = dict(res.custom)
-        if runtime.placement == "spread":
-            options["scheduling_strategy"] = "SPREAD"
-        if runtime_env:  # fedray and plug-ins for nodes that lack them (fedray.runtime.shipping)
-            options["runtime_env"] = runtime_env
+        options = _actor_options(runtime, actor_cpus, runtime_env)
         check_feasible(options, len(chunks))
         self.actor_cpus = actor_cpus
+        t0 = time.perf_counter()
+        self._start_actors(chunks, options, (seed, supervised, tuple(sample_shape), runtime.batched), runtime,
+                           preload)
+        self.n_actors = len(self.actors)
+        self._owner_arr: np.ndarray | None = None  # client id -> actor index, as an array (built on first use)
+        self._scaler: tuple[np.ndarray, np.ndarray] | None = None  # re-applied to restarted actors
+        self._dead: set[int] = set()  # actors that died for good (runtime.max_restarts exhausted)
+        self.call_timeout = float(runtime.call_timeout)
+        self.stall_warning = float(runtime.stall_warning)
+        self._round_s: list[float] = []  # wall time of rounds that waited for every actor (stall warnings)
+        # Late tasks cannot be interrupted (Ray does not stop a running actor task): an actor
+        # keeps working on one after its deadline. actor index -> (round, ref) of that task, so
+        # that lateness it causes in later rounds is counted as spill-over, not as new stragglers.
+        self._late: dict[int, tuple[int, Any]] = {}
+        log.info("created %d client actors (%d clients each, %.2f CPUs each) in %.1f s",
+                 self.n_actors, self.clients_per_actor, actor_cpus, time.perf_counter() - t0)
+
+    def _start_actors(self, chunks: list[list[ClientSpec]], options: dict[str, Any], args: tuple[Any, ...],
+                      runtime: Any, preload: tuple[str, ...]) -> None:
+        """Create one actor per chunk of clients, ``runtime.actor_batch`` at a time, and hand each its recipes.
+
+        Sets ``actors``, ``owner`` (client id -> actor index) and ``_recipes``; raises
+        RoundFailedError when a batch cannot be placed within ``runtime.startup_timeout``.
+        """
+        import ray
+
+        from fedray.actors.client_actor import ClientActor
+
         self.actors = []
         self.owner: dict[int, int] = {}
         self._recipes: list[Any] = []  # per actor: its clients' recipes in the object store
-        t0 = time.perf_counter()
         batch = max(1, int(runtime.actor_batch))
         for start in range(0, len(chunks), batch):
             group = chunks[start : start + batch]
-            new = [ClientActor.options(**options).remote(seed, supervised, tuple(sample_shape),
-                                                                 runtime.batched) for _ in group]
+            new = [ClientActor.options(**options).remote(*args) for _ in group]
             if preload:  # the import runs beside the shards' construction (an actor runs its calls in order)
                 for a in new:
                     a.preload.remote(tuple(preload))
@@ -170,19 +200,6 @@ class RayExecutor(Executor):
                 for s in chunk:
                     self.owner[s.client_id] = start + a_idx
             self.actors.extend(new)
-        self.n_actors = len(self.actors)
-        self._owner_arr: np.ndarray | None = None  # client id -> actor index, as an array (built on first use)
-        self._scaler: tuple[np.ndarray, np.ndarray] | None = None  # re-applied to restarted actors
-        self._dead: set[int] = set()  # actors that died for good (runtime.max_restarts exhausted)
-        self.call_timeout = float(runtime.call_timeout)
-        self.stall_warning = float(runtime.stall_warning)
-        self._round_s: list[float] = []  # wall time of rounds that waited for every actor (stall warnings)
-        # Late tasks cannot be interrupted (Ray does not stop a running actor task): an actor
-        # keeps working on one after its deadline. actor index -> (round, ref) of that task, so
-        # that lateness it causes in later rounds is counted as spill-over, not as new stragglers.
-        self._late: dict[int, tuple[int, Any]] = {}
-        log.info("created %d client actors (%d clients each, %.2f CPUs each) in %.1f s",
-                 self.n_actors, self.clients_per_actor, actor_cpus, time.perf_counter() - t0)
 
     def preload(self, packages: tuple[str, ...]) -> None:
         """Ask every live actor to import ``packages`` in the background; nothing waits for it."""

@@ -11,12 +11,24 @@ Every parameter of every registered name has a meaning (a test holds this).
 from __future__ import annotations
 
 import argparse
+import difflib
 import inspect
 import re
 import typing
 from typing import Any, NamedTuple
 
+from pydantic import BaseModel
+from pydantic_core import PydanticUndefined
+
+from fedray.api.config import ExperimentConfig
 from fedray.core.errors import ConfigError
+from fedray.core.plugins import entry_points
+from fedray.core.registry import ALGORITHMS, available_algorithms, get_algorithm
+from fedray.data import available_datasets, available_partitions
+from fedray.data.datasets import SCENARIOS
+from fedray.data.federation import BLOBS_DEFAULTS, BLOBS_OPTIONS, available_federations
+from fedray.data.partitions import FEDERATION_BUILDERS, PARTITIONS
+from fedray.nn import MODEL_DESCRIPTIONS, available_models
 
 #: Configuration sections that `describe` knows (the keys of ExperimentConfig), and ``config``:
 #: the top level (seed, extra and one line per section).
@@ -73,8 +85,6 @@ def _bounds(field: Any) -> str:
 
 def _model_of(ann: Any) -> type | None:
     """The pydantic model inside ``ann`` (``Model`` or ``Model | None``), else None."""
-    from pydantic import BaseModel
-
     for a in (ann, *typing.get_args(ann)):
         if inspect.isclass(a) and issubclass(a, BaseModel):
             return a
@@ -83,8 +93,6 @@ def _model_of(ann: Any) -> type | None:
 
 def describe_model(model: type, prefix: str) -> list[Row]:
     """Rows of a pydantic model's fields (nested models, optional ones too, as dotted keys)."""
-    from pydantic_core import PydanticUndefined
-
     rows = []
     for name, f in model.model_fields.items():
         default = "required" if f.default is PydanticUndefined and f.default_factory is None else (
@@ -178,28 +186,11 @@ def format_description(d: Description) -> str:
 
 
 def _scenarios() -> dict[str, Any]:
-    from fedray.data.datasets import _SCENARIOS, _load_scenarios
-
-    _load_scenarios()
-    return dict(_SCENARIOS)
+    return SCENARIOS.entries()
 
 
-def description(name: str) -> Description:
-    """Title, summary and parameter rows of ``name`` (raises ConfigError with near names if unknown)."""
-    import difflib
-
-    from fedray.api.config import ExperimentConfig
-    from fedray.core.plugins import entry_points
-    from fedray.core.registry import ALGORITHMS, available_algorithms, get_algorithm
-    from fedray.data import available_datasets, available_partitions
-    from fedray.data.federation import (
-        _BUILDERS,
-        BLOBS_DEFAULTS,
-        BLOBS_OPTIONS,
-        available_federations,
-    )
-    from fedray.data.partitions import _PARTITIONS
-
+def _describe_config(name: str) -> Description | None:
+    """The top level (``config``) or a configuration section, else None."""
     if name == TOP:
         rows = []
         for key, f in ExperimentConfig.model_fields.items():
@@ -214,8 +205,14 @@ def description(name: str) -> Description:
         model = _model_of(ExperimentConfig.model_fields[name].annotation)
         return Description(f"configuration section {name!r}", _first_line(model.__doc__),
                            describe_model(model, f"{name}."))
-    algos = available_algorithms()
-    datasets = available_datasets()
+    return None
+
+
+def _describe_data_set(name: str, datasets: list[str]) -> Description | None:
+    """A scenario, a data set named by kind (benchmark, csv, parquet) or a listed data set other than blobs.
+
+    Raises ConfigError for an unknown data set of a known kind; None when ``name`` is no data set.
+    """
     scenarios = _scenarios()
     if name.startswith("scenario:") and name[len("scenario:"):] in scenarios:
         fn = scenarios[name[len("scenario:"):]]
@@ -235,22 +232,25 @@ def description(name: str) -> Description:
     if name in datasets and name != "blobs":
         return Description(f"data set {name!r}", "no options of its own; see `fedray describe data` and "
                            "`fedray describe PARTITION` for how it is split", [])
+    return None
+
+
+def _describe_component(name: str, algos: dict[str, Any]) -> Description | None:
+    """An algorithm, a model, a federation builder, a partition or the ``blobs`` data set, else None."""
     if name in algos or ALGORITHMS.builtin(name) or ":" in name or name in entry_points():
         cls = get_algorithm(name)
         title = f"algorithm {name!r}" + (f" ({cls.__module__}:{cls.__qualname__})" if ":" not in name else "")
         doc = cls.description or _first_line(cls.__doc__)
         return Description(title, doc, describe_model(cls.Params, "algorithm.params."))
-    from fedray.nn import MODEL_DESCRIPTIONS
-
     if name in MODEL_DESCRIPTIONS:
         return Description(f"model {name!r} (algorithm.params.model of supervised methods)", MODEL_DESCRIPTIONS[name],
                            [])
     if name in available_federations():
-        fn = _BUILDERS[name]
+        fn = FEDERATION_BUILDERS[name]
         return Description(f"federation {name!r} (data.partition.name)", _first_line(fn.__doc__),
                            _signature_rows(fn, 4, "data.partition."))
-    if name in _PARTITIONS:
-        fn = _PARTITIONS[name]
+    if name in PARTITIONS:
+        fn = PARTITIONS[name]
         return Description(f"partition {name!r} (data.partition.name)", _first_line(fn.__doc__),
                            _signature_rows(fn, 4, "data.partition.", hidden=("groups",)))
     if name == "blobs":
@@ -258,13 +258,33 @@ def description(name: str) -> Description:
                     BLOBS_OPTIONS[k]) for k, v in BLOBS_DEFAULTS.items()]
         return Description("data set 'blobs' (generated inside each client)",
                            "Gaussian blobs drawn by each client from its own seeded stream", rows)
+    return None
+
+
+def _unknown_name(name: str, algos: dict[str, Any], datasets: list[str]) -> ConfigError:
+    """The error for a name ``describe`` does not know, with the nearest known names."""
     known = sorted(set(algos) | set(entry_points()) | set(available_partitions()) | set(SECTIONS) | set(datasets)
                    | {TOP} | set(MODEL_DESCRIPTIONS))
     near = difflib.get_close_matches(name[:100], known, n=3, cutoff=0.5)
     hint = f" (did you mean {' or '.join(repr(n) for n in near)}?)" if near else ""
     shown = name if len(name) <= 60 else f"{name[:60]}... ({len(name)} characters)"
-    raise ConfigError(f"describe: unknown name {shown!r}{hint}; `fedray list` shows algorithms, partitions and data "
-                      f"sets; sections: {TOP}, {', '.join(SECTIONS)}")
+    return ConfigError(f"describe: unknown name {shown!r}{hint}; `fedray list` shows algorithms, partitions and data "
+                       f"sets; sections: {TOP}, {', '.join(SECTIONS)}")
+
+
+def description(name: str) -> Description:
+    """Title, summary and parameter rows of ``name`` (raises ConfigError with near names if unknown)."""
+    found = _describe_config(name)
+    if found is not None:
+        return found
+    algos = available_algorithms()
+    datasets = available_datasets()
+    found = _describe_data_set(name, datasets)
+    if found is None:
+        found = _describe_component(name, algos)
+    if found is None:
+        raise _unknown_name(name, algos, datasets)
+    return found
 
 
 def describe(name: str) -> str:
@@ -275,10 +295,6 @@ def describe(name: str) -> str:
 def describable_names() -> list[str]:
     """Every name ``describe`` knows without a file or a reference: algorithms, partitions and
     federations, configuration sections, data sets (those without a placeholder) and models."""
-    from fedray.core.registry import available_algorithms
-    from fedray.data import available_datasets, available_partitions
-    from fedray.nn import available_models
-
     return [*available_algorithms(), *available_partitions(), TOP, *SECTIONS,
             *(d for d in available_datasets() if "NAME" not in d and "PATH" not in d), *available_models()]
 
