@@ -298,7 +298,7 @@ def _reliability_extras(state: dict[str, Any], summary: dict[str, Any]) -> dict[
         if "payloads" in report:
             extras["payloads"] = report["payloads"]
     if "privacy" in report:
-        from fedray.layers.privacy import privacy_summary
+        from fedray.layers.privacy.accountant import privacy_summary
 
         summary["privacy"] = privacy_summary(report["privacy"])
     if report.get("faults"):

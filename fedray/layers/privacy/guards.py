@@ -1,0 +1,52 @@
+"""The guards a client applies before it sends statistics, and the count of small clusters.
+
+* the minimum-sample guard (Corcuera Bárcena et al. 2021, Sec. 4.2): a client withholds L
+  statistics unless its N_m samples of F features give N_m F > L;
+* the small-cluster guard (``privacy.min_cluster_count``): a client zeroes every cluster whose
+  point count is positive but below the minimum;
+* :func:`count_small_clusters`: the clusters whose sum is (nearly) one row, counted as disclosures.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from fedray.core.stats import Stats
+
+# Per-cluster sums and the point counts next to them (crisp clusters: the small-cluster guard and count).
+CLUSTER_PAIRS = {"sums": "counts", "weighted": "counts"}  # k-means, evaluation passes; fedkmeans
+
+
+def small_cluster_guard(stats: Stats, min_count: float) -> tuple[Stats, int]:
+    """Zero the clusters whose count is positive but below ``min_count``; returns them counted."""
+    arrays = {k: np.array(stats[k], dtype=np.float64) for k in stats}
+    hit = 0
+    for s, c in CLUSTER_PAIRS.items():
+        if s in arrays and c in arrays and arrays[c].ndim == 1 and arrays[s].shape[:1] == arrays[c].shape:
+            small = (arrays[c] > 0) & (arrays[c] < min_count)
+            if small.any():
+                hit += int(small.sum())
+                k = arrays[c].shape[0]
+                for name, v in arrays.items():
+                    if v.ndim >= 1 and v.shape[0] == k:
+                        v[small] = 0.0
+    return (Stats(**arrays) if hit else stats), hit
+
+
+def count_small_clusters(stats: Any, below: float = 2.0) -> int:
+    """Clusters of ``stats`` whose count is in (0, below): their sum is (nearly) one row."""
+    if not isinstance(stats, Stats):
+        return 0
+    n = 0
+    for s, c in CLUSTER_PAIRS.items():
+        if s in stats and c in stats and np.ndim(stats[c]) == 1:
+            cnt = np.asarray(stats[c])
+            n += int(np.sum((cnt > 1e-9) & (cnt < below - 1e-9)))
+    return n
+
+
+def enough_samples(X: np.ndarray, n_statistics: int) -> bool:
+    """The minimum-sample guard: N_m > L / F, i.e. the N_m F unknowns exceed the L equations."""
+    F = max(1, X.shape[1])
+    return X.shape[0] * F > n_statistics

@@ -1,0 +1,67 @@
+"""Key agreement for secure aggregation: X25519 key pairs, HKDF-SHA256, pairwise mask seeds and
+the keys that encrypt Shamir shares (AES-GCM) between two clients."""
+from __future__ import annotations
+
+from typing import Any
+
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric.x25519 import (
+    X25519PrivateKey,
+    X25519PublicKey,
+)
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+from fedray.layers.privacy.shamir import SHARE_BYTES
+
+CT_BYTES = 12 + 2 * SHARE_BYTES + 16  # nonce, two shares (s_sk, b), GCM tag
+
+
+def pk_bytes(sk: X25519PrivateKey) -> bytes:
+    """The raw 32-byte public key of ``sk``."""
+    return sk.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+
+
+def sk_int(sk: X25519PrivateKey) -> int:
+    """The private key as a little-endian integer (the secret that is Shamir-shared)."""
+    raw = sk.private_bytes(serialization.Encoding.Raw, serialization.PrivateFormat.Raw, serialization.NoEncryption())
+    return int.from_bytes(raw, "little")
+
+
+def sk_from_int(v: int) -> X25519PrivateKey:
+    """The private key back from :func:`sk_int`."""
+    return X25519PrivateKey.from_private_bytes(int(v).to_bytes(32, "little"))
+
+
+def kdf(secret: bytes, info: bytes) -> bytes:
+    """HKDF-SHA256 of ``secret`` to 32 bytes, bound to ``info``."""
+    return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=info).derive(secret)
+
+
+def instance_info(kind: bytes, run: str, round_: int, attempt: int, i: int, j: int) -> bytes:
+    """HKDF ``info`` of a key of ``kind`` for the pair (i, j) in one protocol instance."""
+    lo, hi = (i, j) if i < j else (j, i)
+    return b"fedray-secagg/" + kind + f"/{run}/{round_}/{attempt}/{lo}/{hi}".encode()
+
+
+def pair_seed(sk: X25519PrivateKey, peer_pk: bytes, run: str, round_: int, attempt: int, me: int, peer: int) -> bytes:
+    """s_uv: HKDF-SHA256 of the X25519 agreement, bound to the protocol instance and the pair."""
+    shared = sk.exchange(X25519PublicKey.from_public_bytes(bytes(peer_pk)))
+    return kdf(shared, instance_info(b"mask", run, round_, attempt, me, peer))
+
+
+def long_key(client: Any) -> X25519PrivateKey:
+    """The client's long-lived key pair for encrypting shares (drawn from the OS on first use)."""
+    sec = client.secrets
+    if "c_sk" not in sec:
+        sec["c_sk"] = X25519PrivateKey.generate()
+    return sec["c_sk"]
+
+
+def share_key(client: Any, peer: int, peer_cpk: bytes) -> bytes:
+    """The AES-GCM key between ``client`` and ``peer`` (long-lived keys; cached in the client's secrets)."""
+    cache = client.secrets.setdefault("share_keys", {})
+    key = (peer, bytes(peer_cpk))
+    if key not in cache:
+        shared = long_key(client).exchange(X25519PublicKey.from_public_bytes(bytes(peer_cpk)))
+        cache[key] = kdf(shared, instance_info(b"share", "", 0, 0, int(client.id), int(peer)))
+    return cache[key]

@@ -1,0 +1,359 @@
+"""The server side of the privacy protocols: :class:`PrivacyLayer`, the executor layer that runs
+secure aggregation around each call to clients, and :func:`secure_total` (see
+:mod:`fedray.layers.privacy` for the protocol)."""
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+import numpy as np
+
+from fedray.core.contract import Reply, Task
+from fedray.core.errors import DataError, RoundFailedError
+from fedray.core.seeding import server_rng
+from fedray.core.sizes import nbytes_of
+from fedray.core.stats import Stats
+from fedray.layers.messages import Envelope
+from fedray.layers.privacy.accountant import new_account
+from fedray.layers.privacy.client import private_call, secagg_register, secagg_share_keys, secagg_unmask
+from fedray.layers.privacy.codec import MOD, MaskedStats, decode, prg, template
+from fedray.layers.privacy.dp import noise_std, round_multiplier
+from fedray.layers.privacy.guards import count_small_clusters
+from fedray.layers.privacy.keys import CT_BYTES, pair_seed, pk_bytes, sk_from_int
+from fedray.layers.privacy.shamir import shamir_combine, threshold
+from fedray.runtime.executor import ExecResult, Executor, ExecutorWrapper
+
+log = logging.getLogger(__name__)
+
+_RING_STREAM = 13  # the server stream of the public mask graph (privacy.mask_neighbors)
+
+Keys = dict[int, dict[str, Any]]  # per client of an instance: s_pk, c_pk, ct, peers, t
+
+
+def mask_peers(cohort: list[int], neighbors: int | None, seed: int, round_: int, attempt: int) -> dict[int, list[int]]:
+    """Mask peers of each client: everyone else, or ``neighbors`` peers on a seeded ring.
+
+    The graph is public (the server chooses it, as in SecAgg+); no secret derives from it.
+    """
+    n = len(cohort)
+    if neighbors is None or neighbors >= n - 1:
+        return {c: [p for p in cohort if p != c] for c in cohort}
+    order = [cohort[k] for k in server_rng(seed, round_, _RING_STREAM, attempt).permutation(n)]
+    h = max(1, neighbors // 2)
+    peers: dict[int, set[int]] = {c: set() for c in cohort}
+    for pos, c in enumerate(order):
+        for s in range(1, h + 1):
+            peers[c].add(order[(pos + s) % n])
+            peers[c].add(order[(pos - s) % n])
+    return {c: sorted(p) for c, p in peers.items()}
+
+
+def _stack(rows: list[Any], width: int) -> np.ndarray:
+    return np.stack(rows) if rows else np.zeros((0, width), np.uint8)
+
+
+class PrivacyLayer(ExecutorWrapper):
+    """Executor layer: runs secure aggregation around each task, guards, noises and masks the
+    clients' statistics, and unmasks the total on the server side before the algorithm sees it.
+
+    Parameters
+    ----------
+    inner : Executor
+    privacy : PrivacyConfig
+    seed : int
+        The experiment seed: it picks the public mask graph only; no secret derives from it.
+    disclosures : dict of str to int, optional
+        Disclosures counted before the run (the session's set-up), merged into the account.
+    """
+
+    def __init__(self, inner: Executor, privacy: Any, seed: int, disclosures: dict[str, int] | None = None) -> None:
+        super().__init__(inner)
+        self.cfg = privacy
+        self.seed = int(seed)
+        self.account: dict[str, Any] = new_account()
+        self.account["disclosures"] = dict(disclosures or {})
+        self._round: int | None = None
+        self._attempt = 0
+        self._run = os.urandom(8).hex()  # protocol-instance label (public, not a secret)
+        self._cpk: dict[int, bytes] = {}  # registered long-lived public keys (relayed, public)
+        self.transcript: dict[str, Any] = {}  # what the server held in the last instance (audits, tests)
+
+    def _disclose(self, kind: str, n: int) -> None:
+        if n:
+            d = self.account.setdefault("disclosures", {})
+            d[kind] = int(d.get(kind, 0)) + int(n)
+
+    def _protocol(self, round_: int, tasks: dict[int, Task], timeout: float | None) -> ExecResult:
+        """One protocol step straight to the clients' hosts (the relay is simulated; see the module doc)."""
+        res = self.base.execute(round_, tasks, timeout)
+        self.account["protocol_messages"] += len(tasks) + len(res.replies)
+        self.account["protocol_bytes"] += sum(nbytes_of(t.payload) for t in tasks.values())
+        self.account["protocol_bytes"] += sum(nbytes_of(r.update) for r in res.replies)
+        return res
+
+    def execute(self, round_: int, tasks: dict[int, Task], timeout: float | None = None) -> ExecResult:
+        self._attempt = self._attempt + 1 if round_ == self._round else 0
+        self._round = round_
+        return self._execute(self.cfg, round_, self._attempt, tasks, timeout)
+
+    def _execute(self, cfg: Any, round_: int, attempt: int, tasks: dict[int, Task], timeout: float | None
+                 ) -> ExecResult:
+        """One call under ``cfg``: key sharing, the wrapped tasks, then unmasking, guards and the DP account."""
+        cohort = sorted(tasks)
+        training = round_ >= 0
+        sa = bool(cfg.secure_aggregation)
+        dp = cfg.dp if training else None
+        dp_std = None if dp is None else noise_std(dp, len(cohort), sa)
+        extra: dict[str, Any] = {"round": round_, "attempt": attempt, "mask": sa,
+                                 "guard": cfg.min_samples_guard and training, "min_cluster_count": cfg.min_cluster_count}
+        if dp_std is not None:
+            extra.update(dp_std=dp_std, clip=dp.clip, seeded_noise=bool(dp.seeded_noise))
+        dropped_early: dict[int, str] = {}
+        peers: dict[int, list[int]] = {}
+        keys: Keys = {}
+        if sa:
+            self._check_cohort(cfg, round_, cohort)
+            peers, keys, dropped_early = self._share_keys(cfg, round_, attempt, cohort, timeout)
+        sent = {cid: self._wrap(tasks[cid], extra, peers, keys, cid) for cid in cohort if cid not in dropped_early}
+        res = self.inner.execute(round_, sent, timeout)
+        for cid, why in dropped_early.items():
+            res.failed.append(cid)
+            res.errors[cid] = why
+        res.failed.sort()
+        n_stats = self._count_replies(cfg, res, training, dp_std is None)
+        if sa:
+            self._unmask(cfg, res, keys, round_, attempt, timeout)
+        if cfg.min_samples_guard and training:
+            self._fill_withheld(res, round_)
+        if dp is not None and n_stats:
+            answered = n_stats if sa else len(cohort)
+            self.account["rounds"].append({"round": round_, "attempt": attempt,
+                                           "z": round_multiplier(dp, answered, len(cohort), sa)})
+        return res
+
+    def _check_cohort(self, cfg: Any, round_: int, cohort: list[int]) -> None:
+        """Refuse a cohort below ``privacy.min_cohort`` before anything is sent."""
+        if len(cohort) < cfg.min_cohort:
+            self.account["refused_rounds"] += 1
+            raise RoundFailedError(
+                f"round {round_}: secure aggregation refused: a cohort of {len(cohort)} client(s) is below "
+                f"privacy.min_cohort={cfg.min_cohort} (its sum would reveal too much); sample more clients "
+                f"(federation.fraction) or lower privacy.min_cohort")
+
+    def _wrap(self, t: Task, extra_base: dict[str, Any], peers: dict[int, list[int]], keys: Keys, cid: int) -> Task:
+        """Client ``cid``'s task wrapped in :func:`private_call`, with its peers' public keys and its inbox."""
+        extra = dict(extra_base)
+        if extra["mask"]:
+            ps = peers[cid]
+            inbox = [(s, keys[s]["ct"][keys[s]["peers"].index(cid)]) for s in ps if cid in keys[s]["peers"]]
+            extra.update(run=self._run, peers=np.asarray(ps, dtype=np.int64),
+                         peer_spk=_stack([keys[p]["s_pk"] for p in ps], 32),
+                         inbox_ids=np.asarray([s for s, _ in inbox], dtype=np.int64),
+                         inbox_cpk=_stack([keys[s]["c_pk"] for s, _ in inbox], 32),
+                         inbox_ct=_stack([c for _, c in inbox], CT_BYTES))
+        return Task(private_call, Envelope(t.fn, t.payload, extra), t.shared, t.evaluation)
+
+    def _count_replies(self, cfg: Any, res: ExecResult, training: bool, noiseless: bool) -> int:
+        """Count withheld, unprotected and (in the clear, unguarded) small-cluster replies; returns the statistics."""
+        acc = self.account
+        n_stats = 0
+        for r in res.replies:
+            if r.update is None:
+                acc["withheld"] += training and cfg.min_samples_guard
+            elif isinstance(r.update, (Stats, MaskedStats)):
+                n_stats += 1
+                if isinstance(r.update, Stats) and noiseless and not cfg.min_cluster_count:
+                    self._disclose("small_clusters", count_small_clusters(r.update))
+            else:
+                acc["unprotected_messages"] += 1
+        return n_stats
+
+    # --- SecAgg steps 0 and 1 -------------------------------------------------------------
+    def _register(self, round_: int, cohort: list[int], timeout: float | None) -> dict[int, str]:
+        """Step 0 for clients without a registered long-lived key; returns those that did not answer."""
+        dropped: dict[int, str] = {}
+        unknown = [c for c in cohort if c not in self._cpk]
+        if unknown:
+            res = self._protocol(round_, {c: Task(secagg_register, None, None) for c in unknown}, timeout)
+            for r in res.replies:
+                self._cpk[r.client_id] = bytes(r.update["c_pk"])
+            for c in unknown:
+                if c not in self._cpk:
+                    dropped[c] = f"client {c}: no answer to secure-aggregation registration"
+        return dropped
+
+    def _share_keys(self, cfg: Any, round_: int, attempt: int, cohort: list[int], timeout: float | None
+                    ) -> tuple[dict[int, list[int]], Keys, dict[int, str]]:
+        dropped = self._register(round_, cohort, timeout)
+        live = [c for c in cohort if c not in dropped]
+        peers = mask_peers(live, cfg.mask_neighbors, self.seed, round_, attempt)
+        tasks = {}
+        for c in live:
+            ps = peers[c]
+            tasks[c] = Task(secagg_share_keys, {"run": self._run, "round": round_, "attempt": attempt, "peers": ps,
+                                                "t": threshold(len(ps), cfg.secagg_threshold),
+                                                "peer_cpk": [self._cpk[p] for p in ps]}, None)
+        res = self._protocol(round_, tasks, timeout)
+        keys: Keys = {}
+        for r in res.replies:
+            u = r.update
+            self._cpk[r.client_id] = bytes(u["c_pk"])
+            keys[r.client_id] = {"s_pk": u["s_pk"], "c_pk": u["c_pk"], "ct": list(u["ct"]),
+                                 "peers": list(tasks[r.client_id].payload["peers"]),
+                                 "t": tasks[r.client_id].payload["t"]}
+        for c in live:
+            if c not in keys:
+                dropped[c] = f"client {c}: no answer to secure-aggregation key sharing"
+        # Clients that did not share their keys take no part: nobody masks with them.
+        peers = {c: [p for p in peers[c] if p in keys] for c in keys}
+        self.transcript = {"round": round_, "attempt": attempt, "run": self._run, "c_pk": dict(self._cpk),
+                           "s_pk": {c: bytes(k["s_pk"]) for c, k in keys.items()},
+                           "ciphertexts": {c: [bytes(x) for x in k["ct"]] for c, k in keys.items()},
+                           "peers": {c: list(p) for c, p in peers.items()}, "masked": {}, "revealed": {}}
+        return peers, keys, dropped
+
+    # --- SecAgg step 3 --------------------------------------------------------------------
+    def _unmask(self, cfg: Any, res: ExecResult, keys: Keys, round_: int, attempt: int, timeout: float | None
+                ) -> None:
+        """Replace the masked replies by the unmasked total (first reply) and zeros, or refuse the round."""
+        masked = [(k, r) for k, r in enumerate(res.replies) if isinstance(r.update, MaskedStats)]
+        if not masked:
+            return
+        self.transcript["masked"] = {r.client_id: r.update for _, r in masked}
+        layouts = {r.update.layout for _, r in masked}
+        if len(layouts) > 1:
+            raise RoundFailedError(f"round {round_}: secure aggregation needs one statistics layout per round; "
+                                   f"clients sent {sorted(layouts)}")
+        layout = layouts.pop()
+        survivors = sorted(r.client_id for _, r in masked)
+        dropped = sorted(c for c in keys if c not in set(survivors))
+        revealed, why = self._reveal(cfg, keys, survivors, dropped, round_, attempt, timeout)
+        if why is not None:  # discard the masked vectors: they are never unmasked
+            self._refuse(res, masked, round_, why)
+            return
+        total = [0] * masked[0][1].update.data.shape[0]
+        for _, r in masked:
+            total = [a + b for a, b in zip(total, r.update.ints())]
+        total = self._remove_masks(total, keys, survivors, dropped, revealed, round_, attempt)
+        self.account["masked_messages"] += len(masked)
+        tmpl = template(layout)
+        summed = tmpl.with_flat(decode([t % MOD for t in total]))
+        if not cfg.min_cluster_count:
+            self._disclose("small_cluster_totals", count_small_clusters(summed))
+        for n, (k, r) in enumerate(masked):
+            res.replies[k] = Reply(r.client_id, summed if n == 0 else tmpl, r.seconds, r.nbytes)
+
+    def _reveal(self, cfg: Any, keys: Keys, survivors: list[int], dropped: list[int], round_: int, attempt: int,
+                timeout: float | None) -> tuple[dict[str, dict[int, dict[int, int]]], str | None]:
+        """Ask the survivors for their shares: ``{"b": {v: {x: share}}, "s": ...}`` and why the round is refused
+        (None when every needed secret has at least t shares)."""
+        revealed: dict[str, dict[int, dict[int, int]]] = {"b": {}, "s": {}}
+        if len(survivors) < cfg.min_cohort:
+            return revealed, (f"only {len(survivors)} masked vector(s) arrived, below privacy.min_cohort="
+                              f"{cfg.min_cohort}; their total would reveal too much")
+        payload = {"run": self._run, "round": round_, "attempt": attempt, "survivors": survivors,
+                   "dropped": dropped, "min_survivors": cfg.min_cohort}
+        out = self._protocol(round_, {c: Task(secagg_unmask, payload, None) for c in survivors}, timeout)
+        for r in out.replies:
+            u = r.update
+            x = r.client_id + 1
+            for target, kind, share in zip(u["ids"].tolist(), u["kind"].tolist(), u["shares"]):
+                revealed["b" if kind == 1 else "s"].setdefault(int(target), {})[x] = int.from_bytes(bytes(share), "little")
+        surv = set(survivors)
+        need = [(c, "b", revealed["b"].get(c, {})) for c in survivors]
+        need += [(c, "s", revealed["s"].get(c, {})) for c in dropped if any(p in surv for p in keys[c]["peers"])]
+        short = [(c, kind, len(sh), keys[c]["t"]) for c, kind, sh in need if len(sh) < keys[c]["t"]]
+        if not short:
+            return revealed, None
+        c, kind, got, t = short[0]
+        return revealed, (f"only {got} of the {t} shares needed to recover client {c}'s "
+                          f"{'self-mask' if kind == 'b' else 'pairwise-mask key'} were returned")
+
+    def _refuse(self, res: ExecResult, masked: list[tuple[int, Reply]], round_: int, why: str) -> None:
+        """Discard the masked replies (never unmasked): their clients count as failed."""
+        self.account["refused_rounds"] += 1
+        log.warning("round %d: secure aggregation refused: %s", round_, why)
+        for _, r in masked:
+            res.failed.append(r.client_id)
+            res.errors[r.client_id] = f"round {round_}: secure aggregation refused: {why}"
+        res.replies = [r for r in res.replies if not isinstance(r.update, MaskedStats)]
+        res.failed.sort()
+
+    def _remove_masks(self, total: list[int], keys: Keys, survivors: list[int], dropped: list[int],
+                      revealed: dict[str, dict[int, dict[int, int]]], round_: int, attempt: int) -> list[int]:
+        """The survivors' self-masks and the masks they share with dropped clients, taken off ``total``."""
+        L = len(total)
+        for c in survivors:  # remove the self-masks PRG(b_u)
+            b = shamir_combine(revealed["b"][c], keys[c]["t"]).to_bytes(32, "little")
+            total = [a - m for a, m in zip(total, prg(b, L))]
+        self.transcript["revealed"] = {"b": sorted(survivors), "s": []}
+        surv = set(survivors)
+        for v in dropped:  # masks that survivors share with clients whose vector did not arrive
+            ups = [u for u in keys[v]["peers"] if u in surv]
+            if not ups:
+                continue
+            sk = sk_from_int(shamir_combine(revealed["s"][v], keys[v]["t"]))
+            if pk_bytes(sk) != bytes(keys[v]["s_pk"]):
+                raise RoundFailedError(f"round {round_}: secure aggregation: the key of client {v} reconstructed "
+                                       f"from its shares does not match its public key")
+            self.account["reconstructed_keys"] += 1
+            self.transcript["revealed"]["s"].append(v)
+            for u in ups:
+                m = prg(pair_seed(sk, bytes(keys[u]["s_pk"]), self._run, round_, attempt, v, u), L)
+                total = [(a - b) if u < v else (a + b) for a, b in zip(total, m)]
+                self.account["recovered_masks"] += 1
+        return total
+
+    @staticmethod
+    def _fill_withheld(res: ExecResult, round_: int) -> None:
+        """Withheld statistics count as zero, so that any aggregation that sums replies works."""
+        withheld = [k for k, r in enumerate(res.replies) if r.update is None]
+        if not withheld:
+            return
+        sent = next((r.update for r in res.replies if isinstance(r.update, Stats)), None)
+        if sent is None:
+            raise RoundFailedError(
+                f"round {round_}: every client withheld its statistics (privacy.min_samples_guard: a client sends "
+                f"L statistics only if its N_m samples of F features give N_m * F > L); use fewer clusters, "
+                f"fewer and larger clients, or turn the guard off")
+        zero = sent.zero()
+        for k in withheld:
+            r = res.replies[k]
+            res.replies[k] = Reply(r.client_id, zero, r.seconds, r.nbytes)
+
+    def report(self) -> dict[str, Any]:
+        acc = {**self.account, "rounds": list(self.account["rounds"]),
+               "disclosures": dict(self.account.get("disclosures", {}))}
+        cfg = self.cfg
+        acc["config"] = {"secure_aggregation": cfg.secure_aggregation, "mask_neighbors": cfg.mask_neighbors,
+                         "min_cohort": cfg.min_cohort, "secagg_threshold": cfg.secagg_threshold,
+                         "min_samples_guard": cfg.min_samples_guard, "min_cluster_count": cfg.min_cluster_count,
+                         "dp": None if cfg.dp is None else cfg.dp.model_dump()}
+        return {**self.inner.report(), "privacy": acc}
+
+    def restore(self, report: dict[str, Any]) -> None:
+        self.inner.restore(report)
+        acc = dict(report.get("privacy", {}))
+        acc.pop("config", None)
+        if acc:
+            self.account = {**new_account(), **acc}
+
+
+def secure_total(executor: Executor, privacy: Any, seed: int, tasks: dict[int, Task], round_: int) -> Stats:
+    """The total of ``tasks``' statistics through secure aggregation alone (no noise, no guard).
+
+    Used by the session for its set-up moments and plots. Raises
+    :class:`~fedray.core.errors.RoundFailedError` if it is refused (cohort too small) or fails.
+    """
+    cfg = privacy.model_copy(update={"dp": None, "min_samples_guard": False, "min_cluster_count": 0,
+                                     "secure_aggregation": True})
+    layer = PrivacyLayer(executor, cfg, seed)
+    res = layer.execute(round_, tasks, None)
+    if res.user_errors:
+        raise DataError(res.user_errors[min(res.user_errors)])
+    if len(res.replies) < len(tasks):
+        first = next(iter(res.errors.values()), "no reply")
+        raise RoundFailedError(f"secure sum: {len(tasks) - len(res.replies)} of {len(tasks)} clients did not answer: "
+                               f"{first.strip().splitlines()[-1] if first.strip() else first}")
+    return sum((r.update for r in res.replies[1:]), start=res.replies[0].update)
