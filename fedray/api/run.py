@@ -1,4 +1,4 @@
-"""TODO docstring."""
+"""One experiment from a configuration (:func:`run`), and continuing an interrupted one (:func:`resume`)."""
 from __future__ import annotations
 
 import logging

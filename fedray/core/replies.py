@@ -1,4 +1,5 @@
-"""TODO docstring."""
+"""Replies in columns: the transport of a round's replies (:class:`Replies`), which keeps the
+clients' packed outcomes as arrays and builds a :class:`~fedray.core.contract.Reply` only when read."""
 from __future__ import annotations
 
 from collections.abc import MutableSequence

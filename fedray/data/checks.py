@@ -1,4 +1,5 @@
-"""TODO docstring."""
+"""Checks of the clients' shards, from the per-client descriptions their hosts return: empty or
+non-finite shards, mismatched feature counts, values too large for float64 sums."""
 from __future__ import annotations
 
 from typing import Any

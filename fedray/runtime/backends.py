@@ -1,4 +1,4 @@
-"""TODO docstring."""
+"""The executor for a configured backend (``runtime.backend``: ``local`` or ``ray``)."""
 from __future__ import annotations
 
 from typing import Any

@@ -1,4 +1,4 @@
-"""TODO docstring."""
+"""The local runtime: every client in one in-process host, the reference for correctness and speed."""
 from __future__ import annotations
 
 from typing import Any

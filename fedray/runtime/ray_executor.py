@@ -1,17 +1,12 @@
-"""TODO docstring."""
+"""The Ray runtime: clients packed into Ray actors (:class:`fedray.actors.client_actor.ClientActor`).
+
+Actors are created in batches with the configured resources and placement; each call's shared
+input is one object in the object store; replies are collected with a deadline, late and dead
+actors are counted, and a restarted actor's shards are rebuilt. Also the cluster helpers that
+size the layout (CPUs, custom resources) and connect to Ray.
+"""
 from __future__ import annotations
 
-import logging
-
-from fedray.runtime.executor import (
-    ExecResult,
-    Executor,
-    collect_outcomes,
-    plan_shared,
-    sort_replies,
-)
-
-log = logging.getLogger(__name__)
 import math
 import time
 from collections import defaultdict
@@ -24,7 +19,16 @@ from fedray.core.contract import Task
 from fedray.core.errors import ConfigError, RoundFailedError
 from fedray.core.replies import Replies
 from fedray.data.federation import ClientSpec
+from fedray.runtime.executor import (
+    ExecResult,
+    Executor,
+    collect_outcomes,
+    plan_shared,
+    sort_replies,
+)
 from fedray.runtime.host import UniformTasks
+
+log = logging.getLogger(__name__)
 
 
 def ensure_ray(address: str | None = None, num_cpus: int | None = None, cfg: Any = None) -> bool:
