@@ -7,6 +7,7 @@ size the layout (CPUs, custom resources) and connect to Ray.
 """
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections import defaultdict
