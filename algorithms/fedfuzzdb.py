@@ -23,8 +23,11 @@ statistics and the pooled (non-federated) versions. Running it over a session's
 clients is :mod:`fedray.analysis.validation`.
 """
 from __future__ import annotations
+
 from typing import Any
+
 import numpy as np
+
 from fedray.core.contract import batched
 from fedray.core.errors import ConfigError, DataError
 from fedray.core.ops import (
@@ -139,12 +142,6 @@ def crisp_db_stats(payload: dict[str, Any], centers: np.ndarray, client: Any) ->
     return Stats(counts=np.bincount(labels, minlength=k).astype(np.float64),
                  spread=np.bincount(labels, weights=np.sqrt(d2) ** q, minlength=k),
                  **_count_entry(X.shape[0], payload, client))
-
-
-def moment_stats(payload: Any, shared: Any, client: Any) -> Stats:
-    """Column count, sums and sums of squares (for federated variances)."""
-    X = client.data.X
-    return Stats(n=np.array([float(X.shape[0])]), s=X.sum(axis=0), ss=(X * X).sum(axis=0))
 
 
 # --- server side -----------------------------------------------------------------

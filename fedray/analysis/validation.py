@@ -20,12 +20,19 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
-from fedray.algorithms.fedfuzzdb import (_centres, _check_qpm, crisp_db_from_stats, crisp_db_stats,
-                                        fuzzy_db_from_stats, fuzzy_db_stats, moment_stats)
+from fedray.algorithms.fedfuzzdb import (
+    _centres,
+    _check_qpm,
+    crisp_db_from_stats,
+    crisp_db_stats,
+    fuzzy_db_from_stats,
+    fuzzy_db_stats,
+)
 from fedray.core import calls
 from fedray.core.contract import Task
 from fedray.core.errors import DataError
 from fedray.core.stats import Stats
+from fedray.data.checks import column_moments
 
 if TYPE_CHECKING:  # pragma: no cover
     from fedray.api.session import Session
@@ -61,7 +68,7 @@ def federated_crisp_db(session: "Session", centers: np.ndarray, q: float = 1.0, 
 
 def federated_variance(session: "Session") -> np.ndarray:
     """Per-feature variance of the union (population variance), from per-client sums; shape (d,)."""
-    t = _sum_over_all(session, moment_stats, None, None)
+    t = _sum_over_all(session, column_moments, None, None)
     n = t["n"][0]
     mean = t["s"] / n
     return np.maximum(t["ss"] / n - mean ** 2, 0.0)

@@ -29,7 +29,7 @@ from fedray.core.errors import ConfigError, DataError
 from fedray.core.extras import requirements
 from fedray.core.registry import check_algorithm_class, get_algorithm, make_params
 from fedray.core.stats import Stats
-from fedray.data.checks import check_descriptions, check_magnitude
+from fedray.data.checks import check_descriptions, check_magnitude, column_moments
 from fedray.data.federation import Federation, build_federation, check_memory
 from fedray.layers.privacy import PrivacyLayer
 from fedray.layers.stack import build_stack, secure_layer
@@ -130,7 +130,7 @@ class Session:
         extreme reaches the server), and a box for the federation: ``privacy.feature_bounds`` if
         given, else mean +- 3 standard deviations (not the data's extremes)."""
         p = self.config.privacy
-        tasks = {c: Task(_moment_stats, None, None) for c in range(len(self.federation.specs))}
+        tasks = {c: Task(column_moments, None, None) for c in range(len(self.federation.specs))}
         if self._can_secure_sum():
             t = self._secure_layer().secure_sum(calls.setup("moments"), tasks)
         else:  # too few clients for a secure sum: per-client moments reach the server (counted)
@@ -385,12 +385,6 @@ class Session:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
-
-
-def _moment_stats(payload: Any, shared: Any, client: Any) -> Stats:
-    """Column sums and sums of squares of the client's shard (summed securely under privacy)."""
-    X = client.data.X
-    return Stats(s=X.sum(axis=0), ss=(X * X).sum(axis=0))
 
 
 def _bounds(bounds: list[tuple[float, float]], n_features: int) -> tuple[np.ndarray, np.ndarray]:

@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 
 from fedray.core.errors import DataError
+from fedray.core.stats import Stats
 
 
 def describe_shard(client_id: int, name: str, X: np.ndarray, y: np.ndarray | None, feature_names: Any = (),
@@ -65,3 +66,8 @@ def check_descriptions(desc: list[dict[str, Any]]) -> int:
     return int(dims[0])
 
 
+def column_moments(payload: Any, shared: Any, client: Any) -> Stats:
+    """A client function: the shard's row count ``n`` (1,), column sums ``s`` (d,) and sums of squares
+    ``ss`` (d,) — summed (securely under privacy) for the session's scaling and federated variances."""
+    X = client.data.X
+    return Stats(n=np.array([float(X.shape[0])]), s=X.sum(axis=0), ss=(X * X).sum(axis=0))

@@ -56,7 +56,14 @@ import torch
 from torch import nn
 
 from fedray.core.errors import ConfigError
-from fedray.nn.batch_plan import CPU_CHUNK, CPU_CLIENT_LIMIT, _schedule, activation_size, can_batch, clients_per_chunk
+from fedray.nn.batch_plan import (
+    CPU_CHUNK,
+    CPU_CLIENT_LIMIT,
+    _schedule,
+    activation_size,
+    can_batch,
+    clients_per_chunk,
+)
 from fedray.nn.stacked import _layers
 from fedray.nn.stacked_step import _run_steps, _stacked_step, _vmap_step
 from fedray.nn.train import tensor, torch_threads

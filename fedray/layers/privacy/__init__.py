@@ -108,7 +108,12 @@ Modules
 from __future__ import annotations
 
 from fedray.layers.privacy.accountant import new_account, privacy_summary, rdp_epsilon
-from fedray.layers.privacy.client import private_call, secagg_register, secagg_share_keys, secagg_unmask
+from fedray.layers.privacy.client import (
+    private_call,
+    secagg_register,
+    secagg_share_keys,
+    secagg_unmask,
+)
 from fedray.layers.privacy.codec import (
     ENTRY_BYTES,
     FRAC_BITS,
@@ -126,7 +131,13 @@ from fedray.layers.privacy.codec import (
 from fedray.layers.privacy.guards import CLUSTER_PAIRS, count_small_clusters
 from fedray.layers.privacy.keys import pair_seed
 from fedray.layers.privacy.layer import PrivacyLayer, mask_peers, secure_total
-from fedray.layers.privacy.shamir import PRIME, SHARE_BYTES, shamir_combine, shamir_split, threshold
+from fedray.layers.privacy.shamir import (
+    PRIME,
+    SHARE_BYTES,
+    shamir_combine,
+    shamir_split,
+    threshold,
+)
 
 __all__ = [
     "CLUSTER_PAIRS", "ENTRY_BYTES", "FRAC_BITS", "LIMIT", "MOD", "MOD_BITS", "PRIME", "SCALE", "SHARE_BYTES",

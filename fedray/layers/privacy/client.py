@@ -14,10 +14,25 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from fedray.core.errors import DataError
 from fedray.core.stats import Stats
 from fedray.layers.messages import Envelope
-from fedray.layers.privacy.codec import ENTRY_BYTES, LIMIT, MOD, MaskedStats, encode, layout_of, prg
+from fedray.layers.privacy.codec import (
+    ENTRY_BYTES,
+    LIMIT,
+    MOD,
+    MaskedStats,
+    encode,
+    layout_of,
+    prg,
+)
 from fedray.layers.privacy.dp import clip_and_noise, noise_rng
 from fedray.layers.privacy.guards import enough_samples, small_cluster_guard
-from fedray.layers.privacy.keys import CT_BYTES, long_key, pair_seed, pk_bytes, share_key, sk_int
+from fedray.layers.privacy.keys import (
+    CT_BYTES,
+    long_key,
+    pair_seed,
+    pk_bytes,
+    share_key,
+    sk_int,
+)
 from fedray.layers.privacy.shamir import SHARE_BYTES, shamir_split
 
 _KEEP_INSTANCES = 8  # protocol instances a client remembers (older ones are dropped)

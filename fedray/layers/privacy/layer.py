@@ -16,7 +16,12 @@ from fedray.core.sizes import nbytes_of
 from fedray.core.stats import Stats
 from fedray.layers.messages import Envelope
 from fedray.layers.privacy.accountant import new_account
-from fedray.layers.privacy.client import private_call, secagg_register, secagg_share_keys, secagg_unmask
+from fedray.layers.privacy.client import (
+    private_call,
+    secagg_register,
+    secagg_share_keys,
+    secagg_unmask,
+)
 from fedray.layers.privacy.codec import MOD, MaskedStats, decode, prg, template
 from fedray.layers.privacy.dp import noise_std, round_multiplier
 from fedray.layers.privacy.guards import count_small_clusters
