@@ -246,9 +246,10 @@ class CenterAlgorithm(Algorithm):
         if np.unique(C, axis=0).shape[0] < k:
             raise DataError(f"init 'kfed': only {np.unique(C, axis=0).shape[0]} distinct local centres for "
                             f"n_clusters={k}; use init='random-box' or fewer clusters")
-        if len(replies) < self.info.n_clients:
-            log.warning("init 'kfed': %d of %d clients never answered (init_retries=%d); the start uses the others",
-                        self.info.n_clients - len(replies), self.info.n_clients, self.params.init_retries)
+        missing = sorted(set(ctx.failed) | set(ctx.late))
+        if missing:
+            log.warning("init 'kfed': client(s) %s never answered (init_retries=%d); the start uses the other %d",
+                        missing[:20], self.params.init_retries, len(replies))
         self.centers = kmeans(C, k, ctx.rng(1), n_init=3, weights=w)
         self.initial_centers = self.centers.copy()
         self.phase = "train"
