@@ -14,7 +14,7 @@ from typing import Any
 
 from fedray.api.config import ExperimentConfig, make_config
 from fedray.api.results import Result
-from fedray.api.run import run
+from fedray.api.run import resume, run
 from fedray.api.session import Session
 from fedray.core.centers import CenterAlgorithm, CenterParams
 from fedray.core.contract import (
@@ -65,6 +65,6 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "Algorithm", "ArrayData", "CenterAlgorithm", "CenterParams", "ConfigError", "DataError", "EmptyClusterWarning",
     "ExperimentConfig", "FederationInfo", "FedrayError", "FedrayWarning", "Params", "Reply", "Result",
-    "RoundContext", "RoundFailedError", "Session", "Stats", "StatsBlock", "SupervisedAlgorithm", "SupervisedParams",
+    "RoundContext", "RoundFailedError", "Session", "resume", "Stats", "StatsBlock", "SupervisedAlgorithm", "SupervisedParams",
     "Task", "available_algorithms", "batched", "from_arrays", "make_config", "register", "run", "total",
 ]
