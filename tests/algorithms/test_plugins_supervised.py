@@ -18,7 +18,7 @@ from fedray.core.errors import ConfigError, SharedSamplesWarning
 from fedray.nn.supervised_client import ClientContext, client_round
 from fedray.nn.supervised import SupervisedAlgorithm
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 PLUGINS = REPO / "examples" / "plugins"
 FEDPROX = "examples.plugins.fedprox:FedProx"
 PERFEDAVG = "examples.plugins.perfedavg:PerFedAvg"
@@ -59,7 +59,7 @@ def _quiet():
 # --- FedProx: a loss hook -------------------------------------------------------------
 def test_fedprox_with_mu_zero_is_fedavg_bit_for_bit():
     # FedProx overrides client_loss, so it trains by the per-client loop; FedAvg's loop is the reference
-    # (with batched training FedAvg equals it within float rounding, tests/test_batched_training.py).
+    # (with batched training FedAvg equals it within float rounding, tests/nn/test_batched_training.py).
     with fedray.Session(_loop_cfg()) as s:
         fedavg = s.run()
         prox = s.run(FEDPROX, {**TRAIN, "mu": 0.0})

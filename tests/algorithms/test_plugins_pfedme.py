@@ -18,7 +18,7 @@ from fedray.nn.supervised_client import ClientContext
 
 from examples.plugins.pfedme import KEY, PFedMe
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 PFEDME = "examples.plugins.pfedme:PFedMe"
 ROTATED = {"dataset": "sklearn:digits", "partition": {"name": "rotated", "samples": [40, 80]}}
 TRAIN = {"model": "cnn8", "epochs": 2}
@@ -122,7 +122,7 @@ def test_beta_one_is_plain_averaging_and_beta_two_extrapolates():
 
 
 def test_ray_gives_the_same_bits_as_local(ray_session):
-    """Relies on the clients' processes importing ``examples`` (see tests/test_plugins_supervised.py)."""
+    """Relies on the clients' processes importing ``examples`` (see tests/algorithms/test_plugins_supervised.py)."""
     out = {}
     for backend in ("local", "ray"):
         with fedray.Session(_cfg(rounds=3, backend=backend)) as s:

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-import raynodes
+from tests import raynodes
 from fedray.runtime.connect import _translate, check_versions, probe, resolve_address
 from fedray.core.errors import ConfigError
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "clustered_fl.ipynb"
+NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "clustered_fl.ipynb"
 
 SMALL = """seed = 0
 n_clients = 16

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
+EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
 
 
 def _module(name):

@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "experiments" / "flacc_table.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "experiments" / "flacc_table.py"
 
 
 @pytest.fixture(scope="module")

@@ -14,9 +14,9 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from tests.test_notebook_outputs import executed_output_problems
+from tests.notebooks.test_notebook_outputs import executed_output_problems
 
-NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
+NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 
 OVERRIDES = {
     "quickstart": 'N_CLIENTS = 4\nBACKEND = "local"\nALPHA = 5.0',

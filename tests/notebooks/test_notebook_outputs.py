@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))
+NOTEBOOKS = sorted((Path(__file__).resolve().parents[2] / "notebooks").glob("*.ipynb"))
 ANSI = re.compile(r"\x1b\[")
 ABS_PATH = re.compile(r"(?<![\w.])/(home|root|work|tmp|Users|usr|opt|var|private|mnt|srv)/|\b[A-Za-z]:\\[\w .-]+\\")
 #: Warning text of any origin: Python's ``...Warning:``, logging's and Ray's ``WARNING``, lines Ray

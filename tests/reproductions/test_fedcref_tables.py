@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
-SCRIPT = Path(__file__).resolve().parents[1] / "experiments" / "fedcref_tables.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "experiments" / "fedcref_tables.py"
 
 
 def _main():

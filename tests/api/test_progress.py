@@ -82,7 +82,7 @@ def _cap_warnings(caplog) -> list[str]:
     {"name": "kmeans", "params": {"tol": 1e-300, "max_rounds": 50}},
     {"name": "fedkmeans", "params": {"max_rounds": 50}},
     {"name": "federated-fcm", "params": {"tol": 1e-300, "max_rounds": 50, "init": "random-box"}},
-    {"name": "tests.test_progress:Forever"},
+    {"name": "tests.api.test_progress:Forever"},
 ])
 def test_the_cap_ends_any_run_with_one_warning_line_and_its_stop_reason(algorithm, caplog, tmp_path):
     with caplog.at_level("WARNING", logger="fedray"):
@@ -96,7 +96,7 @@ def test_the_cap_ends_any_run_with_one_warning_line_and_its_stop_reason(algorith
 
 def test_a_plugin_without_a_budget_is_capped_at_100_rounds_and_says_so(caplog):
     with caplog.at_level("WARNING", logger="fedray"):
-        res = fedray.run(algorithm={"name": "tests.test_progress:Forever"}, federation={"n_clients": 2},
+        res = fedray.run(algorithm={"name": "tests.api.test_progress:Forever"}, federation={"n_clients": 2},
                          runtime={"backend": "local", "progress": False}, output=False)
     assert res.summary["rounds"] == 100 and res.summary["round_cap"] == 100
     assert res.summary["stop_reason"] == "round cap" and len(_cap_warnings(caplog)) == 1

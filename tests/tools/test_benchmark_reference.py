@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-HERE = Path(__file__).resolve().parents[1] / "benchmarks" / "round_overhead.py"
+HERE = Path(__file__).resolve().parents[2] / "benchmarks" / "round_overhead.py"
 
 
 @pytest.fixture(scope="module")

@@ -121,11 +121,11 @@ def test_every_figure_uses_the_shared_style(name):
 def test_drawing_leaves_pyplot_and_rc_params_alone():
     """Figures are built without pyplot (nothing left open, no backend switched) and the style is not global."""
     code = ("import matplotlib; b = matplotlib.get_backend(); rc = dict(matplotlib.rcParams)\n"
-            "import tests.test_plots as t; t._figures()\n"
+            "import tests.plots.test_plots as t; t._figures()\n"
             "import matplotlib.pyplot as plt\n"
             "assert plt.get_fignums() == [], plt.get_fignums()\n"
             "assert matplotlib.rcParams['font.size'] == rc['font.size'] and matplotlib.get_backend() == b\n")
-    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[1])
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[2])
 
 
 def test_saved_pngs_are_written(tmp_path):

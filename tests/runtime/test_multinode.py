@@ -40,7 +40,7 @@ import pytest
 
 import fedray
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 CONFIG = {
     "seed": 7,
@@ -157,7 +157,7 @@ def _local_run(cfg: dict, plugin_folder: Path):
 
 @pytest.mark.slow
 def test_worker_without_fedray_runs_kmeans_and_a_plugin_bit_for_bit():
-    import raynodes
+    from tests import raynodes
 
     t0 = time.monotonic()
     python2 = raynodes.worker_venv()

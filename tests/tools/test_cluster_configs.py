@@ -14,7 +14,7 @@ from fedray.tools.cli import main
 from fedray.tools.cluster import validate, validate_file
 from fedray.core.errors import ConfigError
 
-FOLDER = Path(__file__).resolve().parents[1] / "cluster_configs"
+FOLDER = Path(__file__).resolve().parents[2] / "cluster_configs"
 FILES = sorted(FOLDER.glob("*.yaml"))
 LAUNCHER = [f for f in FILES if "provider" in yaml.safe_load(f.read_text())]
 

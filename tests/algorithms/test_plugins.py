@@ -25,7 +25,7 @@ import pytest
 import fedray
 from fedray.core.errors import ConfigError
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 TOY = textwrap.dedent('''
     """A federated mean and variance, overriding only the required hooks."""
