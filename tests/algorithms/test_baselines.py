@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 import fedray
-from fedray.core.metrics import cluster_metrics
-from fedray.core.ops import cosine_similarities, weighted_average
 from fedray.algorithms.baselines import bipartition, cluster_updates
 from fedray.core.errors import ConfigError
+from fedray.core.metrics import cluster_metrics
+from fedray.core.ops import cosine_similarities, weighted_average
 
 ROTATED = {"dataset": "sklearn:digits", "partition": {"name": "rotated", "samples": [40, 60]}}
 

@@ -6,8 +6,8 @@ import warnings
 import numpy as np
 import pytest
 
-from fedray.core.errors import ConfigError, DataError, SharedSamplesWarning
 from fedray.api.session import Session
+from fedray.core.errors import ConfigError, DataError, SharedSamplesWarning
 
 TINY = {"hidden": [16, 8], "local_epochs": 2, "fed_rounds": 2, "max_iterations": 2, "batch_size": 32}
 
@@ -38,7 +38,7 @@ def test_client_with_fewer_samples_than_local_clusters_is_a_clear_error():
 def test_class_subsets_federation_gives_each_client_its_classes():
     with _session(n_clients=5, S=20, classes=(2, 4)) as s:
         host = s.executor.host
-        for cid, c in host.clients.items():
+        for c in host.clients.values():
             classes = sorted(np.unique(c.labels).tolist())
             assert classes == c.meta["classes"] and 2 <= len(classes) <= 4
             assert np.bincount(c.labels)[classes].tolist() == [20] * len(classes)

@@ -6,8 +6,16 @@ import sys
 import numpy as np
 import pytest
 
-from fedray.algorithms.fedcref_rules import (align_labels, association_quality, association_statistic, communities,
-                                             global_stop, link_clusters, refine_labels, stability)
+from fedray.algorithms.fedcref_rules import (
+    align_labels,
+    association_quality,
+    association_statistic,
+    communities,
+    global_stop,
+    link_clusters,
+    refine_labels,
+    stability,
+)
 from fedray.core.errors import ConfigError
 
 

@@ -5,10 +5,10 @@ import numpy as np
 import pytest
 
 import fedray
-from fedray.data.scenarios import MOTIVATIONAL_CENTERS
+from fedray.analysis.validation import center_distances
 from fedray.core.errors import ConfigError, DataError
 from fedray.core.ops import fcm
-from fedray.analysis.validation import center_distances
+from fedray.data.scenarios import MOTIVATIONAL_CENTERS
 
 MOTIVATIONAL = {"dataset": "scenario:stallmann-motivational"}
 LOCAL = {"backend": "local", "progress": False}

@@ -6,8 +6,8 @@ import pytest
 
 import fedray
 from fedray.algorithms.fedkmeans import client_minibatch_kmeans
-from fedray.data import load_dataset
 from fedray.core.errors import ConfigError
+from fedray.data import load_dataset
 from fedray.loop.server import Server
 
 

@@ -9,8 +9,8 @@ import pytest
 import fedray
 from fedray.algorithms.flacc import merge_table
 from fedray.api.config import make_config
-from fedray.core.errors import ConfigError, SharedSamplesWarning
 from fedray.api.session import Session
+from fedray.core.errors import ConfigError, SharedSamplesWarning
 
 TRAIN = {"epochs": 5, "lr": 0.1, "batch_size": 32, "eval_every": 4}
 # A small federation merges its few entities within a few rounds, while all updates still share the

@@ -25,8 +25,8 @@ def test_one_shot_recovers_heterogeneous_blobs():
 
 
 def test_server_clusters_exactly_the_local_centres():
-    from fedray.core.contract import Task
     from fedray.core.centers import local_centers
+    from fedray.core.contract import Task
     from fedray.core.ops import kmeans
     from fedray.core.seeding import server_rng
 

@@ -6,8 +6,8 @@ import pytest
 from sklearn.cluster import KMeans
 
 import fedray
-from fedray.data import load_dataset
 from fedray.core.errors import EmptyClusterWarning
+from fedray.data import load_dataset
 
 
 def _union(session):

@@ -13,10 +13,9 @@ import numpy as np
 import pytest
 
 import fedray
+from examples.plugins.pfedme import KEY, PFedMe
 from fedray.core.errors import ConfigError, SharedSamplesWarning
 from fedray.nn.supervised_client import ClientContext
-
-from examples.plugins.pfedme import KEY, PFedMe
 
 REPO = Path(__file__).resolve().parents[2]
 PFEDME = "examples.plugins.pfedme:PFedMe"

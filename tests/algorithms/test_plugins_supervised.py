@@ -15,8 +15,8 @@ import pytest
 
 import fedray
 from fedray.core.errors import ConfigError, SharedSamplesWarning
-from fedray.nn.supervised_client import ClientContext, client_round
 from fedray.nn.supervised import SupervisedAlgorithm
+from fedray.nn.supervised_client import ClientContext, client_round
 
 REPO = Path(__file__).resolve().parents[2]
 PLUGINS = REPO / "examples" / "plugins"

@@ -10,8 +10,16 @@ from sklearn.datasets import load_iris, make_blobs
 from sklearn.utils.estimator_checks import check_estimator, parametrize_with_checks
 
 import fedray
+from fedray.analysis.estimators import (
+    ESTIMATORS,
+    EXPECTED_FAILED_CHECKS,
+    KFED,
+    FederatedFuzzyCMeans,
+    FederatedKMeans,
+    FederatedMiniBatchKMeans,
+    FedFCM,
+)
 from fedray.core.errors import ConfigError, DataError
-from fedray.analysis.estimators import EXPECTED_FAILED_CHECKS, ESTIMATORS, KFED, FedFCM, FederatedFuzzyCMeans, FederatedKMeans, FederatedMiniBatchKMeans
 
 X_BLOBS, Y_BLOBS = make_blobs(600, n_features=4, centers=5, cluster_std=2.5, random_state=1)
 X_IRIS, Y_IRIS = load_iris(return_X_y=True)

@@ -8,8 +8,8 @@ import pandas as pd
 import pytest
 
 import fedray
-from fedray.core.errors import ConfigError, DataError
 from fedray.analysis.kselect import central_curve, choose_k, select_k
+from fedray.core.errors import ConfigError, DataError
 
 LOCAL = {"backend": "local", "progress": False}
 MOTIVATIONAL = {"algorithm": {"name": "fedfcm"}, "data": {"dataset": "scenario:stallmann-motivational"},

@@ -10,9 +10,9 @@ import pandas as pd
 import psutil
 import pytest
 
-from fedray.tools.cli import main
-from fedray.core.errors import ConfigError
 from fedray.analysis.sweep import PeakMemory, expand_grid, parse_grid, sweep
+from fedray.core.errors import ConfigError
+from fedray.tools.cli import main
 
 BASE = {
     "seed": 3,

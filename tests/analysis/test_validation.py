@@ -6,16 +6,27 @@ import pytest
 from sklearn.metrics import davies_bouldin_score
 
 import fedray
+from fedray.analysis.validation import (
+    MASK_MODULUS,
+    center_distances,
+    crisp_davies_bouldin,
+    federated_crisp_db,
+    federated_fuzzy_db,
+    federated_variance,
+    fuzzy_davies_bouldin,
+    fuzzy_db_stats,
+    knowledge_gap,
+    total_count,
+)
 from fedray.core.errors import ConfigError, DataError
 from fedray.core.ops import assign, fcm_memberships, lloyd
-from fedray.analysis.validation import MASK_MODULUS, center_distances, crisp_davies_bouldin, federated_crisp_db, federated_fuzzy_db, federated_variance, fuzzy_davies_bouldin, fuzzy_db_stats, knowledge_gap, total_count
 
 LOCAL = {"backend": "local", "progress": False}
 
 
 def _naive_fuzzy_db(X, C, m=2.0, q=1.0, p=2.0):
     """Eqs. (7)-(13) written out loop by loop."""
-    N, K = X.shape[0], C.shape[0]
+    K = C.shape[0]
     U = fcm_memberships(X, C, m)
     S = [U[:, i].mean() * np.mean(np.linalg.norm(X - C[i], axis=1) ** q) ** (1 / q) for i in range(K)]
     R = []

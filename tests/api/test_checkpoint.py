@@ -3,7 +3,6 @@ the run that was not interrupted (centres, history, failures, messages, client s
 from __future__ import annotations
 
 import json
-
 import logging
 from pathlib import Path
 from unittest import mock
@@ -13,14 +12,14 @@ import pandas as pd
 import pytest
 
 import fedray
+from fedray.algorithms.kmeans import FederatedKMeans, lloyd_stats
 from fedray.api import checkpoint
 from fedray.api import run as run_api
-from fedray.core.contract import Task
-from fedray.algorithms.kmeans import FederatedKMeans, lloyd_stats
-from fedray.tools.cli import main
-from fedray.core.errors import ConfigError
 from fedray.api.session import Session
+from fedray.core.contract import Task
+from fedray.core.errors import ConfigError
 from fedray.core.stats import Stats, total
+from fedray.tools.cli import main
 
 BASE = dict(algorithm={"name": "kmeans", "params": {"n_clusters": 3, "init": "random-box", "tol": 1e-12,
                                                      "max_rounds": 9}},

@@ -6,11 +6,11 @@ import pandas as pd
 import pytest
 
 import fedray
-from fedray.tools.cli import main
-from fedray.runtime.host import ClientHost
-from fedray.data import ClientSpec
 from fedray.core.errors import ConfigError, DataError
+from fedray.data import ClientSpec
 from fedray.data.checks import check_descriptions
+from fedray.runtime.host import ClientHost
+from fedray.tools.cli import main
 
 LOCAL = {"backend": "local"}
 

@@ -134,8 +134,8 @@ PLUGINS = ("examples.plugins.fedprox:FedProx", "examples.plugins.kmedians:Federa
 def test_describe_works_for_every_listed_name():
     from fedray.core.registry import available_algorithms
     from fedray.data import available_datasets, available_partitions
-    from fedray.tools.describe import SECTIONS, describable_names, describe
     from fedray.nn import available_models
+    from fedray.tools.describe import SECTIONS, describable_names, describe
 
     names = describable_names()
     assert set(names) >= {*available_algorithms(), *available_partitions(), *SECTIONS, "config", "blobs",
@@ -156,7 +156,7 @@ def test_every_parameter_of_every_name_has_a_meaning(name):
     """Each field of each algorithm's Params, each partition, federation and data-set option and each
     configuration key has a one-line meaning, and `describe` shows it."""
     from fedray.core.registry import available_algorithms
-    from fedray.tools.describe import describable_names, description, describe
+    from fedray.tools.describe import describable_names, describe, description
 
     # Classes other tests registered in this process (toy plug-ins) are not the project's names.
     foreign = {n for n, cls in available_algorithms().items() if not cls.__module__.startswith("fedray.")}
@@ -254,8 +254,8 @@ def test_a_shared_samples_note_is_one_warning_and_no_log_line(caplog, partition)
     """With -v (INFO logs) the note that clients share samples still appears once: as the warning."""
     import warnings
 
-    from fedray.data.federation import build_federation
     from fedray.core.errors import SharedSamplesWarning
+    from fedray.data.federation import build_federation
 
     cfg = fedray.make_config(data={"dataset": "sklearn:digits", "partition": partition},
                              federation={"n_clients": 20}, runtime={"backend": "local"})
@@ -282,8 +282,8 @@ def test_verbosity_is_accepted_before_and_after_the_command():
                                         ("scenario:nope", "choose one of scenario:stallmann-motivational"),
                                         ("sklearn:foo", "choose one of sklearn:iris")])
 def test_describe_refuses_hostile_names_in_one_short_line(name, says):
-    from fedray.tools.describe import describe
     from fedray.core.errors import ConfigError
+    from fedray.tools.describe import describe
 
     with pytest.raises(ConfigError) as err:
         describe(name)

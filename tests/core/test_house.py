@@ -19,7 +19,7 @@ from __future__ import annotations
 import ast
 from collections import deque
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -86,7 +86,7 @@ class Module:
     n_lines: int
 
 
-@lru_cache(maxsize=None)
+@cache
 def modules() -> dict[str, Module]:
     found = {}
     for package, root in ROOTS.items():
@@ -159,7 +159,7 @@ class _ImportReader(ast.NodeVisitor):
             self._add(node, target, written + alias.name if written.endswith(".") else f"{written}.{alias.name}")
 
 
-@lru_cache(maxsize=None)
+@cache
 def imports() -> tuple[Import, ...]:
     found: list[Import] = []
     for module in modules().values():

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 import fedray
-from fedray.core.replies import Replies, reply_columns
 from fedray.core.contract import Reply
+from fedray.core.replies import Replies, reply_columns
 from fedray.core.stats import StatsBlock
 
 

@@ -126,7 +126,7 @@ def test_ray_sends_each_shard_once_through_its_own_object_ref(ray_session):
         refs = [sp.source["shard"] for sp in specs]
         assert all(isinstance(r, ray.ObjectRef) for r in refs) and len({r.hex() for r in refs}) == 3
         held = s.executor.gather_data()
-        for sp, ref, (cid, X, y) in zip(specs, refs, held):
+        for sp, ref, (_, X, y) in zip(specs, refs, held):
             rows = SITES == sp.name
             Xr, yr = ray.get(ref)
             np.testing.assert_array_equal(Xr, X_IRIS[rows])  # only this client's rows travel in its object

@@ -6,10 +6,10 @@ import pandas as pd
 import pytest
 
 import fedray
-from fedray.runtime.host import ClientHost
 from fedray.api.config import DataConfig
-from fedray.data import build_federation, load_dataset, materialize, partition_indices
 from fedray.core.errors import ConfigError
+from fedray.data import build_federation, load_dataset, materialize, partition_indices
+from fedray.runtime.host import ClientHost
 
 
 @pytest.mark.parametrize("name,opts", [("iid", {}), ("iid", {"stratified": True}), ("dirichlet", {"alpha": 0.3}),

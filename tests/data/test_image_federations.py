@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from fedray.api.config import make_config
+from fedray.core.errors import ConfigError, SharedSamplesWarning
 from fedray.data.datasets import load_dataset
 from fedray.data.federation import build_federation, materialize
-from fedray.core.errors import ConfigError, SharedSamplesWarning
 
 
 def _fed(partition: dict, n_clients: int = 20, seed: int = 0, dataset: str = "sklearn:digits", data_dir=None):

@@ -95,9 +95,9 @@ def test_too_few_answers_retry_then_fail_with_a_clear_message():
 
 def test_crashed_client_loses_its_state():
     from fedray.core.contract import Task
-    from fedray.runtime.host import ClientHost
     from fedray.data import ClientSpec
     from fedray.layers.faults import crash_client
+    from fedray.runtime.host import ClientHost
 
     host = ClientHost([ClientSpec(0, {"kind": "blobs", "seed": 0, "alpha": None, "n_centers": 2, "n_features": 2,
                                       "points_per_client": 5, "cluster_std": 1.0, "center_box": (-5, 5)}, None)],

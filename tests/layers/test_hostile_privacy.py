@@ -13,13 +13,13 @@ import pandas as pd
 import pytest
 
 import fedray
+from fedray.api.session import Session
 from fedray.core.contract import Task
 from fedray.core.errors import ConfigError, RoundFailedError
+from fedray.core.seeding import client_rng
+from fedray.core.stats import Stats
 from fedray.layers.messages import find_own_rows
 from fedray.layers.privacy import MOD, PrivacyLayer, decode
-from fedray.core.seeding import client_rng
-from fedray.api.session import Session
-from fedray.core.stats import Stats
 
 LOCAL = {"backend": "local"}
 START = [[-6.0, -6.0], [-6.0, 6.0], [6.0, -6.0], [6.0, 6.0]]

@@ -10,11 +10,11 @@ import pandas as pd
 import pytest
 
 import fedray
-from fedray.core.registry import available_algorithms
-from fedray.core.errors import RoundFailedError
-from fedray.layers.messages import find_own_rows
 from fedray.api.session import Session
+from fedray.core.errors import RoundFailedError
+from fedray.core.registry import available_algorithms
 from fedray.core.stats import Stats
+from fedray.layers.messages import find_own_rows
 
 # Small settings for every algorithm's parameters that exist (others keep their defaults).
 SMALL = {"n_clusters": 3, "max_rounds": 3, "epochs": 1, "local_epochs": 1, "fed_rounds": 1, "max_iterations": 1,
@@ -107,8 +107,8 @@ def test_log_lists_every_message_with_shapes_and_bytes_matching_the_history(tmp_
 
 def test_default_run_adds_no_layer():
     """Without faults, privacy or a log, the server talks to the bare executor (no per-round cost)."""
-    from fedray.runtime.executor import ExecutorWrapper
     from fedray.loop.server import Server
+    from fedray.runtime.executor import ExecutorWrapper
 
     seen = []
     orig = Server.__init__

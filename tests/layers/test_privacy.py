@@ -11,8 +11,8 @@ import pytest
 
 import fedray
 from fedray.core.errors import ConfigError
-from fedray.layers.privacy import MOD, SCALE, MaskedStats, decode, mask_peers, rdp_epsilon
 from fedray.core.stats import Stats
+from fedray.layers.privacy import MOD, SCALE, MaskedStats, decode, mask_peers, rdp_epsilon
 
 LOCAL = {"backend": "local"}
 # An explicit start: under privacy the random box comes from secure moments, not clients' extremes.

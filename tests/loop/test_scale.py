@@ -16,15 +16,15 @@ import numpy as np
 import pandas as pd
 
 import fedray
-from fedray.core.contract import Task
 from fedray.algorithms.kmeans import lloyd_stats
 from fedray.api.config import DataConfig
+from fedray.core.contract import Task
+from fedray.core.seeding import sample_clients
 from fedray.data import federation as fed_mod
 from fedray.data.federation import build_federation
+from fedray.loop.server import Server
 from fedray.runtime.local import LocalExecutor
 from fedray.runtime.ray_executor import resolve_layout
-from fedray.core.seeding import sample_clients
-from fedray.loop.server import Server
 
 
 class _Spy:

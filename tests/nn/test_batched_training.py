@@ -260,10 +260,10 @@ def test_fedcref_autoencoders_train_batched_as_client_by_client(spy):
     import copy
     import warnings
 
-    from fedray.core.contract import Task
     from fedray.algorithms import fedcref_client as fc
-    from fedray.core.errors import SharedSamplesWarning
     from fedray.api.session import Session
+    from fedray.core.contract import Task
+    from fedray.core.errors import SharedSamplesWarning
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", SharedSamplesWarning)

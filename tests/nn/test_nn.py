@@ -12,8 +12,18 @@ from fedray.core.errors import ConfigError
 from fedray.nn import check_model, model_spec, resolve_model_name
 from fedray.nn.models import build_model, n_parameters
 from fedray.nn.split import client_split, split_rows
-from fedray.nn.train import (default_threads, evaluate, fit, get_flat, initial_weights, model_for, resolve_device,
-                             set_flat, torch_threads, train)
+from fedray.nn.train import (
+    default_threads,
+    evaluate,
+    fit,
+    get_flat,
+    initial_weights,
+    model_for,
+    resolve_device,
+    set_flat,
+    torch_threads,
+    train,
+)
 
 
 def _digits(n: int = 1000) -> tuple[np.ndarray, np.ndarray]:

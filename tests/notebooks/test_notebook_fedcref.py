@@ -1,7 +1,6 @@
 """The FedCRef notebook runs end to end with small parameters and shows its table and plots."""
 from __future__ import annotations
 
-
 SMALL = ('dataset = "sklearn:digits"\ndata_dir = None\nn_clients = 4\nsamples_per_class = 25\n'
          'classes = [2, 3]\ndirtiness = 0.3\nseed = 1\n'
          'params = {"hidden": [16, 8], "local_epochs": 5, "batch_size": 8, "fed_rounds": 2, '

@@ -17,9 +17,10 @@ from matplotlib.figure import Figure
 from matplotlib.patches import FancyBboxPatch
 from matplotlib.text import Text
 
-from fedray.plots import cfl as plots_cfl, style as plots
 from fedray.analysis.kselect import KSelection, k_selection_figure, plot_k_selection
 from fedray.analysis.sweep import plot_sweep, sweep_figure
+from fedray.plots import cfl as plots_cfl
+from fedray.plots import style as plots
 
 
 # --- synthetic inputs ----------------------------------------------------------------

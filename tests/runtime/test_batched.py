@@ -9,10 +9,10 @@ import pytest
 
 import fedray
 from fedray.core.contract import Task, batched
-from fedray.runtime.host import ClientHost
-from fedray.data.federation import ClientSpec
 from fedray.core.errors import DataError
 from fedray.core.stats import Stats
+from fedray.data.federation import ClientSpec
+from fedray.runtime.host import ClientHost
 
 BASE = dict(data={"dataset": "sklearn:wine", "scale": "standard", "partition": {"name": "dirichlet", "alpha": 0.5}},
             federation={"n_clients": 9, "rounds": 5}, seed=3)
@@ -91,7 +91,7 @@ def test_client_batch_rows_offsets_and_owner_match_each_clients_shard():
         np.testing.assert_array_equal(b.X[b.offsets[pos]:b.offsets[pos + 1]], host.clients[cid].data.X)
         assert (b.owner[b.offsets[pos]:b.offsets[pos + 1]] == pos).all()
     with pytest.raises(AttributeError):
-        b.clients[0].labels
+        _ = b.clients[0].labels
 
 
 def test_scaling_in_place_on_the_block_gives_the_same_shards():
@@ -110,9 +110,9 @@ def test_batched_rejects_a_non_function():
 
 # --- the batched forms of the statistics algorithms and the evaluation passes --------------------------------
 def _forms():
-    from fedray.core import centers
-    from fedray.analysis import validation
     from fedray.algorithms import fcm, fedkmeans, kmeans
+    from fedray.analysis import validation
+    from fedray.core import centers
 
     return {"lloyd_stats": kmeans.lloyd_stats, "fcm_stats": fcm.fcm_stats,
             "client_minibatch_kmeans": fedkmeans.client_minibatch_kmeans,
@@ -203,8 +203,8 @@ def test_batched_form_on_a_host_equals_the_plain_function_client_by_client(name,
 
 
 def test_a_stats_block_reply_becomes_one_packed_message_and_per_client_updates():
-    from fedray.runtime.host import PackedOutcomes
     from fedray.core.stats import StatsBlock
+    from fedray.runtime.host import PackedOutcomes
 
     @batched(lambda payloads, shared, batch: StatsBlock(n=batch.sizes.astype(float), s=np.ones((len(batch), 2))))
     def fn(payload, shared, client):

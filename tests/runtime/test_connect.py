@@ -26,9 +26,9 @@ from pathlib import Path
 
 import pytest
 
-from tests import raynodes
-from fedray.runtime.connect import _translate, check_versions, probe, resolve_address
 from fedray.core.errors import ConfigError
+from fedray.runtime.connect import _translate, check_versions, probe, resolve_address
+from tests import raynodes
 
 
 def _fedray(args: list[str], env: dict, cwd: Path, timeout: float = 240) -> subprocess.CompletedProcess:

@@ -72,8 +72,8 @@ def test_client_actors_import_torch_early_for_neural_methods_and_never_for_clust
     first round); a clustering session leaves torch out of its actors until a neural run asks."""
     import warnings
 
-    from fedray.core.errors import SharedSamplesWarning
     from fedray.api.session import Session
+    from fedray.core.errors import SharedSamplesWarning
 
     data = {"dataset": "sklearn:digits", "partition": {"name": "rotated", "samples": [30, 40]}}
     base = dict(data=data, federation={"n_clients": 4, "rounds": 1}, runtime={"backend": "ray", "progress": False})

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from fedray.core.errors import ConfigError
 from fedray.tools.cli import main
 from fedray.tools.cluster import validate, validate_file
-from fedray.core.errors import ConfigError
 
 FOLDER = Path(__file__).resolve().parents[2] / "cluster_configs"
 FILES = sorted(FOLDER.glob("*.yaml"))
