@@ -56,8 +56,8 @@ def run_flower(spec: dict[str, Any]) -> dict[str, Any]:
     from flwr.serverapp import Grid, ServerApp
     from flwr.simulation import run_simulation
 
-    from fedray.data.federation import ClientSpec, materialize
     from fedray.core.ops import assign, cluster_sums
+    from fedray.data.federation import ClientSpec, materialize
 
     n_clients, rounds, k = int(spec["clients"]), int(spec["rounds"]), int(spec["k"])
     source = _source(int(spec["points"]), int(spec["features"]), k, int(spec["seed"]))

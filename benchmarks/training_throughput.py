@@ -49,7 +49,7 @@ def uptime() -> str:
     try:
         return subprocess.run(["uptime"], capture_output=True, text=True, check=False).stdout.strip()
     except OSError:
-        return "load average: %.2f, %.2f, %.2f" % os.getloadavg()
+        return "load average: {:.2f}, {:.2f}, {:.2f}".format(*os.getloadavg())
 
 
 def kernel(model_name: str, mode: str, args: argparse.Namespace) -> dict[str, Any]:

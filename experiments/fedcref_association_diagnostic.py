@@ -35,13 +35,18 @@ import numpy as np
 import pandas as pd
 
 from fedray.algorithms.fedcref_client import initial_labels
-from fedray.algorithms.fedcref_rules import (NORMALISATIONS, association_quality, association_statistic,
-                                             communities, link_clusters)
+from fedray.algorithms.fedcref_rules import (
+    NORMALISATIONS,
+    association_quality,
+    association_statistic,
+    communities,
+    link_clusters,
+)
+from fedray.core.seeding import client_rng, data_rng
 from fedray.data.datasets import load_dataset
 from fedray.data.fedcref_federations import class_subsets_indices
 from fedray.nn.autoencoder import ae_for, errors_matrix, initial_ae_weights, train_autoencoder
 from fedray.nn.train import get_flat, set_flat, torch_threads
-from fedray.core.seeding import client_rng, data_rng
 
 log = logging.getLogger("fedcref_diagnostic")
 
@@ -79,7 +84,7 @@ def statistics(b: dict[str, Any], percentile: float, normalisation: str) -> np.n
     owner = b["owner"]
     M = len(owner)
     S = np.full((M, M), np.nan)
-    for cid, ((X, _, lab), E) in enumerate(zip(b["clients"], b["E"])):
+    for cid, ((_, _, lab), E) in enumerate(zip(b["clients"], b["E"])):
         own = np.flatnonzero(owner == cid)
         for p, i in enumerate(own):
             rows = lab == p

@@ -38,12 +38,12 @@ import numpy as np
 import pandas as pd
 
 from fedray.algorithms.fedcref_rules import refine_labels
+from fedray.core.metrics import acc_from_table, contingency
+from fedray.core.seeding import client_rng, data_rng
 from fedray.data.datasets import load_dataset
 from fedray.data.fedcref_federations import class_subsets_indices
-from fedray.core.metrics import acc_from_table, contingency
 from fedray.nn.autoencoder import ae_for, errors_matrix, initial_ae_weights, train_autoencoder
 from fedray.nn.train import get_flat, set_flat, torch_threads
-from fedray.core.seeding import client_rng, data_rng
 
 log = logging.getLogger("fedcref_ceiling")
 

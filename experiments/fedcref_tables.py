@@ -33,8 +33,8 @@ from typing import Any
 import pandas as pd
 
 from fedray.algorithms.fedcref_report import central_baseline, plot_community_graph, plot_curves
-from fedray.core.errors import SharedSamplesWarning
 from fedray.api.session import Session
+from fedray.core.errors import SharedSamplesWarning
 
 log = logging.getLogger("fedcref_tables")
 
@@ -102,7 +102,7 @@ def summarize(df: pd.DataFrame) -> str:
                   "wrong assoc. % start → end | isolated start → end | classes covered start → end | pure communities (end) |",
                   "|---|---|---|---|---|---|---|---|---|---|"]
         for (setting, variant), g in d.groupby(["setting", "variant"], sort=False):
-            def ms(col: str, fmt: str = "{:.3f}") -> str:
+            def ms(col: str, fmt: str = "{:.3f}", g: pd.DataFrame = g) -> str:
                 v = pd.to_numeric(g[col], errors="coerce").dropna() if col in g else pd.Series(dtype=float)
                 if v.empty:
                     return "—"

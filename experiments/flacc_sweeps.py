@@ -40,8 +40,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from fedray.core.metrics import ari_from_table, contingency
 from fedray.api.session import Session
+from fedray.core.metrics import ari_from_table, contingency
 
 log = logging.getLogger("flacc_sweeps")
 N_GROUPS = {"rotated": 4, "grouped": 5, "label-swapped": 5, "grouped+rotated": 4}
@@ -101,7 +101,10 @@ def run(args: argparse.Namespace) -> pd.DataFrame:
     out.mkdir(parents=True, exist_ok=True)
     path = out / "results.csv"
     runs = pd.read_csv(path) if path.exists() else pd.DataFrame()
-    key = (lambda r: (r["federation"], int(r["seed"]), str(r["value"])))
+
+    def key(r: pd.Series) -> tuple[str, int, str]:
+        return r["federation"], int(r["seed"]), str(r["value"])
+
     done = {key(r) for _, r in runs.iterrows()} if len(runs) else set()
     train = {"epochs": args.epochs, "lr": 0.1, "batch_size": 32, "eval_every": args.eval_every, "model": "auto"}
     for fed in args.federations:

@@ -42,8 +42,8 @@ import pandas as pd
 
 import fedray
 from fedray.algorithms.flacc import plot_accuracy, plot_clusters
-from fedray.core.errors import SharedSamplesWarning
 from fedray.api.session import Session
+from fedray.core.errors import SharedSamplesWarning
 
 log = logging.getLogger("flacc_table")
 

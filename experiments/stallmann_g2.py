@@ -27,11 +27,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from fedray.analysis.kselect import central_curve, choose_k, select_k
+from fedray.analysis.validation import knowledge_gap
+from fedray.api.session import Session
 from fedray.data import load_dataset
 from fedray.data.scenarios import g2_config
-from fedray.analysis.kselect import central_curve, choose_k, select_k
-from fedray.api.session import Session
-from fedray.analysis.validation import knowledge_gap
 
 log = logging.getLogger("stallmann_g2")
 

@@ -22,12 +22,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from fedray.data.scenarios import MOTIVATIONAL_CENTERS
-from fedray.core.contract import Task
 from fedray.analysis.kselect import choose_k, local_index_curve, select_k
-from fedray.api.session import Session
 from fedray.analysis.validation import federated_variance, knowledge_gap
+from fedray.api.session import Session
 from fedray.core import calls
+from fedray.core.contract import Task
+from fedray.data.scenarios import MOTIVATIONAL_CENTERS
 
 log = logging.getLogger("stallmann_table1")
 

@@ -41,12 +41,12 @@ import numpy as np
 import pandas as pd
 
 import fedray
-from fedray.core.contract import Task
-from fedray.data.datasets import load_dataset
 from fedray.analysis.kselect import choose_k, local_index_curve, select_k
-from fedray.core.metrics import ari_from_table, contingency
 from fedray.api.session import Session
 from fedray.core import calls
+from fedray.core.contract import Task
+from fedray.core.metrics import ari_from_table, contingency
+from fedray.data.datasets import load_dataset
 
 log = logging.getLogger("stallmann_uci")
 

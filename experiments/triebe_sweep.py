@@ -28,8 +28,9 @@ import numpy as np
 import pandas as pd
 
 import fedray
-from fedray.core.ops import assign, lloyd
 from fedray.algorithms.fedfuzzdb import crisp_davies_bouldin
+from fedray.analysis.validation import crisp_davies_bouldin
+from fedray.core.ops import assign, lloyd
 
 log = logging.getLogger("triebe_sweep")
 

@@ -55,7 +55,7 @@ def run_notebook(tmp_path):
                                 resources={"metadata": {"path": str(tmp_path)}}).execute()
         outputs = [o for c in nb.cells for o in c.get("outputs", [])]
         assert not [o for o in outputs if o.get("output_type") == "error"]
-        from tests.test_notebook_outputs import executed_output_problems
+        from tests.notebooks.test_notebook_outputs import executed_output_problems
 
         assert executed_output_problems(nb) == [], "a re-executed notebook would commit these outputs"
         text = "".join(o.get("text", "") for o in outputs if o.get("name") == "stdout")

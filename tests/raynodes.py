@@ -107,9 +107,9 @@ class RayNodes:
         """Wait until ``n`` nodes are alive (asked through the state API of the head, from a child process)."""
         deadline = time.monotonic() + timeout
         probe = [sys.executable, "-c",
-                 "import json, ray; ray.init(address='%s', logging_level='ERROR', configure_logging=False, "
-                 "include_dashboard=False); print(json.dumps(sum(1 for x in ray.nodes() if x['Alive'])))"
-                 % self.address]
+                 f"import json, ray; ray.init(address='{self.address}', logging_level='ERROR', "
+                 "configure_logging=False, include_dashboard=False); "
+                 "print(json.dumps(sum(1 for x in ray.nodes() if x['Alive'])))"]
         while time.monotonic() < deadline:
             for p in self.procs:
                 if p.poll() is not None:
@@ -151,7 +151,7 @@ class RayNodes:
             self.kill(proc)
         self.procs = []
 
-    def __enter__(self) -> "RayNodes":
+    def __enter__(self) -> RayNodes:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -1,0 +1,79 @@
+"""A round's replies kept column-wise (fedray.core.contract.Replies): a list of Reply to every
+reader, the same sums as the Reply objects give, and no per-client object unless read."""
+from __future__ import annotations
+
+import pickle
+
+import numpy as np
+import pytest
+
+import fedray
+from fedray.core.contract import Reply
+from fedray.core.replies import Replies, reply_columns
+from fedray.core.stats import StatsBlock
+
+
+def _host(ids: list[int], seed: int) -> tuple[np.ndarray, StatsBlock, np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    n = len(ids)
+    block = StatsBlock(sums=rng.normal(size=(n, 3, 2)) * 1e3, counts=rng.integers(0, 9, size=(n, 3)),
+                       sse=rng.random(n))
+    return np.array(ids), block, rng.random(n), rng.integers(100, 200, size=n)
+
+
+def _two_hosts_out_of_order() -> Replies:
+    r = Replies()
+    r.add_columns(*_host([5, 6, 7, 8], 1))  # the second host answered first
+    r.add_columns(*_host([0, 1, 2, 3, 4], 0))
+    r.sort_by_client()
+    return r
+
+
+def test_total_of_columns_equals_total_of_the_reply_objects_bit_for_bit():
+    cols = _two_hosts_out_of_order()
+    objs = list(_two_hosts_out_of_order())  # materialised: Reply objects in client-id order
+    assert [r.client_id for r in objs] == list(range(9))
+    a, b = fedray.total(cols), fedray.total(r.update for r in objs)
+    c = fedray.total(objs)  # a list of Reply sums their updates too
+    for k in ("sums", "counts", "sse"):
+        assert np.array_equal(a[k], b[k]) and np.array_equal(a[k], c[k])
+    np.testing.assert_allclose(a["sse"], sum(float(r.update["sse"]) for r in objs), rtol=1e-12)
+
+
+def test_columns_need_no_reply_objects_and_reading_builds_them():
+    r = _two_hosts_out_of_order()
+    ids, seconds, nbytes = reply_columns(r)
+    assert ids.tolist() == list(range(9)) and len(r) == 9
+    assert r._list is None  # nothing was built for the columns, the length or the sort
+    first = r[0]
+    assert isinstance(first, Reply) and first.client_id == 0 and first.seconds == seconds[0]
+    assert r._list is not None
+    assert reply_columns(r)[0].tolist() == ids.tolist()  # the same columns from the objects
+
+
+def test_overlapping_hosts_are_merged_in_client_order():
+    r = Replies()
+    r.add_columns(*_host([0, 4, 8], 0))
+    r.add_columns(*_host([1, 2, 9], 1))
+    r.sort_by_client()
+    assert [x.client_id for x in r] == [0, 1, 2, 4, 8, 9]
+
+
+def test_list_operations_work_as_on_a_list():
+    r = _two_hosts_out_of_order()
+    extra = Reply(99, fedray.Stats(sums=np.zeros((3, 2)), counts=np.zeros(3), sse=np.array(0.0)))
+    r.append(extra)
+    assert len(r) == 10 and r[-1] is extra
+    r[0] = extra
+    assert r[0] is extra
+    kept = [x for x in r if x.client_id != 99]
+    assert len(kept) == 8
+    both = r + [extra]
+    assert isinstance(both, list) and len(both) == 11
+    back = pickle.loads(pickle.dumps(r))
+    assert [x.client_id for x in back] == [x.client_id for x in r]
+
+
+def test_an_empty_round_sums_to_an_error():
+    with pytest.raises(ValueError, match="empty"):
+        fedray.total(Replies())

@@ -1,0 +1,1 @@
+"""The notebooks (notebooks/): committed outputs are clean, and each runs with small parameters."""

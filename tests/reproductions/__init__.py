@@ -1,0 +1,1 @@
+"""The papers' experiments and tables (experiments/), run end to end in --quick mode."""

@@ -1,0 +1,80 @@
+"""experiments/fedcref_tables.py runs end to end in --quick mode and writes its tables and plots."""
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pandas as pd
+
+SCRIPT = Path(__file__).resolve().parents[2] / "experiments" / "fedcref_tables.py"
+
+
+def _main():
+    spec = importlib.util.spec_from_file_location("_exp_fedcref_tables", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.main
+
+
+def test_fedcref_tables_quick(tmp_path):
+    out = tmp_path / "fedcref"
+    df = _main()(["--quick", "--out", str(out)])
+    runs = pd.read_parquet(out / "runs.parquet")
+    assert len(runs) == len(df) == 3 + 3 * 2          # main: 3 variants; each sweep: one setting x 2 variants
+    assert set(runs["table"]) == {"main", "dirtiness", "overlap", "clients"}
+    main = runs[runs["table"] == "main"].set_index("variant")
+    assert set(main.index) == {"fedcref", "no-federation", "perfect-association"}
+    assert main.loc["perfect-association", "wrong_associations_end"] == 0.0
+    assert main.loc["no-federation", "communities_end"] == 0.0
+    assert (runs["acc_start"].between(0.65, 0.75)).all()      # dirtiness 0.3
+    text = (out / "tables.md").read_text()
+    for section in ("### main", "### dirtiness", "### overlap", "### clients"):
+        assert section in text
+    assert (out / "plots" / "curves_main_default.png").exists()
+    assert (out / "plots" / "graph_main_default.png").exists()
+
+
+def test_association_diagnostic_labels_every_cross_client_pair_once(tmp_path):
+    """Each ordered pair of clusters of different clients is counted once, as true (same majority class)
+    or false; raising tau only adds edges; the grid has one row per (normalisation, P, tau)."""
+    spec = importlib.util.spec_from_file_location("_exp_fedcref_diag", SCRIPT.parent / "fedcref_association_diagnostic.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    grid = mod.main(["--dataset", "sklearn:digits", "--clients", "4", "--classes", "2", "3",
+                     "--samples-per-class", "20", "--epochs", "2", "--hidden", "8", "4", "--percentiles", "75",
+                     "--taus", "0.2", "0.5", "--ratios", "0", "0.9", "--out", str(tmp_path)])
+    dist = pd.read_csv(tmp_path / "distributions.csv")
+    nodes = pd.read_csv(tmp_path / "nodes_seed0_epochs2.csv")
+    owner, cls = nodes["owner"].to_numpy(), nodes["majority_class"].to_numpy()
+    cross = owner[:, None] != owner[None, :]
+    same = cls[:, None] == cls[None, :]
+    assert len(grid) == 3 * 1 * 2 * 2                               # normalisations x P x tau x ratio
+    # the ratio test only adds edges to those of the tau test
+    paired = grid.pivot_table(index=["normalisation", "tau"], columns="ratio", values="edges")
+    assert (paired[0.9] >= paired[0.0]).all()
+    grid = grid[grid["ratio"] == 0.0]
+    for _, g in dist.groupby("normalisation"):
+        n = dict(zip(g["pairs"].astype(str).str.lower(), g["n"]))
+        assert n == {"true": int((cross & same).sum()), "false": int((cross & ~same).sum())}
+    assert (grid.groupby("normalisation")["edges"].apply(lambda e: e.is_monotonic_increasing)).all()
+    assert grid["true_pass"].between(0, 1).all() and grid["false_pass"].between(0, 1).all()
+
+
+def test_ceiling_script_scores_every_client_with_each_oracle(tmp_path):
+    """One row per client and oracle ACC in [0, 1]; each client holds lo..hi classes of S samples; the
+    per-seed table is the clients' mean, and its last column is pooled minus own."""
+    spec = importlib.util.spec_from_file_location("_exp_fedcref_ceiling", SCRIPT.parent / "fedcref_ceiling.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    table = mod.main(["--dataset", "sklearn:digits", "--clients", "3", "--classes", "2", "3",
+                      "--samples-per-class", "15", "--epochs", "2", "--hidden", "8", "4", "--seeds", "0", "1",
+                      "--out", str(tmp_path)])
+    rows = pd.read_csv(tmp_path / "clients.csv")
+    cols = ["own clean", "pooled clean", "pooled, Algorithm 2", "pooled only, Algorithm 2"]
+    assert len(rows) == 2 * 3 and list(table.index) == [0, 1]
+    assert rows["classes"].between(2, 3).all() and (rows["samples"] == 15 * rows["classes"]).all()
+    assert rows[cols].apply(lambda c: c.between(0, 1)).all().all()
+    assert (table[cols] - rows.groupby("seed")[cols].mean()).abs().max().max() < 1e-12
+    diff = table["pooled clean"] - table["own clean"]
+    assert (table["pooled clean - own clean"] - diff).abs().max() < 1e-12
+    assert (tmp_path / "seeds.csv").exists()
