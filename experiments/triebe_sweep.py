@@ -29,7 +29,6 @@ import pandas as pd
 
 import fedray
 from fedray.algorithms.fedfuzzdb import crisp_davies_bouldin
-from fedray.analysis.validation import crisp_davies_bouldin
 from fedray.core.ops import assign, lloyd
 
 log = logging.getLogger("triebe_sweep")

@@ -9,11 +9,9 @@ import fedray
 from fedray.algorithms.fedfuzzdb import crisp_davies_bouldin, fuzzy_davies_bouldin
 from fedray.analysis.validation import (
     center_distances,
-    crisp_davies_bouldin,
     federated_crisp_db,
     federated_fuzzy_db,
     federated_variance,
-    fuzzy_davies_bouldin,
     knowledge_gap,
 )
 from fedray.core.errors import ConfigError, DataError
