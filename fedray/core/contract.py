@@ -1,4 +1,6 @@
-"""The algorithm contract and the registry of algorithms.
+"""The algorithm contract: Task, Reply, FederationInfo, RoundContext, Params and Algorithm.
+
+The registry of algorithms is :mod:`fedray.core.registry`.
 
 An algorithm is a small class. The server's round loop (:mod:`fedray.loop.server`)
 asks it each round what the sampled clients should run

@@ -12,8 +12,9 @@ Three ways to bring code, the same in YAML, ``--set``, :func:`fedray.run` and
   ``function(input_shape, n_classes) -> torch.nn.Module`` for supervised methods.
 
 A bad reference fails before Ray starts with one line: the module cannot be
-imported, the attribute is missing, or the object is not what the key needs.
-:func:`plugin_modules` names the modules a configuration brings, so that the
+imported, the attribute is missing, or the object is not what the key needs. This module
+loads references; :mod:`fedray.core.registry` checks and registers the algorithms they name.
+:func:`fedray.core.registry.plugin_modules` names the modules a configuration brings, so that the
 runtime can ship them to the nodes that host clients.
 """
 from __future__ import annotations

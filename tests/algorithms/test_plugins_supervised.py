@@ -256,7 +256,7 @@ def test_plugins_and_model_factory_give_the_same_bits_on_ray(ray_session):
 
 
 # --- the plug-ins use only the public API ----------------------------------------------------
-PUBLIC_MODULES = {"fedray", "fedray.nn.supervised"}
+PUBLIC_MODULES = {"fedray", "fedray.supervised"}
 
 
 @pytest.mark.parametrize("name", ["fedprox.py", "perfedavg.py", "pfedme.py", "models.py"])
