@@ -14,6 +14,7 @@ import pytest
 
 import fedray
 from fedray.api.session import Session
+from fedray.core.calls import train
 from fedray.core.contract import Task
 from fedray.core.errors import ConfigError, RoundFailedError
 from fedray.core.seeding import client_rng
@@ -81,7 +82,7 @@ def test_the_server_cannot_compute_a_surviving_clients_mask():
     with _session() as s:
         layer = PrivacyLayer(s.executor, s.config.privacy, s.config.seed)
         cohort = list(range(6))
-        res = layer.execute(3, {c: Task(_column_sums, None, None) for c in cohort})
+        res = layer.execute(train(3), {c: Task(_column_sums, None, None) for c in cohort})
         truth = {cid: _column_sums(None, None, c).flat() for cid, c in s.executor.host.clients.items()}
         tr = layer.transcript
         u, L = 2, 3
@@ -104,13 +105,13 @@ def test_the_server_cannot_compute_a_surviving_clients_mask():
             old = [(a - b) if u < p else (a + b) for a, b in zip(old, m)]
         assert not np.allclose(decode([v % MOD for v in old]), truth[u], rtol=1e-3)
         # 2. Everything the server holds, plus the self-mask b_u it reconstructs: the pairwise masks remain.
-        inst = s.executor.host.clients[u].secrets["instances"][(tr["run"], 3, 0)]
+        inst = s.executor.host.clients[u].secrets["instances"][(tr["run"], tr["instance"])]
         without_self = [a - b for a, b in zip(y, prg(inst["b"], L))]
         assert not np.allclose(decode([v % MOD for v in without_self]), truth[u], rtol=1e-3)
         # 3. The harness is right: with u's own secret key (which only u holds) the message unmasks.
         full = list(without_self)
         for p in tr["peers"][u]:
-            m = prg(pair_seed(inst["s_sk"], tr["s_pk"][p], tr["run"], 3, 0, u, p), L)
+            m = prg(pair_seed(inst["s_sk"], tr["s_pk"][p], tr["run"], tr["instance"], u, p), L)
             full = [(a - b) if u < p else (a + b) for a, b in zip(full, m)]
         np.testing.assert_allclose(decode([v % MOD for v in full]), truth[u], rtol=1e-12)
         # And the total the algorithm receives is exact.
@@ -123,7 +124,7 @@ def test_dropout_after_key_sharing_is_recovered_exactly_from_shares():
     with _session() as s:
         layer = PrivacyLayer(s.executor, s.config.privacy, s.config.seed)
         tasks = {c: Task(_crash_some, {"crash": (1, 4)}, None) for c in range(6)}
-        res = layer.execute(0, tasks)
+        res = layer.execute(train(0), tasks)
         assert res.failed == [1, 4]
         truth = {cid: _column_sums(None, None, c).flat() for cid, c in s.executor.host.clients.items()}
         want = sum(truth[c] for c in (0, 2, 3, 5))
@@ -140,8 +141,8 @@ def test_a_cohort_or_survivor_set_below_the_threshold_is_refused_never_unmasked(
     with _session(min_cohort=4) as s:
         layer = PrivacyLayer(s.executor, s.config.privacy, s.config.seed)
         with pytest.raises(RoundFailedError, match=r"cohort of 3 client\(s\) is below privacy.min_cohort=4"):
-            layer.execute(0, {c: Task(_column_sums, None, None) for c in (0, 1, 2)})
-        res = layer.execute(1, {c: Task(_crash_some, {"crash": (0, 1, 2)}, None) for c in range(6)})
+            layer.execute(train(0), {c: Task(_column_sums, None, None) for c in (0, 1, 2)})
+        res = layer.execute(train(1), {c: Task(_crash_some, {"crash": (0, 1, 2)}, None) for c in range(6)})
         assert res.replies == [] and res.failed == list(range(6))
         assert "secure aggregation refused" in res.errors[3]
         assert layer.account["refused_rounds"] == 2
@@ -282,7 +283,7 @@ def test_the_kfed_start_is_an_unprotected_message_and_is_counted(tmp_path):
 def test_privacy_account_is_json_and_holds_no_secret():
     with _session() as s:
         layer = PrivacyLayer(s.executor, s.config.privacy, s.config.seed)
-        layer.execute(0, {c: Task(_crash_some, {"crash": (2,)}, None) for c in range(6)})
+        layer.execute(train(0), {c: Task(_crash_some, {"crash": (2,)}, None) for c in range(6)})
         rep = layer.report()["privacy"]
         text = json.dumps(rep)
         assert "instances" not in text and "s_sk" not in text

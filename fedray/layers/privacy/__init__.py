@@ -9,8 +9,10 @@ k-FED start, model weights) pass unchanged and are counted as
 Secure aggregation (Bonawitz et al., CCS 2017, "Practical Secure Aggregation for
 Privacy-Preserving Machine Learning", Fig. 4, honest-but-curious version with
 double masking)
-    Every round (every attempt of a round, every evaluation pass) runs one instance
-    of the protocol on the cohort U:
+    Every call to clients (a :class:`~fedray.core.calls.Call`: every attempt of a
+    round, every evaluation pass, every set-up or ad-hoc sum) runs one instance of the
+    protocol on the cohort U. The layer numbers its instances (1, 2, ...) under a
+    random public label ``run`` of its own, so no two instances share a label:
 
     0. *Registration* (once per client): client u draws a long-lived X25519 key pair
        (c_u^SK, c_u^PK) from the operating system's entropy and sends c_u^PK. The
@@ -27,7 +29,7 @@ double masking)
            y_u = enc(x_u) + PRG(b_u) + sum_{v in P(u), u < v} PRG(s_uv) - sum_{v in P(u), v < u} PRG(s_uv)
                                                                                    (mod 2^256)
 
-       with s_uv = HKDF-SHA256(X25519(s_u^SK, s_v^PK), info = run | round | attempt | min(u,v) | max(u,v))
+       with s_uv = HKDF-SHA256(X25519(s_u^SK, s_v^PK), info = run | instance | min(u,v) | max(u,v))
        and PRG = the ChaCha20 key stream (32 bytes an entry).
     3. *Unmasking*: the survivors U3 (clients whose masked vector arrived) reveal,
        for each peer v, the share of b_v if v is in U3, or the share of s_v^SK if v
@@ -43,13 +45,18 @@ double masking)
 
     The modulus 2^256 leaves room for |x| < 2^150 with 64 fraction bits and any
     realistic cohort (sum below 2^255). A cohort smaller than ``privacy.min_cohort``
-    is refused (:class:`~fedray.core.errors.RoundFailedError`), and so is a round whose
+    is refused (:class:`~fedray.core.errors.RoundFailedError`), and so is a call whose
     survivors are fewer than ``min_cohort`` or hold fewer than t shares of a
     secret the server needs: the masked vectors are then discarded, never
     unmasked. The masks' secrets never derive from the experiment seed, so the
     same seed gives the same result (the masks cancel exactly) while the masked
     messages differ from run to run. Only the public peer graph (who masks with
-    whom under ``privacy.mask_neighbors``, SecAgg+ style) is seeded.
+    whom under ``privacy.mask_neighbors``, SecAgg+ style) is seeded, by the call's
+    :attr:`~fedray.core.calls.Call.stream_round` and attempt.
+
+    :meth:`PrivacyLayer.secure_sum` runs one call through secure aggregation alone
+    (whatever ``privacy.secure_aggregation`` says; no DP noise, no guard) and returns
+    the total: the session's set-up moments and plots. It is counted in the same account.
 
     What is simulated: the server relays public keys and ciphertexts inside the
     executor layer (steps 0, 1 and 3 go straight to the clients' hosts, bypass the
@@ -66,8 +73,8 @@ Differential privacy (Gaussian mechanism; Abadi et al. 2016; Mironov 2017)
     whole vector, which keeps every ratio of sums inside a client) and adds
     Gaussian noise drawn from a generator seeded by the operating system
     (``secrets``), never from the experiment seed, so runs with DP are not
-    reproducible. ``dp.seeded_noise: true`` draws it from the seed instead, for
-    debugging only: the account then says ``"private": false``. Without secure
+    reproducible. ``dp.seeded_noise: true`` draws it from the seed instead (the
+    client's stream of the call's ``stream_round`` and attempt), for debugging only: the account then says ``"private": false``. Without secure
     aggregation each client adds N(0, (z C)^2) to its own vector (local DP); with
     it, each adds N(0, (z C)^2 / |cohort|), so the total carries
     N(0, (z C)^2 a / |cohort|) for a answering clients (distributed DP). The unit is
@@ -75,10 +82,11 @@ Differential privacy (Gaussian mechanism; Abadi et al. 2016; Mironov 2017)
     DP, eps_RDP(alpha) = sum_rounds alpha / (2 z_r^2), and reports
     eps(delta) = min_alpha eps_RDP(alpha) + log(1/delta) / (alpha - 1)
     (Mironov 2017, Prop. 3), without amplification by sampling (an upper bound).
-    Evaluation passes (metrics for the simulation) are not noised.
+    Only training calls (:attr:`Call.training <fedray.core.calls.Call.training>`) are
+    noised: evaluation passes (metrics for the simulation), set-up and ad-hoc sums are not.
 
 Minimum-sample guard (Corcuera Bárcena et al. 2021, Section 4.2)
-    A client withholds (replies ``None``) a statistic vector of length L unless
+    In training calls a client withholds (replies ``None``) a statistic vector of length L unless
     its N_m F unknowns exceed the L equations: N_m > L / F. For federated FCM,
     L = C (F + 1) (+1 with ``objective=True``), which is the paper's N_m > C (F + 1) / F.
 
@@ -130,18 +138,12 @@ from fedray.layers.privacy.codec import (
 )
 from fedray.layers.privacy.guards import CLUSTER_PAIRS, count_small_clusters
 from fedray.layers.privacy.keys import pair_seed
-from fedray.layers.privacy.layer import PrivacyLayer, mask_peers, secure_total
-from fedray.layers.privacy.shamir import (
-    PRIME,
-    SHARE_BYTES,
-    shamir_combine,
-    shamir_split,
-    threshold,
-)
+from fedray.layers.privacy.layer import PrivacyLayer, mask_peers
+from fedray.layers.privacy.shamir import PRIME, SHARE_BYTES, shamir_combine, shamir_split, threshold
 
 __all__ = [
     "CLUSTER_PAIRS", "ENTRY_BYTES", "FRAC_BITS", "LIMIT", "MOD", "MOD_BITS", "PRIME", "SCALE", "SHARE_BYTES",
     "MaskedStats", "PrivacyLayer", "count_small_clusters", "decode", "encode", "layout_of", "mask_peers",
     "new_account", "pair_seed", "prg", "privacy_summary", "private_call", "rdp_epsilon", "secagg_register",
-    "secagg_share_keys", "secagg_unmask", "secure_total", "shamir_combine", "shamir_split", "template", "threshold",
+    "secagg_share_keys", "secagg_unmask", "shamir_combine", "shamir_split", "template", "threshold",
 ]

@@ -49,7 +49,7 @@ def secagg_register(payload: Any, shared: Any, client: Any) -> dict[str, np.ndar
 
 def secagg_share_keys(payload: dict[str, Any], shared: Any, client: Any) -> dict[str, np.ndarray]:
     """Step 1: fresh s_u and b_u, Shamir-shared among the peers and encrypted for each of them."""
-    run, rnd, att = payload["run"], int(payload["round"]), int(payload["attempt"])
+    run, inst = payload["run"], int(payload["instance"])
     peers = [int(p) for p in payload["peers"]]
     t = int(payload["t"])
     me = int(client.id)
@@ -62,19 +62,19 @@ def secagg_share_keys(payload: dict[str, Any], shared: Any, client: Any) -> dict
     for k, (p, cpk) in enumerate(zip(peers, payload["peer_cpk"])):
         plain = s_shares[p + 1].to_bytes(SHARE_BYTES, "little") + b_shares[p + 1].to_bytes(SHARE_BYTES, "little")
         nonce = os.urandom(12)
-        ct = AESGCM(share_key(client, p, bytes(cpk))).encrypt(nonce, plain, f"{run}/{rnd}/{att}/{me}/{p}".encode())
+        ct = AESGCM(share_key(client, p, bytes(cpk))).encrypt(nonce, plain, f"{run}/{inst}/{me}/{p}".encode())
         cts[k] = np.frombuffer(nonce + ct, dtype=np.uint8)
     insts = client.secrets.setdefault("instances", {})
     while len(insts) >= _KEEP_INSTANCES:
         insts.pop(next(iter(insts)))
-    insts[(run, rnd, att)] = {"s_sk": s_sk, "b": b, "revealed": {}}
+    insts[(run, inst)] = {"s_sk": s_sk, "b": b, "revealed": {}}
     return {"c_pk": _public(long_key(client)), "s_pk": _public(s_sk), "ct": cts}
 
 
 def secagg_unmask(payload: dict[str, Any], shared: Any, client: Any) -> dict[str, np.ndarray]:
     """Step 3: shares of b_v for surviving senders and of s_v^SK for dropped ones, never both for one v."""
-    run, rnd, att = payload["run"], int(payload["round"]), int(payload["attempt"])
-    inst = client.secrets.get("instances", {}).get((run, rnd, att))
+    run, number = payload["run"], int(payload["instance"])
+    inst = client.secrets.get("instances", {}).get((run, number))
     survivors = {int(c) for c in payload["survivors"]}
     dropped = {int(c) for c in payload["dropped"]}
     out_ids, out_kind, out_shares = [], [], []
@@ -87,7 +87,7 @@ def secagg_unmask(payload: dict[str, Any], shared: Any, client: Any) -> dict[str
             continue  # an honest client never reveals both secrets of one peer
         try:
             plain = AESGCM(share_key(client, sender, cpk)).decrypt(
-                blob[:12], blob[12:], f"{run}/{rnd}/{att}/{sender}/{me}".encode())
+                blob[:12], blob[12:], f"{run}/{number}/{sender}/{me}".encode())
         except InvalidTag:  # encrypted for a key this client no longer holds (e.g. a restarted actor)
             continue
         inst["revealed"][sender] = kind
@@ -101,7 +101,7 @@ def secagg_unmask(payload: dict[str, Any], shared: Any, client: Any) -> dict[str
 
 def _instance(client: Any, ex: dict[str, Any]) -> dict[str, Any] | None:
     """This call's protocol instance, keeping the ciphertexts addressed to the client for step 3."""
-    inst = client.secrets.get("instances", {}).get((ex["run"], ex["round"], ex["attempt"]))
+    inst = client.secrets.get("instances", {}).get((ex["run"], ex["instance"]))
     if inst is not None:
         inst["inbox"] = [(int(s), bytes(c), bytes(b)) for s, c, b in zip(ex["inbox_ids"].tolist(), ex["inbox_cpk"],
                                                                       ex["inbox_ct"])]
@@ -113,7 +113,7 @@ def _mask(x: np.ndarray, inst: dict[str, Any], ex: dict[str, Any], me: int) -> n
     L = x.size
     y = [a + b for a, b in zip(encode(x), prg(inst["b"], L))]
     for p, pk in zip(ex["peers"].tolist(), ex["peer_spk"]):
-        m = prg(pair_seed(inst["s_sk"], bytes(pk), ex["run"], ex["round"], ex["attempt"], me, p), L)
+        m = prg(pair_seed(inst["s_sk"], bytes(pk), ex["run"], ex["instance"], me, p), L)
         y = [a + b for a, b in zip(y, m)] if me < p else [a - b for a, b in zip(y, m)]
     raw = b"".join((v % MOD).to_bytes(ENTRY_BYTES, "little") for v in y)
     return np.frombuffer(raw, dtype=np.uint8).reshape(L, ENTRY_BYTES)
@@ -122,8 +122,8 @@ def _mask(x: np.ndarray, inst: dict[str, Any], ex: dict[str, Any], me: int) -> n
 def _check_finite(out: Stats, x: np.ndarray, client: Any, ex: dict[str, Any]) -> None:
     if not np.all(np.isfinite(x)):
         bad = [k for k in sorted(out) if not np.all(np.isfinite(out[k]))]
-        raise DataError(f"client {client.id}: statistics {bad} contain NaN or infinite values in round "
-                        f"{ex['round']}; check the data for huge values")
+        raise DataError(f"client {client.id}: statistics {bad} contain NaN or infinite values in "
+                        f"{ex['label']}; check the data for huge values")
 
 
 def private_call(env: Envelope, shared: Any, client: Any) -> Any:
@@ -140,7 +140,7 @@ def private_call(env: Envelope, shared: Any, client: Any) -> Any:
     if ex.get("guard") and not enough_samples(client.data.X, x.size):  # Corcuera Bárcena et al. 2021, Sec. 4.2
         return None
     if ex.get("dp_std") is not None:
-        rng = noise_rng(client, bool(ex.get("seeded_noise")), ex["round"], ex["attempt"])
+        rng = noise_rng(client, bool(ex.get("seeded_noise")), ex["stream_round"], ex["attempt"])
         x = clip_and_noise(x, ex["clip"], ex["dp_std"], rng)
     if not ex.get("mask"):
         return out.with_flat(x)

@@ -31,9 +31,10 @@ def clip_and_noise(x: np.ndarray, clip: float, std: float, rng: np.random.Genera
     return x + rng.normal(0.0, std, size=x.size)
 
 
-def noise_rng(client: Any, seeded: bool, round_: int, attempt: int) -> np.random.Generator:
+def noise_rng(client: Any, seeded: bool, stream_round: int, attempt: int) -> np.random.Generator:
     """The generator of a client's noise: the operating system's entropy, or (``seeded``, debugging
-    only: anyone with the seed can remove this noise) the client's stream of ``round_``."""
+    only: anyone with the seed can remove this noise) the client's stream of the call
+    (:attr:`Call.stream_round <fedray.core.calls.Call.stream_round>` and attempt)."""
     if seeded:
-        return client_rng(client.seed, client.id, round_, DP_STREAM, attempt)
+        return client_rng(client.seed, client.id, stream_round, DP_STREAM, attempt)
     return np.random.default_rng(_secrets.randbits(128))

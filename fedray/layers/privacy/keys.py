@@ -37,16 +37,17 @@ def kdf(secret: bytes, info: bytes) -> bytes:
     return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=info).derive(secret)
 
 
-def instance_info(kind: bytes, run: str, round_: int, attempt: int, i: int, j: int) -> bytes:
-    """HKDF ``info`` of a key of ``kind`` for the pair (i, j) in one protocol instance."""
+def instance_info(kind: bytes, run: str, instance: int, i: int, j: int) -> bytes:
+    """HKDF ``info`` of a key of ``kind`` for the pair (i, j) in protocol instance ``instance`` of the
+    layer labelled ``run`` (both public; every call to clients under secure aggregation is one instance)."""
     lo, hi = (i, j) if i < j else (j, i)
-    return b"fedray-secagg/" + kind + f"/{run}/{round_}/{attempt}/{lo}/{hi}".encode()
+    return b"fedray-secagg/" + kind + f"/{run}/{instance}/{lo}/{hi}".encode()
 
 
-def pair_seed(sk: X25519PrivateKey, peer_pk: bytes, run: str, round_: int, attempt: int, me: int, peer: int) -> bytes:
+def pair_seed(sk: X25519PrivateKey, peer_pk: bytes, run: str, instance: int, me: int, peer: int) -> bytes:
     """s_uv: HKDF-SHA256 of the X25519 agreement, bound to the protocol instance and the pair."""
     shared = sk.exchange(X25519PublicKey.from_public_bytes(bytes(peer_pk)))
-    return kdf(shared, instance_info(b"mask", run, round_, attempt, me, peer))
+    return kdf(shared, instance_info(b"mask", run, instance, me, peer))
 
 
 def long_key(client: Any) -> X25519PrivateKey:
@@ -63,5 +64,5 @@ def share_key(client: Any, peer: int, peer_cpk: bytes) -> bytes:
     key = (peer, bytes(peer_cpk))
     if key not in cache:
         shared = long_key(client).exchange(X25519PublicKey.from_public_bytes(bytes(peer_cpk)))
-        cache[key] = kdf(shared, instance_info(b"share", "", 0, 0, int(client.id), int(peer)))
+        cache[key] = kdf(shared, instance_info(b"share", "", 0, int(client.id), int(peer)))
     return cache[key]

@@ -1,6 +1,5 @@
 """The server side of the privacy protocols: :class:`PrivacyLayer`, the executor layer that runs
-secure aggregation around each call to clients, and :func:`secure_total` (see
-:mod:`fedray.layers.privacy` for the protocol)."""
+secure aggregation around each call to clients (see :mod:`fedray.layers.privacy` for the protocol)."""
 from __future__ import annotations
 
 import logging
@@ -9,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from fedray.core.calls import Call
 from fedray.core.contract import Reply, Task
 from fedray.core.errors import DataError, RoundFailedError
 from fedray.core.seeding import server_rng
@@ -37,7 +37,9 @@ Keys = dict[int, dict[str, Any]]  # per client of an instance: s_pk, c_pk, ct, p
 
 
 def mask_peers(cohort: list[int], neighbors: int | None, seed: int, round_: int, attempt: int) -> dict[int, list[int]]:
-    """Mask peers of each client: everyone else, or ``neighbors`` peers on a seeded ring.
+    """Mask peers of each client: everyone else, or ``neighbors`` peers on a ring seeded by
+    (``seed``, ``round_``, ``attempt``); the layer passes a call's
+    :attr:`~fedray.core.calls.Call.stream_round` and attempt.
 
     The graph is public (the server chooses it, as in SecAgg+); no secret derives from it.
     """
@@ -69,18 +71,19 @@ class PrivacyLayer(ExecutorWrapper):
     seed : int
         The experiment seed: it picks the public mask graph only; no secret derives from it.
     disclosures : dict of str to int, optional
-        Disclosures counted before the run (the session's set-up), merged into the account.
+        Disclosures counted before the run (the session's set-up), merged into the account
+        (and into every new account, see :meth:`reset_records`).
     """
 
     def __init__(self, inner: Executor, privacy: Any, seed: int, disclosures: dict[str, int] | None = None) -> None:
         super().__init__(inner)
         self.cfg = privacy
         self.seed = int(seed)
+        self._disclosures = dict(disclosures or {})
         self.account: dict[str, Any] = new_account()
-        self.account["disclosures"] = dict(disclosures or {})
-        self._round: int | None = None
-        self._attempt = 0
-        self._run = os.urandom(8).hex()  # protocol-instance label (public, not a secret)
+        self.account["disclosures"] = dict(self._disclosures)
+        self._run = os.urandom(8).hex()  # label of this layer's protocol instances (public, not a secret)
+        self._instance = 0  # number of the last protocol instance (one per call under secure aggregation)
         self._cpk: dict[int, bytes] = {}  # registered long-lived public keys (relayed, public)
         self.transcript: dict[str, Any] = {}  # what the server held in the last instance (audits, tests)
 
@@ -89,60 +92,110 @@ class PrivacyLayer(ExecutorWrapper):
             d = self.account.setdefault("disclosures", {})
             d[kind] = int(d.get(kind, 0)) + int(n)
 
-    def _protocol(self, round_: int, tasks: dict[int, Task], timeout: float | None) -> ExecResult:
+    def reset_records(self) -> None:
+        """Start a new run's account: nothing counted yet but the disclosures the layer was built with.
+
+        The registered long-lived public keys stay, and so does the instance counter (no protocol
+        instance label repeats); the records of the layers below are theirs to reset."""
+        self.account = new_account()
+        self.account["disclosures"] = dict(self._disclosures)
+        self.transcript = {}
+
+    def _protocol(self, call: Call, tasks: dict[int, Task], timeout: float | None) -> ExecResult:
         """One protocol step straight to the clients' hosts (the relay is simulated; see the module doc)."""
-        res = self.base.execute(round_, tasks, timeout)
+        res = self.base.execute(call, tasks, timeout)
         self.account["protocol_messages"] += len(tasks) + len(res.replies)
         self.account["protocol_bytes"] += sum(nbytes_of(t.payload) for t in tasks.values())
         self.account["protocol_bytes"] += sum(nbytes_of(r.update) for r in res.replies)
         return res
 
-    def execute(self, round_: int, tasks: dict[int, Task], timeout: float | None = None) -> ExecResult:
-        self._attempt = self._attempt + 1 if round_ == self._round else 0
-        self._round = round_
-        return self._execute(self.cfg, round_, self._attempt, tasks, timeout)
+    def execute(self, call: Call, tasks: dict[int, Task], timeout: float | None = None) -> ExecResult:
+        """Run ``call`` under the configuration: secure aggregation, guards and (training calls) DP noise."""
+        return self._execute(self.cfg, call, tasks, timeout)
 
-    def _execute(self, cfg: Any, round_: int, attempt: int, tasks: dict[int, Task], timeout: float | None
-                 ) -> ExecResult:
+    def secure_sum(self, call: Call, tasks: dict[int, Task], timeout: float | None = None) -> Stats:
+        """The total of ``tasks``' statistics through secure aggregation alone, whatever
+        ``privacy.secure_aggregation`` says: no DP noise, no guard.
+
+        The tasks go through the layers below (a message log records the masked vectors) and the
+        protocol is counted in this layer's account. Used by the session for its set-up moments
+        and plots.
+
+        Parameters
+        ----------
+        call : Call
+            The call (usually ``SETUP`` or ``ADHOC``); it keys the public mask graph.
+        tasks : dict of int to Task
+            Per client, a task whose function returns a :class:`~fedray.core.stats.Stats`.
+        timeout : float, optional
+            Seconds each step may take (None: no limit).
+
+        Returns
+        -------
+        Stats
+            The exact total (2^-64 per client) of every client's statistics.
+
+        Raises
+        ------
+        DataError
+            A client's function raised one (the first client's message).
+        RoundFailedError
+            The call is refused (cohort or survivors too small) or a client did not answer.
+        """
+        cfg = self.cfg.model_copy(update={"dp": None, "min_samples_guard": False, "min_cluster_count": 0,
+                                          "secure_aggregation": True})
+        res = self._execute(cfg, call, tasks, timeout)
+        if res.user_errors:
+            raise DataError(res.user_errors[min(res.user_errors)])
+        if len(res.replies) < len(tasks):
+            first = next(iter(res.errors.values()), "no reply")
+            raise RoundFailedError(f"secure sum: {len(tasks) - len(res.replies)} of {len(tasks)} clients did not "
+                                   f"answer: {first.strip().splitlines()[-1] if first.strip() else first}")
+        return sum((r.update for r in res.replies[1:]), start=res.replies[0].update)
+
+    def _execute(self, cfg: Any, call: Call, tasks: dict[int, Task], timeout: float | None) -> ExecResult:
         """One call under ``cfg``: key sharing, the wrapped tasks, then unmasking, guards and the DP account."""
         cohort = sorted(tasks)
-        training = round_ >= 0
+        training = call.training
         sa = bool(cfg.secure_aggregation)
         dp = cfg.dp if training else None
         dp_std = None if dp is None else noise_std(dp, len(cohort), sa)
-        extra: dict[str, Any] = {"round": round_, "attempt": attempt, "mask": sa,
-                                 "guard": cfg.min_samples_guard and training, "min_cluster_count": cfg.min_cluster_count}
+        extra: dict[str, Any] = {"label": call.label(), "stream_round": call.stream_round, "attempt": call.attempt,
+                                 "mask": sa, "guard": cfg.min_samples_guard and training,
+                                 "min_cluster_count": cfg.min_cluster_count}
         if dp_std is not None:
             extra.update(dp_std=dp_std, clip=dp.clip, seeded_noise=bool(dp.seeded_noise))
         dropped_early: dict[int, str] = {}
         peers: dict[int, list[int]] = {}
         keys: Keys = {}
         if sa:
-            self._check_cohort(cfg, round_, cohort)
-            peers, keys, dropped_early = self._share_keys(cfg, round_, attempt, cohort, timeout)
+            self._check_cohort(cfg, call, cohort)
+            self._instance += 1
+            extra.update(run=self._run, instance=self._instance)
+            peers, keys, dropped_early = self._share_keys(cfg, call, cohort, timeout)
         sent = {cid: self._wrap(tasks[cid], extra, peers, keys, cid) for cid in cohort if cid not in dropped_early}
-        res = self.inner.execute(round_, sent, timeout)
+        res = self.inner.execute(call, sent, timeout)
         for cid, why in dropped_early.items():
             res.failed.append(cid)
             res.errors[cid] = why
         res.failed.sort()
         n_stats = self._count_replies(cfg, res, training, dp_std is None)
         if sa:
-            self._unmask(cfg, res, keys, round_, attempt, timeout)
+            self._unmask(cfg, res, keys, call, timeout)
         if cfg.min_samples_guard and training:
-            self._fill_withheld(res, round_)
+            self._fill_withheld(res, call)
         if dp is not None and n_stats:
             answered = n_stats if sa else len(cohort)
-            self.account["rounds"].append({"round": round_, "attempt": attempt,
+            self.account["rounds"].append({"round": call.round, "attempt": call.attempt,
                                            "z": round_multiplier(dp, answered, len(cohort), sa)})
         return res
 
-    def _check_cohort(self, cfg: Any, round_: int, cohort: list[int]) -> None:
+    def _check_cohort(self, cfg: Any, call: Call, cohort: list[int]) -> None:
         """Refuse a cohort below ``privacy.min_cohort`` before anything is sent."""
         if len(cohort) < cfg.min_cohort:
             self.account["refused_rounds"] += 1
             raise RoundFailedError(
-                f"round {round_}: secure aggregation refused: a cohort of {len(cohort)} client(s) is below "
+                f"{call.label()}: secure aggregation refused: a cohort of {len(cohort)} client(s) is below "
                 f"privacy.min_cohort={cfg.min_cohort} (its sum would reveal too much); sample more clients "
                 f"(federation.fraction) or lower privacy.min_cohort")
 
@@ -152,7 +205,7 @@ class PrivacyLayer(ExecutorWrapper):
         if extra["mask"]:
             ps = peers[cid]
             inbox = [(s, keys[s]["ct"][keys[s]["peers"].index(cid)]) for s in ps if cid in keys[s]["peers"]]
-            extra.update(run=self._run, peers=np.asarray(ps, dtype=np.int64),
+            extra.update(peers=np.asarray(ps, dtype=np.int64),
                          peer_spk=_stack([keys[p]["s_pk"] for p in ps], 32),
                          inbox_ids=np.asarray([s for s, _ in inbox], dtype=np.int64),
                          inbox_cpk=_stack([keys[s]["c_pk"] for s, _ in inbox], 32),
@@ -175,12 +228,12 @@ class PrivacyLayer(ExecutorWrapper):
         return n_stats
 
     # --- SecAgg steps 0 and 1 -------------------------------------------------------------
-    def _register(self, round_: int, cohort: list[int], timeout: float | None) -> dict[int, str]:
+    def _register(self, call: Call, cohort: list[int], timeout: float | None) -> dict[int, str]:
         """Step 0 for clients without a registered long-lived key; returns those that did not answer."""
         dropped: dict[int, str] = {}
         unknown = [c for c in cohort if c not in self._cpk]
         if unknown:
-            res = self._protocol(round_, {c: Task(secagg_register, None, None) for c in unknown}, timeout)
+            res = self._protocol(call, {c: Task(secagg_register, None, None) for c in unknown}, timeout)
             for r in res.replies:
                 self._cpk[r.client_id] = bytes(r.update["c_pk"])
             for c in unknown:
@@ -188,18 +241,19 @@ class PrivacyLayer(ExecutorWrapper):
                     dropped[c] = f"client {c}: no answer to secure-aggregation registration"
         return dropped
 
-    def _share_keys(self, cfg: Any, round_: int, attempt: int, cohort: list[int], timeout: float | None
+    def _share_keys(self, cfg: Any, call: Call, cohort: list[int], timeout: float | None
                     ) -> tuple[dict[int, list[int]], Keys, dict[int, str]]:
-        dropped = self._register(round_, cohort, timeout)
+        """Steps 0 and 1 of instance ``self._instance``: the peers, the clients' keys and who dropped out."""
+        dropped = self._register(call, cohort, timeout)
         live = [c for c in cohort if c not in dropped]
-        peers = mask_peers(live, cfg.mask_neighbors, self.seed, round_, attempt)
+        peers = mask_peers(live, cfg.mask_neighbors, self.seed, call.stream_round, call.attempt)
         tasks = {}
         for c in live:
             ps = peers[c]
-            tasks[c] = Task(secagg_share_keys, {"run": self._run, "round": round_, "attempt": attempt, "peers": ps,
+            tasks[c] = Task(secagg_share_keys, {"run": self._run, "instance": self._instance, "peers": ps,
                                                 "t": threshold(len(ps), cfg.secagg_threshold),
                                                 "peer_cpk": [self._cpk[p] for p in ps]}, None)
-        res = self._protocol(round_, tasks, timeout)
+        res = self._protocol(call, tasks, timeout)
         keys: Keys = {}
         for r in res.replies:
             u = r.update
@@ -212,15 +266,14 @@ class PrivacyLayer(ExecutorWrapper):
                 dropped[c] = f"client {c}: no answer to secure-aggregation key sharing"
         # Clients that did not share their keys take no part: nobody masks with them.
         peers = {c: [p for p in peers[c] if p in keys] for c in keys}
-        self.transcript = {"round": round_, "attempt": attempt, "run": self._run, "c_pk": dict(self._cpk),
+        self.transcript = {"call": call, "run": self._run, "instance": self._instance, "c_pk": dict(self._cpk),
                            "s_pk": {c: bytes(k["s_pk"]) for c, k in keys.items()},
                            "ciphertexts": {c: [bytes(x) for x in k["ct"]] for c, k in keys.items()},
                            "peers": {c: list(p) for c, p in peers.items()}, "masked": {}, "revealed": {}}
         return peers, keys, dropped
 
     # --- SecAgg step 3 --------------------------------------------------------------------
-    def _unmask(self, cfg: Any, res: ExecResult, keys: Keys, round_: int, attempt: int, timeout: float | None
-                ) -> None:
+    def _unmask(self, cfg: Any, res: ExecResult, keys: Keys, call: Call, timeout: float | None) -> None:
         """Replace the masked replies by the unmasked total (first reply) and zeros, or refuse the round."""
         masked = [(k, r) for k, r in enumerate(res.replies) if isinstance(r.update, MaskedStats)]
         if not masked:
@@ -228,19 +281,19 @@ class PrivacyLayer(ExecutorWrapper):
         self.transcript["masked"] = {r.client_id: r.update for _, r in masked}
         layouts = {r.update.layout for _, r in masked}
         if len(layouts) > 1:
-            raise RoundFailedError(f"round {round_}: secure aggregation needs one statistics layout per round; "
+            raise RoundFailedError(f"{call.label()}: secure aggregation needs one statistics layout per call; "
                                    f"clients sent {sorted(layouts)}")
         layout = layouts.pop()
         survivors = sorted(r.client_id for _, r in masked)
         dropped = sorted(c for c in keys if c not in set(survivors))
-        revealed, why = self._reveal(cfg, keys, survivors, dropped, round_, attempt, timeout)
+        revealed, why = self._reveal(cfg, keys, survivors, dropped, call, timeout)
         if why is not None:  # discard the masked vectors: they are never unmasked
-            self._refuse(res, masked, round_, why)
+            self._refuse(res, masked, call, why)
             return
         total = [0] * masked[0][1].update.data.shape[0]
         for _, r in masked:
             total = [a + b for a, b in zip(total, r.update.ints())]
-        total = self._remove_masks(total, keys, survivors, dropped, revealed, round_, attempt)
+        total = self._remove_masks(total, keys, survivors, dropped, revealed, call)
         self.account["masked_messages"] += len(masked)
         tmpl = template(layout)
         summed = tmpl.with_flat(decode([t % MOD for t in total]))
@@ -249,7 +302,7 @@ class PrivacyLayer(ExecutorWrapper):
         for n, (k, r) in enumerate(masked):
             res.replies[k] = Reply(r.client_id, summed if n == 0 else tmpl, r.seconds, r.nbytes)
 
-    def _reveal(self, cfg: Any, keys: Keys, survivors: list[int], dropped: list[int], round_: int, attempt: int,
+    def _reveal(self, cfg: Any, keys: Keys, survivors: list[int], dropped: list[int], call: Call,
                 timeout: float | None) -> tuple[dict[str, dict[int, dict[int, int]]], str | None]:
         """Ask the survivors for their shares: ``{"b": {v: {x: share}}, "s": ...}`` and why the round is refused
         (None when every needed secret has at least t shares)."""
@@ -257,9 +310,9 @@ class PrivacyLayer(ExecutorWrapper):
         if len(survivors) < cfg.min_cohort:
             return revealed, (f"only {len(survivors)} masked vector(s) arrived, below privacy.min_cohort="
                               f"{cfg.min_cohort}; their total would reveal too much")
-        payload = {"run": self._run, "round": round_, "attempt": attempt, "survivors": survivors,
+        payload = {"run": self._run, "instance": self._instance, "survivors": survivors,
                    "dropped": dropped, "min_survivors": cfg.min_cohort}
-        out = self._protocol(round_, {c: Task(secagg_unmask, payload, None) for c in survivors}, timeout)
+        out = self._protocol(call, {c: Task(secagg_unmask, payload, None) for c in survivors}, timeout)
         for r in out.replies:
             u = r.update
             x = r.client_id + 1
@@ -275,18 +328,18 @@ class PrivacyLayer(ExecutorWrapper):
         return revealed, (f"only {got} of the {t} shares needed to recover client {c}'s "
                           f"{'self-mask' if kind == 'b' else 'pairwise-mask key'} were returned")
 
-    def _refuse(self, res: ExecResult, masked: list[tuple[int, Reply]], round_: int, why: str) -> None:
+    def _refuse(self, res: ExecResult, masked: list[tuple[int, Reply]], call: Call, why: str) -> None:
         """Discard the masked replies (never unmasked): their clients count as failed."""
         self.account["refused_rounds"] += 1
-        log.warning("round %d: secure aggregation refused: %s", round_, why)
+        log.warning("%s: secure aggregation refused: %s", call.label(), why)
         for _, r in masked:
             res.failed.append(r.client_id)
-            res.errors[r.client_id] = f"round {round_}: secure aggregation refused: {why}"
+            res.errors[r.client_id] = f"{call.label()}: secure aggregation refused: {why}"
         res.replies = [r for r in res.replies if not isinstance(r.update, MaskedStats)]
         res.failed.sort()
 
     def _remove_masks(self, total: list[int], keys: Keys, survivors: list[int], dropped: list[int],
-                      revealed: dict[str, dict[int, dict[int, int]]], round_: int, attempt: int) -> list[int]:
+                      revealed: dict[str, dict[int, dict[int, int]]], call: Call) -> list[int]:
         """The survivors' self-masks and the masks they share with dropped clients, taken off ``total``."""
         L = len(total)
         for c in survivors:  # remove the self-masks PRG(b_u)
@@ -300,18 +353,18 @@ class PrivacyLayer(ExecutorWrapper):
                 continue
             sk = sk_from_int(shamir_combine(revealed["s"][v], keys[v]["t"]))
             if pk_bytes(sk) != bytes(keys[v]["s_pk"]):
-                raise RoundFailedError(f"round {round_}: secure aggregation: the key of client {v} reconstructed "
+                raise RoundFailedError(f"{call.label()}: secure aggregation: the key of client {v} reconstructed "
                                        f"from its shares does not match its public key")
             self.account["reconstructed_keys"] += 1
             self.transcript["revealed"]["s"].append(v)
             for u in ups:
-                m = prg(pair_seed(sk, bytes(keys[u]["s_pk"]), self._run, round_, attempt, v, u), L)
+                m = prg(pair_seed(sk, bytes(keys[u]["s_pk"]), self._run, self._instance, v, u), L)
                 total = [(a - b) if u < v else (a + b) for a, b in zip(total, m)]
                 self.account["recovered_masks"] += 1
         return total
 
     @staticmethod
-    def _fill_withheld(res: ExecResult, round_: int) -> None:
+    def _fill_withheld(res: ExecResult, call: Call) -> None:
         """Withheld statistics count as zero, so that any aggregation that sums replies works."""
         withheld = [k for k, r in enumerate(res.replies) if r.update is None]
         if not withheld:
@@ -319,7 +372,7 @@ class PrivacyLayer(ExecutorWrapper):
         sent = next((r.update for r in res.replies if isinstance(r.update, Stats)), None)
         if sent is None:
             raise RoundFailedError(
-                f"round {round_}: every client withheld its statistics (privacy.min_samples_guard: a client sends "
+                f"{call.label()}: every client withheld its statistics (privacy.min_samples_guard: a client sends "
                 f"L statistics only if its N_m samples of F features give N_m * F > L); use fewer clusters, "
                 f"fewer and larger clients, or turn the guard off")
         zero = sent.zero()
@@ -344,21 +397,3 @@ class PrivacyLayer(ExecutorWrapper):
         if acc:
             self.account = {**new_account(), **acc}
 
-
-def secure_total(executor: Executor, privacy: Any, seed: int, tasks: dict[int, Task], round_: int) -> Stats:
-    """The total of ``tasks``' statistics through secure aggregation alone (no noise, no guard).
-
-    Used by the session for its set-up moments and plots. Raises
-    :class:`~fedray.core.errors.RoundFailedError` if it is refused (cohort too small) or fails.
-    """
-    cfg = privacy.model_copy(update={"dp": None, "min_samples_guard": False, "min_cluster_count": 0,
-                                     "secure_aggregation": True})
-    layer = PrivacyLayer(executor, cfg, seed)
-    res = layer.execute(round_, tasks, None)
-    if res.user_errors:
-        raise DataError(res.user_errors[min(res.user_errors)])
-    if len(res.replies) < len(tasks):
-        first = next(iter(res.errors.values()), "no reply")
-        raise RoundFailedError(f"secure sum: {len(tasks) - len(res.replies)} of {len(tasks)} clients did not answer: "
-                               f"{first.strip().splitlines()[-1] if first.strip() else first}")
-    return sum((r.update for r in res.replies[1:]), start=res.replies[0].update)
