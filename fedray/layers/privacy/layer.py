@@ -79,7 +79,8 @@ class PrivacyLayer(ExecutorWrapper):
         super().__init__(inner)
         self.cfg = privacy
         self.seed = int(seed)
-        self._disclosures = dict(disclosures or {})
+        # the session's set-up disclosures (a live reference: counted when each run starts)
+        self._disclosures = disclosures if disclosures is not None else {}
         self.account: dict[str, Any] = new_account()
         self.account["disclosures"] = dict(self._disclosures)
         self._run = os.urandom(8).hex()  # label of this layer's protocol instances (public, not a secret)
@@ -93,13 +94,13 @@ class PrivacyLayer(ExecutorWrapper):
             d[kind] = int(d.get(kind, 0)) + int(n)
 
     def reset_records(self) -> None:
-        """Start a new run's account: nothing counted yet but the disclosures the layer was built with.
-
-        The registered long-lived public keys stay, and so does the instance counter (no protocol
-        instance label repeats); the records of the layers below are theirs to reset."""
+        """Start a new run's account (and the records of the layers below): nothing counted yet but the
+        session's disclosures so far. The registered long-lived public keys stay, and so does the
+        instance counter (no protocol instance label repeats)."""
         self.account = new_account()
         self.account["disclosures"] = dict(self._disclosures)
         self.transcript = {}
+        self.inner.reset_records()
 
     def _protocol(self, call: Call, tasks: dict[int, Task], timeout: float | None) -> ExecResult:
         """One protocol step straight to the clients' hosts (the relay is simulated; see the module doc)."""
