@@ -33,6 +33,8 @@ import logging
 from typing import Any, Literal
 
 import numpy as np
+from pydantic import Field, field_validator
+
 from fedray.algorithms import fedcref_client as fc
 from fedray.algorithms.fedcref_rules import (
     association_quality,
@@ -40,8 +42,6 @@ from fedray.algorithms.fedcref_rules import (
     global_stop,
     link_clusters,
 )
-from pydantic import Field, field_validator
-
 from fedray.core.contract import Algorithm, Params, Reply, RoundContext, Task
 from fedray.core.errors import ConfigError
 from fedray.core.metrics import acc_from_table

@@ -17,13 +17,13 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+
 from fedray.algorithms.fedcref_rules import (
     align_labels,
     association_statistic,
     refine_labels,
     stability,
 )
-
 from fedray.core.contract import batched
 from fedray.core.errors import DataError
 

@@ -35,14 +35,14 @@ from typing import Any, ClassVar
 
 import numpy as np
 import pandas as pd
+from pydantic import Field
+
 from fedray.algorithms.flacc_rules import (
     MergeEvent,
     SimilarityMemory,
     entities,
     merge_round,
 )
-from pydantic import Field
-
 from fedray.core.contract import FederationInfo, Reply, RoundContext
 from fedray.core.registry import register
 from fedray.nn.supervised import SupervisedAlgorithm, SupervisedParams

@@ -120,7 +120,7 @@ class _FederatedCenters(ClusterMixin, TransformerMixin, BaseEstimator):
         return params
 
     # --- fit -----------------------------------------------------------------------
-    def fit(self, X: Any, y: Any = None, clients: Any = None) -> "_FederatedCenters":
+    def fit(self, X: Any, y: Any = None, clients: Any = None) -> _FederatedCenters:
         """Cluster ``X`` split over simulated clients.
 
         Parameters

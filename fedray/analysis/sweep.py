@@ -174,7 +174,7 @@ class PeakMemory:
             except Exception:  # noqa: BLE001 - a sampler must never break the run
                 log.debug("memory sample failed", exc_info=True)
 
-    def __enter__(self) -> "PeakMemory":
+    def __enter__(self) -> PeakMemory:
         self.sample()
         self._thread = threading.Thread(target=self._loop, name="fedray-peak-memory", daemon=True)
         self._thread.start()

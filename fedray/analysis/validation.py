@@ -41,14 +41,14 @@ log = logging.getLogger(__name__)
 
 
 # --- federated helpers on a session ----------------------------------------------------
-def _sum_over_all(session: "Session", fn: Any, payload: Any, shared: Any, secure: bool = False) -> Stats:
+def _sum_over_all(session: Session, fn: Any, payload: Any, shared: Any, secure: bool = False) -> Stats:
     """The total of ``fn``'s statistics over every client of ``session`` (an ad-hoc call through its
     layers; securely summed under privacy or when ``secure``)."""
     tasks = {cid: Task(fn, payload, shared) for cid in range(session.info.n_clients)}
     return session.total(calls.adhoc("validation"), tasks, secure=secure)
 
 
-def federated_fuzzy_db(session: "Session", centers: np.ndarray, m: float = 2.0, q: float = 1.0, p: float = 2.0,
+def federated_fuzzy_db(session: Session, centers: np.ndarray, m: float = 2.0, q: float = 1.0, p: float = 2.0,
                        hide_n: bool = False) -> float:
     """FedFuzzDB of ``centers`` (k, d) (in the session's scaled feature space) over all clients."""
     _check_qpm(q, p, m)
@@ -57,7 +57,7 @@ def federated_fuzzy_db(session: "Session", centers: np.ndarray, m: float = 2.0, 
     return fuzzy_db_from_stats(C, _sum_over_all(session, fuzzy_db_stats, payload, C, secure=hide_n), q, p)
 
 
-def federated_crisp_db(session: "Session", centers: np.ndarray, q: float = 1.0, p: float = 2.0,
+def federated_crisp_db(session: Session, centers: np.ndarray, q: float = 1.0, p: float = 2.0,
                        hide_n: bool = False) -> float:
     """Crisp federated Davies–Bouldin index of ``centers`` (k, d) over all clients."""
     _check_qpm(q, p)
@@ -66,7 +66,7 @@ def federated_crisp_db(session: "Session", centers: np.ndarray, q: float = 1.0, 
     return crisp_db_from_stats(C, _sum_over_all(session, crisp_db_stats, payload, C, secure=hide_n), q, p)
 
 
-def federated_variance(session: "Session") -> np.ndarray:
+def federated_variance(session: Session) -> np.ndarray:
     """Per-feature variance of the union (population variance), from per-client sums; shape (d,)."""
     t = _sum_over_all(session, column_moments, None, None)
     n = t["n"][0]

@@ -40,8 +40,9 @@ import logging
 import os
 import pickle
 import secrets
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from fedray.core.errors import ConfigError, FedrayError
 

@@ -81,7 +81,7 @@ class Result:
     # --- construction ---------------------------------------------------------
     @classmethod
     def build(cls, cfg: Any, alg: Any, session: Any, state: dict[str, Any], model: dict[str, Any],
-              final: dict[str, Any], wall_s: float) -> "Result":
+              final: dict[str, Any], wall_s: float) -> Result:
         history = pd.DataFrame(state["history"])
         rows = []
         for d in session.descriptions:
@@ -226,7 +226,9 @@ class Result:
             P.centers_1d(C, where / "centers.png", density=data.density_1d, central=central, axis_label=str(name))
         elif data is not None and data.projection is not None and isinstance(C, np.ndarray) and C.ndim == 2:
             mean, axes = data.projection
-            project = (lambda A: (np.asarray(A) - mean) @ axes)
+            def project(A: Any) -> np.ndarray:
+                return (np.asarray(A) - mean) @ axes
+
             labels = ("x0", "x1") if C.shape[1] == 2 else ("PC 1", "PC 2")
             P.centers_2d(project(C), where / "centers.png", density=data.density_2d,
                          central=None if central is None else project(central), axis_labels=labels,

@@ -2,16 +2,15 @@
 from __future__ import annotations
 
 import logging
-
-from fedray.api.checkpoint import load
-from fedray.api.session import Session
-
-log = logging.getLogger(__name__)
 from pathlib import Path
 from typing import Any
 
+from fedray.api.checkpoint import load
 from fedray.api.config import make_config
 from fedray.api.results import Result, peak_memory_mb
+from fedray.api.session import Session
+
+log = logging.getLogger(__name__)
 
 
 def run(config: Any = None, *, overrides: list[str] | dict[str, Any] | None = None, output: str | Path | None = None,

@@ -380,7 +380,7 @@ class Session:
             ray.shutdown()
             self._started_ray = False
 
-    def __enter__(self) -> "Session":
+    def __enter__(self) -> Session:
         return self
 
     def __exit__(self, *exc: Any) -> None:

@@ -65,7 +65,7 @@ class Call:
             return -1 - self.round
         return _STREAM_ROUND[self.kind]
 
-    def again(self) -> "Call":
+    def again(self) -> Call:
         """The same call, one attempt later."""
         return Call(self.kind, self.round, self.attempt + 1, self.purpose)
 

@@ -116,7 +116,7 @@ def lloyd(X: np.ndarray, C0: np.ndarray, max_iter: int = 300, tol: float = 1e-8,
     k = C.shape[0]
     w = None if weights is None else np.asarray(weights, dtype=float)
     it = 0
-    for it in range(1, max_iter + 1):
+    for it in range(1, max_iter + 1):  # noqa: B007 - `it` is the iteration count returned
         if w is None:  # one fused pass (the same sums in row order as the weighted path with w = 1)
             sums, counts = (a[0] for a in kernels.lloyd_stats(X, C)[:2])
         else:
@@ -157,7 +157,7 @@ def fcm(X: np.ndarray, C0: np.ndarray, m: float = 2.0, tol: float = 1e-3, max_it
     """
     C = np.array(C0, dtype=np.float64, copy=True)
     it = 0
-    for it in range(1, max_iter + 1):
+    for it in range(1, max_iter + 1):  # noqa: B007 - `it` is the iteration count returned
         den, num = (a[0] for a in kernels.fcm_stats(X, C, m)[:2])  # sums of u^m and u^m x, rows in order
         new = C.copy()
         nz = den > 0

@@ -51,7 +51,7 @@ class Stats(Mapping[str, np.ndarray]):
     def __len__(self) -> int:
         return len(self._arrays)
 
-    def __add__(self, other: "Stats") -> "Stats":
+    def __add__(self, other: Stats) -> Stats:
         if other is None or (isinstance(other, int) and other == 0):
             return self
         if not isinstance(other, Stats):
@@ -62,12 +62,12 @@ class Stats(Mapping[str, np.ndarray]):
 
     __radd__ = __add__
 
-    def __mul__(self, factor: float) -> "Stats":
+    def __mul__(self, factor: float) -> Stats:
         return Stats(**{k: v * factor for k, v in self._arrays.items()})
 
     __rmul__ = __mul__
 
-    def zero(self) -> "Stats":
+    def zero(self) -> Stats:
         """Statistics with the same names and shapes, all zero."""
         return Stats(**{k: np.zeros_like(v) for k, v in self._arrays.items()})
 
@@ -75,7 +75,7 @@ class Stats(Mapping[str, np.ndarray]):
         """All arrays concatenated into one vector (names in sorted order)."""
         return np.concatenate([self._arrays[k].ravel() for k in sorted(self._arrays)]) if self._arrays else np.zeros(0)
 
-    def with_flat(self, vector: np.ndarray) -> "Stats":
+    def with_flat(self, vector: np.ndarray) -> Stats:
         """Statistics of the same layout filled from ``vector`` (inverse of :meth:`flat`)."""
         out, pos = {}, 0
         for k in sorted(self._arrays):
@@ -145,7 +145,7 @@ class StatsBlock:
         """Bytes of one client's statistics."""
         return int(sum(v[0].nbytes for v in self.arrays.values())) if self.n else 0
 
-    def take(self, idx: np.ndarray) -> "StatsBlock":
+    def take(self, idx: np.ndarray) -> StatsBlock:
         """The rows ``idx`` as a new block."""
         out = StatsBlock.__new__(StatsBlock)
         out.arrays = {k: v[idx] for k, v in self.arrays.items()}

@@ -98,10 +98,10 @@ class ArrayData:
 
     # The configuration is deep-copied when overrides are merged; the rows are read-only
     # and shared, never copied.
-    def __copy__(self) -> "ArrayData":
+    def __copy__(self) -> ArrayData:
         return self
 
-    def __deepcopy__(self, memo: dict) -> "ArrayData":
+    def __deepcopy__(self, memo: dict) -> ArrayData:
         return self
 
     # --- federation --------------------------------------------------------------------

@@ -165,7 +165,7 @@ class FaultInjector(ExecutorWrapper):
         self.events = list(report.get("faults", []))
 
 
-def failures_table(failures: list[dict[str, Any]], events: list[dict[str, Any]]) -> "Any":
+def failures_table(failures: list[dict[str, Any]], events: list[dict[str, Any]]) -> Any:
     """The ``failures`` table: one row per client that failed or was late in an attempt of a round.
 
     Columns: round, attempt, client_id, kind (``failed`` / ``late``), injected (bool), error.

@@ -120,7 +120,7 @@ def fit_many(model: nn.Module, starts: np.ndarray, data: Sequence[tuple[np.ndarr
     if C > chunk:  # a client's bits do not depend on the clients beside it, so chunks change nothing
         parts = [fit_many(model, np.asarray(starts)[a:a + chunk], data[a:a + chunk], rngs[a:a + chunk], **settings)
                  for a in range(0, C, chunk)]
-        return np.concatenate([w for w, _ in parts]), np.concatenate([l for _, l in parts])
+        return np.concatenate([w for w, _ in parts]), np.concatenate([loss for _, loss in parts])
     if C == 1:
         # One client trains beside an empty one: a single client may get other kernels (a matrix product
         # instead of a batched one), and a client's bits must not depend on how many clients share its host.

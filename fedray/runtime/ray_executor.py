@@ -201,7 +201,7 @@ class RayExecutor(Executor):
                     f"client actors could not be placed within runtime.startup_timeout={runtime.startup_timeout} s "
                     f"(each asks for {options.get('num_cpus')} CPU, {options.get('num_gpus', 0)} GPU, "
                     f"{options.get('resources', {})}); cluster has {ray.cluster_resources()}") from None
-            for a_idx, (actor, chunk) in enumerate(zip(new, group)):
+            for a_idx, chunk in enumerate(group):
                 for s in chunk:
                     self.owner[s.client_id] = start + a_idx
             self.actors.extend(new)

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 import fedray
-from fedray.core.errors import ConfigError, DataError
 from fedray.core import calls
+from fedray.core.errors import ConfigError, DataError
 
 
 def _cfg(params, n_clients=8, **extra):

@@ -13,8 +13,8 @@ import pytest
 import fedray
 from fedray.api import checkpoint
 from fedray.api import run as run_api
-from fedray.core.errors import ConfigError
 from fedray.core import calls
+from fedray.core.errors import ConfigError
 
 CLI = [sys.executable, "-c", "import sys; from fedray.tools.cli import main; sys.exit(main())"]
 

@@ -28,7 +28,7 @@ def small_cluster_guard(stats: Stats, min_count: float) -> tuple[Stats, int]:
             if small.any():
                 hit += int(small.sum())
                 k = arrays[c].shape[0]
-                for name, v in arrays.items():
+                for v in arrays.values():
                     if v.ndim >= 1 and v.shape[0] == k:
                         v[small] = 0.0
     return (Stats(**arrays) if hit else stats), hit
