@@ -6,6 +6,7 @@ from typing import Any
 
 import ray
 
+from fedray.core.extras import preload
 from fedray.runtime.host import ClientHost, pack_parts
 
 
@@ -30,7 +31,6 @@ class ClientActor:
 
     def preload(self, packages: tuple[str, ...]) -> None:
         """Import the run's packages (torch) in the background (:func:`fedray.core.extras.preload`)."""
-        from fedray.core.extras import preload
 
         preload(packages)
 

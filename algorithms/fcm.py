@@ -30,7 +30,7 @@ from fedray.core.centers import CenterAlgorithm, CenterParams
 from fedray.core.contract import Reply, RoundContext, Task, batched
 from fedray.core.errors import RoundFailedError
 from fedray.core.kernels import fcm_stats as fcm_kernel
-from fedray.core.ops import warn_empty
+from fedray.core.ops import fcm, warn_empty
 from fedray.core.registry import register
 from fedray.core.stats import Stats, StatsBlock, total
 
@@ -110,6 +110,5 @@ class FederatedFCM(CenterAlgorithm):
 
     @staticmethod
     def central(X: np.ndarray, C0: np.ndarray, params: FCMParams, rounds: int) -> np.ndarray:
-        from fedray.core.ops import fcm
 
         return fcm(X, C0, m=params.m, tol=params.tol, max_iter=rounds)[0]

@@ -26,6 +26,8 @@ from fedray.algorithms.fedcref_rules import (
 )
 from fedray.core.contract import batched
 from fedray.core.errors import DataError
+from fedray.core.metrics import contingency
+from fedray.core.ops import assign, kmeans
 
 
 def _who(client: Any) -> str:
@@ -52,7 +54,6 @@ def initial_labels(payload: dict, X: np.ndarray, y: np.ndarray | None, rng: np.r
             labels[moved] = (labels[moved] + shift) % k_true
         return labels
     if init == "kmeans":
-        from fedray.core.ops import assign, kmeans
 
         if k == "silhouette":
             return _by_silhouette(X, payload["k_range"], rng, lambda Z, kk: assign(Z, kmeans(Z, kk, rng, n_init=3))[0])
@@ -265,7 +266,6 @@ def fc_refine(payload: dict, shared: dict, client: Any) -> dict[str, Any]:
 
 def fc_evaluate(payload: dict, shared: Any, client: Any) -> np.ndarray:
     """Evaluation only: contingency table (K, n_classes) of the current local clusters vs the true labels."""
-    from fedray.core.metrics import contingency
 
     labels, y = client.state["fc_labels"], client.labels
     return contingency(labels, y, int(labels.max()) + 1, int(payload["n_classes"]))

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from fedray.core.metrics import hungarian_accuracy
+from fedray.core.ops import assign, kmeans
 
 
 def central_baseline(session: Any, methods: tuple[str, ...] = ("kmeans", "dec"), seed: int = 0,
@@ -30,7 +31,6 @@ def central_baseline(session: Any, methods: tuple[str, ...] = ("kmeans", "dec"),
         ``{method: {"acc": global ACC, "client_acc_mean": mean over clients of the
         per-client ACC, "k": K}}``.
     """
-    from fedray.core.ops import assign, kmeans
 
     parts = session.executor.gather_data(labels=True)
     X = np.vstack([p[1] for p in parts])

@@ -32,6 +32,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field, field_validator
 
+from fedray.algorithms.fedfuzzdb import fuzzy_db_from_stats, fuzzy_db_stats
 from fedray.core.centers import CenterAlgorithm, CenterParams
 from fedray.core.contract import FederationInfo, Reply, RoundContext, Task
 from fedray.core.ops import fcm, kmeans, kmeans_plusplus, lloyd
@@ -144,7 +145,6 @@ class FedFCM(CenterAlgorithm):
         if stage < 2:
             return super().evaluation_task(stage, previous)
         if stage == 2 and self.centers is not None and self.centers.shape[0] >= 2:
-            from fedray.algorithms.fedfuzzdb import fuzzy_db_stats
 
             self._eval2 = previous
             p = self.params
@@ -154,7 +154,6 @@ class FedFCM(CenterAlgorithm):
     def summarize_evaluation(self, stages: list[list[Reply]]) -> dict[str, Any]:
         out = super().summarize_evaluation(stages[:2])
         if len(stages) > 2:
-            from fedray.algorithms.fedfuzzdb import fuzzy_db_from_stats
 
             out["fuzzy_db"] = fuzzy_db_from_stats(self.centers, total(r.update for r in stages[2]),
                                                   self.params.q, self.params.p)

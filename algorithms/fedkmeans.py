@@ -37,7 +37,7 @@ from pydantic import Field
 
 from fedray.core.centers import CenterAlgorithm, CenterParams
 from fedray.core.contract import FederationInfo, Reply, RoundContext, Task, batched
-from fedray.core.ops import assign, cluster_sums
+from fedray.core.ops import assign, cluster_sums, lloyd
 from fedray.core.registry import register
 from fedray.core.stats import Stats, StatsBlock, total
 
@@ -188,6 +188,5 @@ class FedKMeans(CenterAlgorithm):
     @staticmethod
     def central(X: np.ndarray, C0: np.ndarray, params: FedKMeansParams, rounds: int) -> np.ndarray:
         """Central Lloyd k-means on the union from the same start (the paper's "central" baseline)."""
-        from fedray.core.ops import lloyd
 
         return lloyd(X, C0, max_iter=rounds, tol=params.tol ** 2)[0]

@@ -19,7 +19,7 @@ from pydantic import Field
 from fedray.core.centers import CenterAlgorithm, CenterParams
 from fedray.core.contract import Reply, RoundContext, Task, batched
 from fedray.core.kernels import lloyd_stats as lloyd_kernel
-from fedray.core.ops import warn_empty
+from fedray.core.ops import lloyd, warn_empty
 from fedray.core.registry import register
 from fedray.core.stats import Stats, StatsBlock, total
 
@@ -77,6 +77,5 @@ class FederatedKMeans(CenterAlgorithm):
     @staticmethod
     def central(X: np.ndarray, C0: np.ndarray, params: KMeansParams, rounds: int) -> np.ndarray:
         """The central algorithm on the union from the same start (for baselines)."""
-        from fedray.core.ops import lloyd
 
         return lloyd(X, C0, max_iter=rounds, tol=params.tol ** 2)[0]

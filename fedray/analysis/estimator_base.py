@@ -18,7 +18,11 @@ from sklearn.base import BaseEstimator, ClusterMixin, TransformerMixin
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from fedray.api.config import make_config
+from fedray.api.session import Session
 from fedray.core.errors import ConfigError, DataError
+from fedray.core.ops import assign, fcm_memberships, sq_distances
+from fedray.data.arrays import _as_matrix, _take_columns, from_arrays
 
 
 def _check(est: Any, name: str, value: Any, kind: str, lo: float | None = None, hi: float | None = None,
@@ -135,9 +139,6 @@ class _FederatedCenters(ClusterMixin, TransformerMixin, BaseEstimator):
         -------
         self
         """
-        import fedray
-        from fedray.data.arrays import _as_matrix, _take_columns
-
         self._check_params()
         seed = self._seed()
         if isinstance(X, (list, tuple)) and X and not np.isscalar(X[0]) and np.ndim(X[0]) == 2:
@@ -145,7 +146,7 @@ class _FederatedCenters(ClusterMixin, TransformerMixin, BaseEstimator):
                             "the client of each row; for per-client arrays use fedray.from_arrays and fedray.run")
         X, y, clients = _take_columns(X, y, clients)
         Xm, _ = _as_matrix(X, "X")
-        data = fedray.from_arrays(X, y, clients=clients, n_clients=self.n_clients if clients is None else None,
+        data = from_arrays(X, y, clients=clients, n_clients=self.n_clients if clients is None else None,
                                   partition=self.partition if clients is None else None)
         if clients is not None and self.n_clients is not None and self.n_clients != data.n_clients:
             raise ConfigError(f"The 'n_clients' parameter of {type(self).__name__} is {self.n_clients}, but clients= "
@@ -154,10 +155,10 @@ class _FederatedCenters(ClusterMixin, TransformerMixin, BaseEstimator):
         runtime: dict[str, Any] = {"backend": self.backend, "progress": False}
         if self.address is not None:
             runtime["address"] = self.address
-        cfg = fedray.make_config(seed=seed, algorithm={"name": self._algorithm, "params": params}, data=data,
+        cfg = make_config(seed=seed, algorithm={"name": self._algorithm, "params": params}, data=data,
                                  federation={"fraction": float(self.fraction), "rounds": self._rounds()},
                                  runtime=runtime, output={"plots": False})
-        with fedray.Session(cfg) as session:
+        with Session(cfg) as session:
             result = session.run(params=self._adjust(session, params), output=False)
         validate_data(self, X, reset=True, skip_check_array=True)  # n_features_in_, feature_names_in_
         self.cluster_centers_ = np.asarray(result.centers, dtype=np.float64)
@@ -179,7 +180,6 @@ class _FederatedCenters(ClusterMixin, TransformerMixin, BaseEstimator):
             raise DataError(str(exc).replace("\n", " ")) from None
 
     def _assign(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        from fedray.core.ops import assign
 
         return assign(X, self.cluster_centers_)
 
@@ -189,7 +189,6 @@ class _FederatedCenters(ClusterMixin, TransformerMixin, BaseEstimator):
 
     def transform(self, X: Any) -> np.ndarray:
         """Euclidean distance of each row to each centre; shape (n_samples, n_clusters)."""
-        from fedray.core.ops import sq_distances
 
         return np.sqrt(np.maximum(sq_distances(self._validate(X), self.cluster_centers_), 0.0))
 
@@ -197,7 +196,6 @@ class _FederatedCenters(ClusterMixin, TransformerMixin, BaseEstimator):
         """Opposite of the objective on ``X``: -Σ min_k ||x - c_k||² (fuzzy: -Σ u^m ||x - c||²)."""
         X = self._validate(X)
         if self._fuzzy:
-            from fedray.core.ops import fcm_memberships, sq_distances
 
             U = fcm_memberships(X, self.cluster_centers_, float(self.m))
             return -float(np.sum(U ** float(self.m) * sq_distances(X, self.cluster_centers_)))
@@ -207,6 +205,5 @@ class _FederatedCenters(ClusterMixin, TransformerMixin, BaseEstimator):
 class _Fuzzy:
     def predict_proba(self, X: Any) -> np.ndarray:
         """Fuzzy memberships of each row to each cluster (rows sum to 1); shape (n_samples, n_clusters)."""
-        from fedray.core.ops import fcm_memberships
 
         return fcm_memberships(self._validate(X), self.cluster_centers_, float(self.m))

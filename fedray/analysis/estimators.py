@@ -47,6 +47,7 @@ from typing import Any
 import numpy as np
 
 from fedray.analysis.estimator_base import _check, _FederatedCenters, _Fuzzy
+from fedray.analysis.validation import federated_variance
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +104,6 @@ class FederatedKMeans(_FederatedCenters):
                 "max_rounds": int(self.max_iter), "tol": 1.0}
 
     def _adjust(self, session: Any, params: dict[str, Any]) -> dict[str, Any]:
-        from fedray.analysis.validation import federated_variance
 
         tol_sq = float(self.tol) * float(np.mean(federated_variance(session)))
         # kmeans stops when ||C_t - C_t-1||_F <= tol; scikit-learn when its square <= tol_sq.

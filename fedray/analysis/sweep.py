@@ -46,11 +46,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
+import yaml
 
 from fedray.api.config import ExperimentConfig, make_config
 from fedray.api.overrides import parse_override
+from fedray.api.session import Session
 from fedray.core.errors import ConfigError, FedrayError
 from fedray.plots.style import grid_size, new_figure, panel_grid, save_figure, styled
+from fedray.runtime.ray_executor import ensure_ray
 
 if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.figure import Figure
@@ -194,8 +197,6 @@ def measure_run(config: ExperimentConfig, *, memory_interval: float = 0.25) -> d
     Ray, when the run needs it and none is running, is started here and left
     running (its start-up time is ``ray_init_s``); the caller shuts it down.
     """
-    from fedray.api.session import Session
-    from fedray.runtime.ray_executor import ensure_ray
 
     cfg = config
     row: dict[str, Any] = {"algorithm": cfg.algorithm.name, "dataset": str(cfg.data.dataset),
@@ -370,7 +371,6 @@ def _cell(v: Any) -> Any:
 
 
 def _grid_yaml(base: ExperimentConfig, grid: Mapping[str, list[Any]]) -> str:
-    import yaml
 
     return yaml.safe_dump({"config": base.to_dict(), "grid": {k: [_cell(v) for v in vs] for k, vs in grid.items()}},
                           sort_keys=False)

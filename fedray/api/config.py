@@ -7,6 +7,7 @@ the raw mapping before validation (parsing them: :mod:`fedray.api.overrides`).
 from __future__ import annotations
 
 import copy
+import typing
 from pathlib import Path
 from typing import Any, Literal
 
@@ -22,9 +23,11 @@ from pydantic import (
 
 from fedray.api.overrides import _nest_kwargs, parse_override, set_dotted
 from fedray.core.errors import ConfigError, format_validation_error
+from fedray.core.extras import check_requirements
 from fedray.core.registry import get_algorithm, make_params
 from fedray.core.seeding import n_sampled
 from fedray.data.arrays import ArrayData
+from fedray.data.datasets import check_dataset_name
 
 
 class _Section(BaseModel):
@@ -42,13 +45,11 @@ class _Section(BaseModel):
 
 
 def _allows_bool(ann: Any) -> bool:
-    import typing
 
     return ann is bool or ann is Any or any(_allows_bool(a) for a in typing.get_args(ann))
 
 
 def _allows_number(ann: Any) -> bool:
-    import typing
 
     return ann in (int, float) or any(_allows_number(a) for a in typing.get_args(ann))
 
@@ -380,10 +381,8 @@ def make_config(config: ExperimentConfig | dict | str | Path | None = None,
 
 def validate_static(cfg: ExperimentConfig) -> None:
     """Checks that need no data: algorithm and its parameters, dataset name, runtime."""
-    from fedray.data.datasets import check_dataset_name
 
     cls = get_algorithm(cfg.algorithm.name)
-    from fedray.core.extras import check_requirements
 
     check_requirements(cls)
     make_params(cls, cfg.algorithm.params)

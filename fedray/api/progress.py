@@ -12,6 +12,7 @@
 """
 from __future__ import annotations
 
+import importlib.util
 import logging
 import sys
 import time
@@ -36,7 +37,6 @@ def in_notebook() -> bool:
 
 
 def _has_widgets() -> bool:
-    import importlib.util
 
     return importlib.util.find_spec("ipywidgets") is not None
 

@@ -16,6 +16,7 @@ Output folder layout::
 """
 from __future__ import annotations
 
+import importlib.metadata as md
 import json
 import logging
 import os
@@ -29,7 +30,12 @@ import pandas as pd
 
 from fedray.api.plotdata import PlotData
 from fedray.core.contract import Algorithm
+from fedray.core.metrics import best_permutation_distance
+from fedray.core.ops import assign
 from fedray.core.registry import make_params
+from fedray.layers.faults import failures_table
+from fedray.layers.messages import messages_table
+from fedray.layers.privacy.accountant import privacy_summary
 from fedray.plots import style as P
 from fedray.plots.cfl import client_clusters
 
@@ -164,8 +170,6 @@ class Result:
         """Run the central algorithm on the union of the shards from the same initial centres."""
         from sklearn.metrics import adjusted_rand_score
 
-        from fedray.core.metrics import best_permutation_distance
-        from fedray.core.ops import assign
 
         start = self.model.get("initial_centers")
         if start is None or self.algorithm_cls.central is Algorithm.central:
@@ -289,18 +293,15 @@ def _with_client_results(clients: pd.DataFrame, model: dict[str, Any], final: di
 def _reliability_extras(state: dict[str, Any], summary: dict[str, Any]) -> dict[str, Any]:
     """Failures table, message log and privacy account from the server's state (see fedray.layers.faults,
     fedray.layers.messages, fedray.layers.privacy); adds the privacy account to ``summary``."""
-    from fedray.layers.faults import failures_table
 
     report = state.get("report") or {}
     extras: dict[str, Any] = {"failures": failures_table(state.get("failures", []), report.get("faults", []))}
     if "messages" in report:
-        from fedray.layers.messages import messages_table
 
         extras["messages"] = messages_table(report["messages"])
         if "payloads" in report:
             extras["payloads"] = report["payloads"]
     if "privacy" in report:
-        from fedray.layers.privacy.accountant import privacy_summary
 
         summary["privacy"] = privacy_summary(report["privacy"])
     if report.get("faults"):
@@ -330,7 +331,6 @@ def _jsonable(obj: Any) -> Any:
 
 
 def _versions() -> dict[str, str]:
-    import importlib.metadata as md
 
     out = {"python": platform.python_version()}
     for pkg in ("fedray", "ray", "numpy"):

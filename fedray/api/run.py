@@ -7,6 +7,7 @@ from typing import Any
 
 from fedray.api.checkpoint import load
 from fedray.api.config import make_config
+from fedray.api.outputs import prepare
 from fedray.api.results import Result, peak_memory_mb
 from fedray.api.session import Session
 
@@ -35,7 +36,6 @@ def run(config: Any = None, *, overrides: list[str] | dict[str, Any] | None = No
     cfg = make_config(config, overrides=overrides, **kwargs)
     out = cfg.output.directory if output is None else output
     if out:  # before Ray starts and before any data is read
-        from fedray.api.outputs import prepare
 
         prepare(out, cfg.output.overwrite)
     with Session(cfg) as session:
@@ -55,9 +55,6 @@ def resume(directory: str | Path, progress: bool | None = None, output: str | Pa
     output : str or Path, optional
         Where to write the outputs (default: the run's own output folder).
     """
-    from fedray.api.config import make_config
-    from fedray.api.results import peak_memory_mb
-    from fedray.api.session import Session
 
     blob = load(directory)
     cfg = make_config(blob["config"])

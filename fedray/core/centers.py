@@ -32,9 +32,11 @@ from fedray.core.metrics import (
 from fedray.core.ops import (
     assign,
     cluster_sums,
+    fcm_memberships,
     kmeans,
     kmeans_plusplus,
     lloyd,
+    memberships_from_d2,
     sq_distances,
 )
 from fedray.core.stats import Stats, StatsBlock, total
@@ -113,7 +115,6 @@ def evaluate_pass1_many(payloads: list[dict], centers: np.ndarray, batch: Any) -
 
 def _fuzzy_obj(X: np.ndarray, centers: np.ndarray, m: float, owner: np.ndarray, n: int) -> np.ndarray:
     """Per-client sum of u^m d^2 (n,): row sums, then a sum over each client's rows in order."""
-    from fedray.core.ops import memberships_from_d2
 
     d2 = sq_distances(X, centers)
     W = memberships_from_d2(d2.copy(), m) ** m
@@ -301,7 +302,6 @@ class CenterAlgorithm(Algorithm):
         """Fuzzy memberships (n_samples, n_clusters) for fuzzy models (those with a fuzzifier ``m``)."""
         if "m" not in model:
             raise NotImplementedError("this model gives crisp assignments only; use predict")
-        from fedray.core.ops import fcm_memberships
 
         return fcm_memberships(np.asarray(X, dtype=np.float64), model["centers"], float(model["m"]))
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+from importlib.metadata import entry_points as eps
 from typing import Any
 
 from fedray.core.errors import ConfigError
@@ -69,7 +70,6 @@ def load_reference(ref: str, key: str) -> Any:
 
 def entry_points() -> dict[str, Any]:
     """Installed algorithm plug-ins: ``{name: EntryPoint}`` of the group ``fedray.algorithms``."""
-    from importlib.metadata import entry_points as eps
 
     return {ep.name: ep for ep in eps(group=ENTRY_POINT_GROUP)}
 

@@ -12,6 +12,8 @@ import inspect
 from collections.abc import Iterable, Mapping
 from typing import Any, Generic, TypeVar
 
+from pydantic import ValidationError
+
 from fedray.core.contract import Algorithm, Params
 from fedray.core.errors import ConfigError, format_validation_error
 from fedray.core.plugins import _first_line, entry_points, is_reference, load_reference
@@ -168,7 +170,6 @@ def get_algorithm(name: str) -> type[Algorithm]:
 
 def make_params(cls: type[Algorithm], params: Mapping[str, Any] | None) -> Params:
     """Validate ``params`` against ``cls.Params`` with a message naming the key."""
-    from pydantic import ValidationError
 
     try:
         return cls.Params(**dict(params or {}))

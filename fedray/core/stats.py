@@ -12,6 +12,8 @@ from typing import Any
 
 import numpy as np
 
+from fedray.core.contract import Reply
+
 
 class Stats(Mapping[str, np.ndarray]):
     """An immutable mapping of names to arrays that adds element-wise.
@@ -183,9 +185,6 @@ def total(items: Iterable[Stats]) -> Stats:
     items = list(items)
     if not items:
         raise ValueError("cannot sum an empty sequence of statistics")
-    from fedray.core.contract import (
-        Reply,  # (fedray.core.contract does not import this module at load)
-    )
 
     if isinstance(items[0], Reply):
         items = [r.update for r in items]

@@ -33,6 +33,11 @@ from typing import Any
 import numpy as np
 
 from fedray.core.errors import ConfigError, DataError
+from fedray.core.seeding import data_rng
+from fedray.data.checks import check_descriptions, describe_shard
+from fedray.data.datasets import _is_numeric
+from fedray.data.federation import ClientSpec, Federation
+from fedray.data.partitions import available_partitions, partition_indices
 
 _EXACT_INT = 2**53  # integers beyond this do not convert to float64 exactly
 
@@ -119,9 +124,6 @@ class ArrayData:
         -------
         Federation
         """
-        from fedray.core.seeding import data_rng
-        from fedray.data.federation import ClientSpec, Federation
-        from fedray.data.partitions import partition_indices
 
         if self.shards is not None:
             shards = self.shards
@@ -146,7 +148,6 @@ class ArrayData:
 
 def _precheck(specs: list[Any]) -> None:
     """The session's data checks, run here before any runtime starts (same messages)."""
-    from fedray.data.checks import check_descriptions, describe_shard
 
     check_descriptions([describe_shard(s.client_id, s.name, s.source["shard"][0], None, s.source["features"],
                                        moments=False) for s in specs])
@@ -314,7 +315,6 @@ def _take_columns(X: Any, y: Any, clients: Any) -> tuple[Any, Any, Any]:
 def _as_matrix(X: Any, what: str) -> tuple[np.ndarray, tuple[str, ...]]:
     """A float64 array of shape (n, d) and feature names, or a one-line DataError."""
     if _is_dataframe(X):
-        from fedray.data.datasets import _is_numeric
 
         bad = [c for c in X.columns if not _is_numeric(X[c].dtype)]
         if bad:
@@ -443,7 +443,6 @@ def _client_order(cid: np.ndarray) -> tuple[np.ndarray, list[str]]:
 
 
 def _check_partition(partition: Any) -> dict[str, Any] | None:
-    from fedray.data.partitions import available_partitions
 
     if partition is None:
         return None

@@ -7,6 +7,7 @@ that owns it, and a Parquet source with ``by_column`` reads only that client's r
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -249,7 +250,6 @@ def put_shards(specs: list[ClientSpec]) -> list[ClientSpec]:
     """
     if not any(s.source.get("kind") == "arrays" for s in specs):
         return specs
-    import dataclasses
 
     import ray
 

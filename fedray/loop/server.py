@@ -18,7 +18,7 @@ import numpy as np
 from fedray.core import calls
 from fedray.core.calls import Call
 from fedray.core.contract import Algorithm, Reply, RoundContext, Task
-from fedray.core.errors import FedrayError, RoundFailedError
+from fedray.core.errors import DataError, FedrayError, RoundFailedError
 from fedray.core.replies import reply_columns
 from fedray.core.seeding import sample_clients
 from fedray.core.sizes import nbytes_of
@@ -338,6 +338,5 @@ def _bytes_down(tasks: dict[int, Task]) -> int:
 
 
 def type_of_user_error(message: str) -> FedrayError:
-    from fedray.core.errors import DataError
 
     return DataError(message)

@@ -45,6 +45,7 @@ from collections.abc import Callable
 from typing import Any
 
 from fedray.core.errors import ConfigError
+from fedray.core.plugins import load_reference
 
 _REFERENCE = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*$")
 
@@ -90,7 +91,6 @@ def resolve_model_factory(name: str, key: str = "algorithm.params.model") -> Cal
         One line: bad syntax, module not found (or failing to import), attribute
         missing, or not callable.
     """
-    from fedray.core.plugins import load_reference
 
     check_reference_syntax(name, key)
     obj = load_reference(name, key)

@@ -25,6 +25,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from fedray.core.ops import kmeans
 from fedray.nn.train import (
     fit,
     get_flat,
@@ -154,7 +155,6 @@ def dec_cluster(X: np.ndarray, k: int, rng: np.random.Generator, *, hidden: Sequ
     on the codes, and encoder and centres are then trained on KL(P || Q) for
     ``dec_epochs`` epochs (target P recomputed before each epoch).
     """
-    from fedray.core.ops import kmeans
 
     ae = build_autoencoder(X.shape[1], hidden, output, seed)
     train_autoencoder(ae, X, epochs=pretrain_epochs, batch_size=batch_size, lr=lr, rng=rng)

@@ -102,7 +102,7 @@ from fedray.core.metrics import cluster_metrics
 from fedray.core.ops import weighted_average
 from fedray.core.seeding import n_sampled
 from fedray.core.sizes import nbytes_of
-from fedray.nn import check_model, model_spec
+from fedray.nn import MODEL_KINDS, available_models, check_model, is_model_reference, model_spec, resolve_model_factory
 from fedray.nn.supervised_client import ClientContext, client_round
 
 
@@ -131,7 +131,6 @@ class SupervisedParams(Params):
     @field_validator("model")
     @classmethod
     def _known_model(cls, v: str) -> str:
-        from fedray.nn import MODEL_KINDS, available_models, is_model_reference
 
         if is_model_reference(v):  # a user's factory: checked (one line) by check_config and validate
             return v
@@ -192,7 +191,6 @@ class SupervisedAlgorithm(Algorithm):
     def check_config(cls, cfg: Any) -> None:
         """Before any data: a model reference that does not import, a fraction that samples
         too few clients per round."""
-        from fedray.nn import is_model_reference, resolve_model_factory
 
         model = (cfg.algorithm.params or {}).get("model")
         if isinstance(model, str) and is_model_reference(model):

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from fedray.core.contract import batched
+from fedray.nn.split import client_split
 
 
 # --- what the client hooks see ----------------------------------------------------
@@ -145,7 +146,6 @@ def client_round_many(payloads: list[Mapping[str, Any]], shared: list[Any], batc
     client up to float rounding.
     """
     from fedray.nn.batched import clients_per_chunk, fit_many
-    from fedray.nn.split import client_split
     from fedray.nn.train import model_for, torch_threads
 
     contexts: list[ClientContext] = []
@@ -213,7 +213,6 @@ def client_round(payload: Mapping[str, Any], shared: Any, client: Any) -> dict[s
         (``test_loss``, ``acc``); with ``train``: what ``client_train`` returns
         (``train_loss`` and ``weights`` float32 (P,)); hooks may add more (IFCA: ``cluster``).
     """
-    from fedray.nn.split import client_split
     from fedray.nn.train import model_for, torch_threads
 
     algorithm = payload["algorithm"]

@@ -56,6 +56,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from fedray.core.errors import ConfigError
+from fedray.nn.models import build_model
 
 THREADS_ENV = "FEDRAY_TORCH_THREADS"
 
@@ -166,7 +167,6 @@ def model_for(spec: dict[str, Any], device: str | torch.device | None = "auto") 
     The instance is shared by every client the process hosts: always
     :func:`set_flat` it before training or evaluating.
     """
-    from fedray.nn.models import build_model
 
     dev = resolve_device(device)
     key = (spec["name"], tuple(spec["sample_shape"]), int(spec["n_classes"]), int(spec["seed"]), str(dev))
@@ -183,7 +183,6 @@ def model_for(spec: dict[str, Any], device: str | torch.device | None = "auto") 
 
 def initial_weights(spec: dict[str, Any]) -> np.ndarray:
     """The seeded initial weights of ``spec`` as a float32 vector (P,) (built on the CPU)."""
-    from fedray.nn.models import build_model
 
     with torch_threads():
         return get_flat(build_model(spec["name"], tuple(spec["sample_shape"]), int(spec["n_classes"]), int(spec["seed"])))

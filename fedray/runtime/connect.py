@@ -20,6 +20,7 @@ import json
 import logging
 import os
 import platform
+import re
 import socket
 import sys
 import time
@@ -166,7 +167,6 @@ def _translate(address: str, exc: BaseException) -> ConfigError | None:
     """One line for the errors ``ray.init`` raises on a bad cluster (None: not one of them)."""
     text = str(exc)
     if "Version mismatch" in text or "version mismatch" in text:
-        import re
 
         found = re.search(r"cluster was started with:\s*Ray:\s*(\S+)\s*Python:\s*(\S+)", text)
         cluster_ray, cluster_py = (found.group(1), found.group(2)) if found else ("?", "?")

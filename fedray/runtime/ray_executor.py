@@ -19,7 +19,8 @@ from fedray.core.calls import Call
 from fedray.core.contract import Task
 from fedray.core.errors import ConfigError, RoundFailedError
 from fedray.core.replies import Replies
-from fedray.data.federation import ClientSpec
+from fedray.data.federation import ClientSpec, put_shards
+from fedray.runtime.connect import connect
 from fedray.runtime.executor import (
     ExecResult,
     Executor,
@@ -28,6 +29,7 @@ from fedray.runtime.executor import (
     sort_replies,
 )
 from fedray.runtime.host import UniformTasks
+from fedray.runtime.shipping import connect_for
 
 log = logging.getLogger(__name__)
 
@@ -42,10 +44,8 @@ def ensure_ray(address: str | None = None, num_cpus: int | None = None, cfg: Any
     (:func:`fedray.runtime.shipping.connect_for`).
     """
     if cfg is not None:
-        from fedray.runtime.shipping import connect_for
 
         return connect_for(cfg)
-    from fedray.runtime.connect import connect
 
     return connect(address, num_cpus)
 
@@ -135,7 +135,6 @@ class RayExecutor(Executor):
     def __init__(self, specs: list[ClientSpec], seed: int, supervised: bool, sample_shape: tuple[int, ...],
                  runtime: Any = None, runtime_env: dict[str, Any] | None = None, preload: tuple[str, ...] = (),
                  **_: Any) -> None:
-        from fedray.data.federation import put_shards
 
         # Shards given from Python go to the object store, one object per client; the
         # recipes holding the references stay here while the actors may need them.

@@ -54,6 +54,8 @@ from pathlib import Path
 from typing import Any
 
 from fedray.core.errors import ConfigError
+from fedray.core.registry import plugin_modules as from_config
+from fedray.runtime.connect import CLIENT_PREFIX, connect, resolve_address
 
 log = logging.getLogger(__name__)
 
@@ -156,7 +158,6 @@ def shipped_size(path: Path) -> tuple[int, int]:
 # --- plug-in modules --------------------------------------------------------------------
 def plugin_modules(cfg: Any) -> list[str]:
     """Top-level modules (not fedray) that the configuration's code comes from."""
-    from fedray.core.registry import plugin_modules as from_config
 
     return [n for n in from_config(cfg) if n != "fedray"]
 
@@ -298,7 +299,6 @@ def connect_for(cfg: Any) -> bool:
     global _client_job_env
     import ray
 
-    from fedray.runtime.connect import CLIENT_PREFIX, connect, resolve_address
 
     rt = cfg.runtime
     if ray.is_initialized():

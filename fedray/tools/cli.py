@@ -9,12 +9,21 @@ import argparse
 import importlib
 import importlib.util
 import logging
+import os
 import sys
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
+from fedray.api.config import make_config
+from fedray.api.run import resume, run
 from fedray.core.errors import FedrayError
+from fedray.core.plugins import ENTRY_POINT_GROUP, entry_points
+from fedray.core.registry import available_algorithms
+from fedray.data import available_datasets, available_partitions
+from fedray.data.federation import available_federations
+from fedray.nn import available_models
 
 log = logging.getLogger("fedray.tools.cli")
 
@@ -36,43 +45,34 @@ def _default_out(name: str) -> Path:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    import fedray
-
     if getattr(args, "resume", None):
-        from fedray.api.run import resume  # provided by the checkpoint module
-
         result = resume(args.resume, progress=not args.quiet, output=args.out)
     else:
-        cfg = fedray.make_config(args.config, overrides=args.set or [])
+        cfg = make_config(args.config, overrides=args.set or [])
         if args.central_baseline:
-            cfg = fedray.make_config(cfg, overrides=["evaluation.central_baseline=true"])
+            cfg = make_config(cfg, overrides=["evaluation.central_baseline=true"])
         if args.overwrite:
-            cfg = fedray.make_config(cfg, overrides=["output.overwrite=true"])
+            cfg = make_config(cfg, overrides=["output.overwrite=true"])
         out = args.out or cfg.output.directory or _default_out(cfg.algorithm.name)
-        result = fedray.run(cfg, output=out, progress=None if not args.quiet else False)
+        result = run(cfg, output=out, progress=None if not args.quiet else False)
     print(result.table(color=sys.stdout.isatty()))
     print(f"outputs: {result.output_dir}")
     return 0
 
 
 def cmd_quickstart(args: argparse.Namespace) -> int:
-    import fedray
-
-    cfg = fedray.make_config(QUICKSTART, overrides=args.set or [])
+    cfg = make_config(QUICKSTART, overrides=args.set or [])
     out = args.out or Path("fedray-output") / "quickstart"
     if args.overwrite or not args.out:  # the default folder is the quickstart's own: rerunning replaces it
-        cfg = fedray.make_config(cfg, overrides=["output.overwrite=true"])
+        cfg = make_config(cfg, overrides=["output.overwrite=true"])
     print("fedray quickstart: federated fuzzy c-means on scikit-learn's iris, 8 clients with label skew, on Ray")
-    result = fedray.run(cfg, output=out, progress=None if not args.quiet else False)
+    result = run(cfg, output=out, progress=None if not args.quiet else False)
     print(result.table(color=sys.stdout.isatty()))
     print(f"outputs: {result.output_dir} (summary.json, rounds.parquet, clients.parquet, model.npz, plots/)")
     return 0
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from fedray.core.plugins import ENTRY_POINT_GROUP, entry_points
-    from fedray.core.registry import available_algorithms
-    from fedray.data import available_datasets, available_partitions
 
     print("algorithms:")
     for name, cls in available_algorithms().items():
@@ -86,8 +86,6 @@ def cmd_list(args: argparse.Namespace) -> int:
     print("datasets:")
     for d in available_datasets():
         print(f"  {d}")
-    from fedray.data.federation import available_federations
-    from fedray.nn import available_models
 
     builders = set(available_federations())
     print("partitions (data.partition.name; * builds a federation with hidden groups):")
@@ -148,7 +146,6 @@ def main(argv: list[str] | None = None) -> int:
     level = (logging.WARNING, logging.INFO, logging.DEBUG)[min(args.verbose, 2)]  # -v: progress notes, -vv: debug
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
     if not args.verbose:  # warnings in one line, without the source path and line of the library
-        import warnings
 
         def _show(message: Any, category: type, filename: str, lineno: int, file: Any = None,
                   line: Any = None) -> None:
@@ -177,7 +174,6 @@ def main(argv: list[str] | None = None) -> int:
         print("fedray: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:  # output piped into e.g. `head`
-        import os
 
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0

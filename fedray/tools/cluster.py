@@ -38,6 +38,7 @@ the :class:`Issue` type and shared helpers in :mod:`fedray.tools.cluster_issues`
 from __future__ import annotations
 
 import argparse
+from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
@@ -119,7 +120,6 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 def cmd_init(args: argparse.Namespace) -> int:
     """Copy the cluster files installed with fedray (launcher YAMLs, KubeRay manifest, Dockerfile) to DEST."""
-    from importlib.resources import files
 
     src = files("fedray.cluster_configs")
     names = sorted(f.name for f in src.iterdir() if f.name.endswith((".yaml", "Dockerfile")))

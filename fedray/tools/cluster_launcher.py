@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 import re
 from pathlib import Path
 from typing import Any
@@ -136,7 +137,6 @@ def _ray_checks(r: _Report, doc: dict) -> None:
         from ray.autoscaler._private.util import prepare_config, validate_config
     except ImportError:  # pragma: no cover - Ray moved them; the checks above still apply
         return
-    import logging
 
     quiet = logging.getLogger("ray.autoscaler")
     level = quiet.level
