@@ -306,10 +306,11 @@ class Session:
         their total only); that needs ``privacy.min_cohort`` clients (one-line error otherwise).
         Every client must answer (one-line error naming how many did not)."""
         if secure or self.config.privacy.active:
-            if not self._can_secure_sum():
+            layer = self._secure_layer()
+            if len(tasks) < layer.cfg.min_cohort:
                 raise DataError(f"{call.label()}: a secure sum needs at least privacy.min_cohort="
-                                f"{self.config.privacy.min_cohort} clients; the federation has {len(tasks)}")
-            return self._secure_layer().secure_sum(call, tasks)
+                                f"{layer.cfg.min_cohort} clients; the federation has {len(tasks)}")
+            return layer.secure_sum(call, tasks)
         res = self.call(call, tasks)
         if len(res.replies) < len(tasks):
             first = next(iter(res.errors.values()), "no reply").strip()

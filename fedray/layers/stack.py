@@ -53,6 +53,8 @@ def secure_layer(top: Executor, cfg: Any) -> PrivacyLayer:
     own = find_layer(top, PrivacyLayer)
     if own is not None:
         return own
+    # No privacy configured: the caller asked only that per-client sums stay hidden (validation's hide_n),
+    # so any cohort from two clients up is summed, as the paper's masked sum of N_l is.
     alone = cfg.privacy.model_copy(update={"secure_aggregation": True, "dp": None, "min_samples_guard": False,
-                                           "min_cluster_count": 0})
+                                           "min_cluster_count": 0, "min_cohort": 2})
     return PrivacyLayer(top, alone, cfg.seed)

@@ -155,7 +155,7 @@ def test_unstable_steps_and_adam_are_refused_in_one_line(params, match):
 
 def test_pfedme_imports_only_public_names():
     tree = ast.parse((REPO / "examples" / "plugins" / "pfedme.py").read_text())
-    allowed = {"__future__", "secrets", "typing", "numpy", "pydantic", "torch", "fedray", "fedray.nn.supervised"}
+    allowed = {"__future__", "secrets", "typing", "numpy", "pydantic", "torch", "fedray", "fedray.supervised"}
     mods = [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
     mods += [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
     assert set(mods) <= allowed

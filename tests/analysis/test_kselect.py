@@ -68,8 +68,8 @@ def test_one_session_serves_every_k(monkeypatch):
 
     monkeypatch.setattr(session_mod.Session, "__init__", counting)
     descriptions = []
-    orig_describe = fedray.runtime.executor.LocalExecutor.describe
-    monkeypatch.setattr(fedray.runtime.executor.LocalExecutor, "describe",
+    orig_describe = fedray.runtime.local.LocalExecutor.describe
+    monkeypatch.setattr(fedray.runtime.local.LocalExecutor, "describe",
                         lambda self: descriptions.append(1) or orig_describe(self))
     sel = select_k(MOTIVATIONAL, k_min=2, k_max=4, central=False, local=False)
     assert len(built) == 1 and len(descriptions) == 1
@@ -154,7 +154,7 @@ def test_select_k_under_secure_aggregation_releases_only_masked_sums_and_counted
     layers: the validation sums reach the server as masked vectors only, and the one unmasked
     reply kind — the local-only baseline's per-client curves — is counted as a disclosure."""
     cfg = {**MOTIVATIONAL, "algorithm": {"name": "federated-fcm"}, "privacy": {"secure_aggregation": True},
-           "output.messages": True}
+           "output": {"messages": True}}
     sel = select_k(cfg, k_min=2, k_max=3, central=False, local=True)
     up = [r for r in sel.outside["messages"] if r["direction"] == "up"]
     assert {r["purpose"] for r in up if r["kind"] == "masked"} >= {"validation", "moments"}

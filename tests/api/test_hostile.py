@@ -342,7 +342,7 @@ def test_late_tasks_spilling_into_later_rounds_are_counted_apart_from_stragglers
 def test_calls_to_stuck_actors_fail_within_call_timeout(ray_session):
     import ray
 
-    from fedray.api.session import _moments
+    from fedray.api.plotdata import _moments
     from fedray.layers.faults import delayed
 
     with fedray.Session(RCFG, runtime={**RCFG["runtime"], "call_timeout": 2.0}) as s:
@@ -355,9 +355,9 @@ def test_calls_to_stuck_actors_fail_within_call_timeout(ray_session):
 
 
 def test_a_stalled_round_without_round_timeout_is_reported(ray_session, monkeypatch, caplog):
-    from fedray.api.session import _moments
+    from fedray.api.plotdata import _moments
     from fedray.layers.faults import delayed
-    from fedray.runtime.executor import executor as runtime
+    from fedray.runtime import ray_executor as runtime
 
     monkeypatch.setattr(runtime, "STALL_FIRST_S", 1.0)
     with fedray.Session(RCFG) as s:
@@ -371,7 +371,7 @@ def test_a_stalled_round_without_round_timeout_is_reported(ray_session, monkeypa
 
 def test_a_checkpoint_blocked_by_a_stuck_actor_is_skipped_not_hung(ray_session, tmp_path, checkpoint_key, caplog):
     from fedray.api.checkpoint import Checkpointer
-    from fedray.api.session import _moments
+    from fedray.api.plotdata import _moments
     from fedray.layers.faults import delayed
 
     cfg = fedray.make_config(RCFG, runtime={**RCFG["runtime"], "call_timeout": 1.5}, checkpoint={"every": 1})

@@ -18,6 +18,7 @@ import pandas as pd
 import fedray
 from fedray.algorithms.kmeans import lloyd_stats
 from fedray.api.config import DataConfig
+from fedray.core.calls import train as train_call
 from fedray.core.contract import Task
 from fedray.core.seeding import sample_clients
 from fedray.data import federation as fed_mod
@@ -48,12 +49,12 @@ def test_round_contacts_only_actors_of_sampled_clients(ray_session):
         assert len(ex.actors) == 3
         sampled = [int(c) for c in sample_clients(0, 3, 12, 0.25)]
         task = Task(lloyd_stats, None, np.zeros((3, 2)))
-        res = ex.execute(calls.train(3), {c: task for c in sampled})
+        res = ex.execute(train_call(3), {c: task for c in sampled})
         assert [r.client_id for r in res.replies] == sorted(sampled) and not res.failed
         owners = {ex.owner[c] for c in sampled}
         assert {i for i, _ in calls} == owners and len(calls) == len(owners)  # one call per hosting actor
         calls.clear()
-        ex.execute(calls.train(4), {5: task})  # client 5 lives in actor 1 (clients 4..7)
+        ex.execute(train_call(4), {5: task})  # client 5 lives in actor 1 (clients 4..7)
         assert calls == [(1, "run")]
 
 

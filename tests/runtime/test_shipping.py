@@ -27,7 +27,7 @@ def test_staged_fedray_is_the_installed_layout(tmp_path, monkeypatch):
     monkeypatch.setenv("FEDRAY_CACHE_DIR", str(tmp_path / "cache"))
     staged = fedray_package_dir()
     assert staged.name == "fedray"
-    for rel in ("__init__.py", "session.py", "data/__init__.py", "nn/__init__.py", "actors/client_actor.py",
+    for rel in ("__init__.py", "api/session.py", "data/__init__.py", "nn/__init__.py", "actors/client_actor.py",
                 "actors/server_actor.py", "algorithms/kmeans.py"):
         assert (staged / rel).is_file(), rel
     assert not list(staged.rglob("__pycache__")) and not list(staged.rglob("*.pyc"))
