@@ -43,7 +43,8 @@ def _stacked_step(model: nn.Module, names: list[str], loss: str = "cross_entropy
     ``step.prepare(X)`` gives the rows the steps gather from: the input convolution's patches when
     they take at most ``patches_max`` values (:data:`fedray.nn.batched.INPUT_PATCHES_MAX`)."""
     layers = _layers(model)
-    assert layers is not None
+    if layers is None:  # callers choose this path only for models _layers can write out
+        raise RuntimeError(f"no explicit stacked forward for {type(model).__name__}")
     conv_at = _input_conv(layers)
     start = 0  # set by prepare: the rows are the input convolution's patches
 
