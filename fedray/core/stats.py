@@ -4,6 +4,10 @@ A statistics object is a named collection of float64 arrays with ``+`` and
 ``zero()``. Aggregation of any summed statistic is ``sum(updates, start=zero)``,
 which keeps "federated equals central" a single property and makes masking for
 secure aggregation a matter of adding vectors.
+
+Array roles: :data:`COUNTS_OF` names the arrays that hold per-cluster sums of rows and the
+array of point counts beside each. A count of 1 makes the sum beside it a row, so the privacy
+guards and the disclosure counts read these roles, whatever algorithm sent the statistics.
 """
 from __future__ import annotations
 
@@ -13,6 +17,10 @@ from typing import Any
 import numpy as np
 
 from fedray.core.contract import Reply
+
+#: Array roles: per-cluster sums of rows (k-means and the evaluation passes: ``sums``; Federated
+#: K-means: ``weighted``) -> the array of the clusters' point counts beside them.
+COUNTS_OF: dict[str, str] = {"sums": "counts", "weighted": "counts"}
 
 
 class Stats(Mapping[str, np.ndarray]):

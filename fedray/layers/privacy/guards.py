@@ -12,10 +12,11 @@ from typing import Any
 
 import numpy as np
 
-from fedray.core.stats import Stats
+from fedray.core.stats import COUNTS_OF, Stats
 
-# Per-cluster sums and the point counts next to them (crisp clusters: the small-cluster guard and count).
-CLUSTER_PAIRS = {"sums": "counts", "weighted": "counts"}  # k-means, evaluation passes; fedkmeans
+# Per-cluster sums and the point counts next to them (crisp clusters: the small-cluster guard and count):
+# the roles the statistics' arrays have (fedray.core.stats.COUNTS_OF).
+CLUSTER_PAIRS = COUNTS_OF
 
 
 def small_cluster_guard(stats: Stats, min_count: float) -> tuple[Stats, int]:
