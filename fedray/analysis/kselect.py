@@ -48,6 +48,7 @@ from fedray.core.errors import ConfigError, DataError
 from fedray.core.ops import fcm, kmeans, kmeans_plusplus, lloyd, sq_distances
 from fedray.core.registry import get_algorithm
 from fedray.core.seeding import data_rng
+from fedray.layers.messages import messages_table
 from fedray.plots.style import CENTRAL, FEDERATED, new_figure, save_figure, styled
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -121,7 +122,11 @@ class KSelection:
         self.table.to_parquet(out / "k_selection.parquet", index=False)
         (out / "k_selection.json").write_text(json.dumps(
             {"algorithm": self.algorithm, "index": self.index, "method": self.method, "chosen": self.chosen,
-             "k": self.k, "n_init": self.n_init}, indent=2))
+             "k": self.k, "n_init": self.n_init,
+             # what the calls outside the runs disclosed (e.g. the local-only baseline's per-client curves)
+             "disclosures": dict(self.outside.get("disclosures", {}))}, indent=2))
+        if self.outside.get("messages"):  # output.messages: what reached the server outside the runs
+            messages_table(self.outside["messages"]).to_parquet(out / "messages.parquet", index=False)
         (out / "k_selection.md").write_text(f"{self.index} of `{self.algorithm}` per K ({self.method}):\n\n"
                                             + self.markdown() + "\n")
         np.savez(out / "centers.npz", **{f"federated_k{k}": c for k, c in self.federated_centers.items()},
@@ -264,7 +269,8 @@ def select_k(config: Any = None, *, k_min: int = 2, k_max: int = 8, method: str 
         Starts of the central and local baselines per K (k-means++, Lloyd, then FCM
         or nothing more for k-means); the best by the algorithm's objective is kept.
     output : path, optional
-        Folder for the table, the choices and ``plots/k_selection.png``.
+        Folder for the table, the choices (with the disclosures of the calls outside the runs),
+        ``plots/k_selection.png`` and, with ``output.messages``, those calls' ``messages.parquet``.
     session : Session, optional
         Reuse an open session (it is not closed); otherwise one is built and closed.
 
