@@ -47,7 +47,7 @@ from fedray.core.contract import Task
 from fedray.core.errors import ConfigError, DataError
 from fedray.core.ops import fcm, kmeans, kmeans_plusplus, lloyd, sq_distances
 from fedray.core.registry import get_algorithm
-from fedray.core.seeding import data_rng
+from fedray.core.seeding import CENTRAL_STARTS_STREAM, data_rng
 from fedray.layers.messages import messages_table
 from fedray.plots.style import CENTRAL, FEDERATED, new_figure, save_figure, styled
 
@@ -219,7 +219,7 @@ def central_curve(X: np.ndarray, ks: Any, fuzzy: bool, seed: int, *, m: float = 
     """
     values, centres = [], {}
     for k in ks:
-        C = central_fit(X, int(k), fuzzy, data_rng(seed, 7001, int(k)), m=m, tol=tol, n_init=n_init)
+        C = central_fit(X, int(k), fuzzy, data_rng(seed, CENTRAL_STARTS_STREAM, int(k)), m=m, tol=tol, n_init=n_init)
         centres[int(k)] = C
         values.append(_index(X, C, fuzzy, m, q, p))
     return values, centres

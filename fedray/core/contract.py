@@ -23,7 +23,7 @@ from typing import Any, ClassVar
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-from fedray.core.seeding import server_rng
+from fedray.core.seeding import ALGORITHM_STREAM, server_rng
 
 ClientFn = Callable[[Any, Any, Any], Any]
 
@@ -181,7 +181,7 @@ class RoundContext:
 
     def rng(self, *stream: int) -> np.random.Generator:
         """The server's generator for this round (extra ints select sub-streams)."""
-        return server_rng(self.seed, self.round, 7, *stream)
+        return server_rng(self.seed, self.round, ALGORITHM_STREAM, *stream)
 
 
 class Params(BaseModel):

@@ -10,14 +10,33 @@ from __future__ import annotations
 import numpy as np
 
 _SERVER = 0
+_CLIENT = 1
+_DATA = 2
+
+# The named sub-streams, one place for all of them (their values are part of every seed's results).
+# Server streams, keyed by (seed, round, stream, ...):
+SAMPLING_STREAM = 1  #: the clients sampled each round (sample_clients)
+ALGORITHM_STREAM = 7  #: RoundContext.rng, the algorithm's own server draws
+FAULT_STREAM = 11  #: the injected faults' plan (fedray.layers.faults)
+MASK_RING_STREAM = 13  #: the public mask graph of secure aggregation (privacy.mask_neighbors)
+# Client streams, keyed by (seed, client, round, stream, ...):
+DP_NOISE_STREAM = 29  #: seeded DP noise (privacy.dp.seeded_noise, debugging only)
+# Data streams, keyed by (seed, stream, ...):
+SPLIT_STREAM = 41  #: each client's own train/test split (fedray.nn.split), keyed by the client too
+PARTITION_STREAM = 1  #: the partition of a pooled data set over clients
+BLOB_CENTERS_STREAM = 2  #: the centres of generated blobs
+BLOB_ROWS_STREAM = 3  #: the rows of each client's generated blobs
+CLASS_SUBSETS_STREAM = 11  #: FedCRef's class-subset federations
+IMAGE_FEDERATIONS_STREAM = 60  #: the image federations of Mehta & Shao (groups, rotations, swaps)
+MOTIVATIONAL_STREAM = 101  #: the scenario stallmann-motivational
+TRIEBE_1D_STREAM = 102  #: the scenario triebe-1d
+CENTRAL_STARTS_STREAM = 7001  #: the central baseline's starts in K selection
 
 
 def _u(x: int) -> int:
     """Non-negative key (negative rounds are set-up and evaluation passes)."""
     x = int(x)
     return x if x >= 0 else 2**62 - x
-_CLIENT = 1
-_DATA = 2
 
 
 def server_rng(seed: int, round_: int, *stream: int) -> np.random.Generator:
@@ -45,7 +64,7 @@ def sample_clients(seed: int, round_: int, n_clients: int, fraction: float) -> n
     m = n_sampled(fraction, n_clients)
     if m >= n_clients:
         return np.arange(n_clients)
-    rng = server_rng(seed, round_, 1)
+    rng = server_rng(seed, round_, SAMPLING_STREAM)
     return np.sort(rng.choice(n_clients, size=m, replace=False))
 
 

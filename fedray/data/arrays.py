@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from fedray.core.errors import ConfigError, DataError
-from fedray.core.seeding import data_rng
+from fedray.core.seeding import PARTITION_STREAM, data_rng
 from fedray.data.checks import check_descriptions, describe_shard
 from fedray.data.datasets import _is_numeric
 from fedray.data.federation import ClientSpec, Federation
@@ -135,7 +135,7 @@ class ArrayData:
                 raise DataError(f"federation.n_clients: {k} clients but the arrays have only n_samples={n} rows")
             part = dict(self.partition or {})
             pname = part.pop("name", None) or "iid"
-            parts = partition_indices(pname, n, self.y, k, data_rng(seed, 1), **part)
+            parts = partition_indices(pname, n, self.y, k, data_rng(seed, PARTITION_STREAM), **part)
             shards = [(_readonly(self.X[idx]), None if self.y is None else self.y[idx]) for idx in parts]
             names = [f"client-{i}" for i in range(len(parts))]
         feats = tuple(self.feature_names)

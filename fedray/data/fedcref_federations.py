@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from fedray.core.errors import ConfigError, DataError, SharedSamplesWarning
-from fedray.core.seeding import data_rng
+from fedray.core.seeding import CLASS_SUBSETS_STREAM, data_rng
 from fedray.data.datasets import Dataset, resolve_data_dir
 from fedray.data.federation import ClientSpec, Federation, register_federation_builder
 
@@ -105,7 +105,7 @@ def class_subsets(ds: Dataset, data: Any, n_clients: int | None, seed: int, clas
     if ds.y is None:
         raise DataError("data.partition.name: 'class-subsets' needs labels; the data set has none")
     n_clients = 25 if n_clients is None else int(n_clients)
-    parts, chosen, repeats = class_subsets_indices(ds.y, n_clients, data_rng(seed, 11), classes, samples_per_class,
+    parts, chosen, repeats = class_subsets_indices(ds.y, n_clients, data_rng(seed, CLASS_SUBSETS_STREAM), classes, samples_per_class,
                                                    overlap)
     notes: tuple[str, ...] = ()
     if repeats:

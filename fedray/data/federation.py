@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from fedray.core.errors import ConfigError, DataError
-from fedray.core.seeding import data_rng
+from fedray.core.seeding import BLOB_CENTERS_STREAM, BLOB_ROWS_STREAM, PARTITION_STREAM, data_rng
 from fedray.core.sizes import CLIENT_BYTES, RECIPE_BYTES
 from fedray.data.datasets import (
     _is_numeric,
@@ -106,7 +106,7 @@ def build_federation(data: Any, n_clients: int | None, seed: int) -> Federation:
     options = dict(data.options or {})
     part = dict(data.partition or {})
     pname = part.pop("name", None)
-    rng = data_rng(seed, 1)
+    rng = data_rng(seed, PARTITION_STREAM)
     if pname in FEDERATION_BUILDERS:
         ddir = str(resolve_data_dir(data.data_dir) or "") or None
         ds = load_dataset(name, ddir, seed=seed, **options)
@@ -164,7 +164,7 @@ def _blobs_federation(options: dict, n_clients: int, seed: int, pname: str | Non
 @functools.lru_cache(maxsize=16)
 def _blob_centers(seed: int, k: int, d: int, lo: float, hi: float) -> np.ndarray:
     """The blob centres (k, d), drawn once per process for all of its clients (read-only)."""
-    out = data_rng(seed, 2).uniform(lo, hi, size=(k, d))
+    out = data_rng(seed, BLOB_CENTERS_STREAM).uniform(lo, hi, size=(k, d))
     out.flags.writeable = False
     return out
 
@@ -180,7 +180,7 @@ def _generate_blobs(source: dict, client_id: int) -> tuple[np.ndarray, np.ndarra
     lo, hi = source["center_box"]
     centers = _blob_centers(int(source["seed"]), int(source["n_centers"]), int(source["n_features"]), float(lo),
                             float(hi))
-    rng = data_rng(source["seed"], 3, client_id)
+    rng = data_rng(source["seed"], BLOB_ROWS_STREAM, client_id)
     k, n = centers.shape[0], int(source["points_per_client"])
     if source.get("alpha"):
         w = rng.dirichlet(np.full(k, source["alpha"]))

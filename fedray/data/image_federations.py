@@ -48,7 +48,7 @@ from typing import Any
 import numpy as np
 
 from fedray.core.errors import ConfigError, DataError, SharedSamplesWarning
-from fedray.core.seeding import data_rng
+from fedray.core.seeding import IMAGE_FEDERATIONS_STREAM, data_rng
 from fedray.data.datasets import Dataset, resolve_data_dir
 from fedray.data.federation import (
     ClientSpec,
@@ -59,7 +59,6 @@ from fedray.data.federation import (
 
 log = logging.getLogger(__name__)
 
-_STREAM = 60
 COMMON = {"samples": (200, 800), "test_fraction": 0.15}
 
 
@@ -287,7 +286,7 @@ def rotated(ds: Dataset, data: Any, n_clients: int | None, seed: int, rotations:
         raise ConfigError(f"data.partition.proportions: {len(rot)} non-negative shares (one per rotation); "
                           f"got {list(proportions)!r}")
     n = _n(n_clients)
-    rng = data_rng(seed, _STREAM, 1)
+    rng = data_rng(seed, IMAGE_FEDERATIONS_STREAM, 1)
     groups = _groups_of(n, _counts_from_proportions(n, list(proportions)), rng)
     classes = [int(c) for c in np.unique(ds.y)] if ds.y is not None else []
     transforms = [[["rotate", {"k": (r // 90) % 4, "shape": list(shape)}]] if r % 360 else [] for r in rot]
@@ -318,7 +317,7 @@ def grouped(ds: Dataset, data: Any, n_clients: int | None, seed: int, n_groups: 
         raise ConfigError(f"data.partition.n_groups: must lie in [1, n_clients={n}]; got {n_groups!r}")
     if not 1 <= int(labels_per_group) <= len(classes):
         raise ConfigError(f"data.partition.labels_per_group: must lie in [1, {len(classes)}]; got {labels_per_group!r}")
-    rng = data_rng(seed, _STREAM, 2)
+    rng = data_rng(seed, IMAGE_FEDERATIONS_STREAM, 2)
     sets = _pairs(classes, int(n_groups), int(labels_per_group), rng)
     groups = _groups_of(n, _counts_from_proportions(n, [1.0] * int(n_groups)), rng)
     return _federation(ds, data, seed, groups, sets, [[] for _ in sets],
@@ -346,7 +345,7 @@ def label_swapped(ds: Dataset, data: Any, n_clients: int | None, seed: int, n_gr
         raise DataError("data.partition.name: 'label-swapped' needs at least 2 labels")
     if not 1 <= int(n_groups) <= n:
         raise ConfigError(f"data.partition.n_groups: must lie in [1, n_clients={n}]; got {n_groups!r}")
-    rng = data_rng(seed, _STREAM, 3)
+    rng = data_rng(seed, IMAGE_FEDERATIONS_STREAM, 3)
     pairs = _pairs(classes, int(n_groups), 2, rng)
     groups = _groups_of(n, _counts_from_proportions(n, [1.0] * int(n_groups)), rng)
     all_labels = [int(c) for c in classes]
@@ -384,7 +383,7 @@ def grouped_rotated(ds: Dataset, data: Any, n_clients: int | None, seed: int, n_
         raise ConfigError(f"data.partition.rotated_fraction: must lie in [0, 1]; got {rotated_fraction!r}")
     if int(rotation) % 90 or int(rotation) % 360 == 0:
         raise ConfigError(f"data.partition.rotation: a multiple of 90 degrees other than 0; got {rotation!r}")
-    rng = data_rng(seed, _STREAM, 4)
+    rng = data_rng(seed, IMAGE_FEDERATIONS_STREAM, 4)
     label_sets = [sorted(int(c) for c in part) for part in np.array_split(rng.permutation(classes), int(n_groups))]
     base = _groups_of(n, _counts_from_proportions(n, [1.0] * int(n_groups)), rng)
     groups = np.empty(n, dtype=np.int64)

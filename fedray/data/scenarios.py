@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from fedray.core.errors import ConfigError
-from fedray.core.seeding import data_rng
+from fedray.core.seeding import MOTIVATIONAL_STREAM, TRIEBE_1D_STREAM, data_rng
 from fedray.data.datasets import Dataset, register_scenario
 
 MOTIVATIONAL_CENTERS = np.array([[0.0, 0.0], [0.0, 1.0], [1.0, 1.0], [1.0, 0.0], [0.5, 0.5]])
@@ -57,7 +57,7 @@ def stallmann_motivational(seed: int = 0, sigma: float = 0.2, small_sigma: float
     """
     if not (sigma > 0 and small_sigma > 0):
         raise ConfigError(f"data.options: sigma and small_sigma must be > 0; got {sigma!r}, {small_sigma!r}")
-    rng = data_rng(seed, 101)
+    rng = data_rng(seed, MOTIVATIONAL_STREAM)
     X, y, g = [], [], []
     for ci, holdings in enumerate(MOTIVATIONAL_CLIENTS):
         for cluster, n in holdings:
@@ -99,7 +99,7 @@ def triebe_1d(seed: int = 0, n_clients: int = 50, samples_per_client: int = 10, 
             raise ConfigError(f"data.options.{key}: must be >= 1; got {v!r}")
     if not scale > 0:
         raise ConfigError(f"data.options.scale: must be > 0; got {scale!r}")
-    rng = data_rng(seed, 102)
+    rng = data_rng(seed, TRIEBE_1D_STREAM)
     means = np.arange(1, n_centers + 1, dtype=np.float64)
     which = rng.integers(0, n_centers, size=n_clients)
     X = means[np.repeat(which, samples_per_client)] + rng.normal(scale=scale, size=n_clients * samples_per_client)

@@ -40,12 +40,11 @@ from typing import Any
 
 from fedray.core.calls import Call
 from fedray.core.contract import Task
-from fedray.core.seeding import server_rng
+from fedray.core.seeding import FAULT_STREAM, server_rng
 from fedray.runtime.executor import ExecResult, Executor, ExecutorWrapper
 
 log = logging.getLogger(__name__)
 
-FAULT_STREAM = 11
 
 
 class InjectedCrash(RuntimeError):

@@ -22,10 +22,9 @@ from typing import Any
 import numpy as np
 
 from fedray.core.errors import DataError
-from fedray.core.seeding import data_rng
+from fedray.core.seeding import SPLIT_STREAM, data_rng
 
 DEFAULT_TEST_FRACTION = 0.15
-_SPLIT_STREAM = 41
 
 
 @dataclass(frozen=True)
@@ -66,7 +65,7 @@ def split_rows(n: int, test_fraction: float, seed: int, client_id: int) -> tuple
         n_test = min(max(n_test, 1), n - 1)
     else:
         n_test = 0
-    perm = data_rng(seed, _SPLIT_STREAM, client_id).permutation(n)
+    perm = data_rng(seed, SPLIT_STREAM, client_id).permutation(n)
     return np.sort(perm[n_test:]), np.sort(perm[:n_test])
 
 

@@ -8,9 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from fedray.core.seeding import client_rng
-
-DP_STREAM = 29  # the client stream of seeded noise (privacy.dp.seeded_noise, debugging only)
+from fedray.core.seeding import DP_NOISE_STREAM, client_rng
 
 
 def noise_std(dp: Any, n_cohort: int, secure: bool) -> float:
@@ -36,5 +34,5 @@ def noise_rng(client: Any, seeded: bool, stream_round: int, attempt: int) -> np.
     only: anyone with the seed can remove this noise) the client's stream of the call
     (:attr:`Call.stream_round <fedray.core.calls.Call.stream_round>` and attempt)."""
     if seeded:
-        return client_rng(client.seed, client.id, stream_round, DP_STREAM, attempt)
+        return client_rng(client.seed, client.id, stream_round, DP_NOISE_STREAM, attempt)
     return np.random.default_rng(_secrets.randbits(128))

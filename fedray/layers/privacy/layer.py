@@ -11,7 +11,7 @@ import numpy as np
 from fedray.core.calls import Call
 from fedray.core.contract import Reply, Task
 from fedray.core.errors import DataError, RoundFailedError
-from fedray.core.seeding import server_rng
+from fedray.core.seeding import MASK_RING_STREAM, server_rng
 from fedray.core.sizes import nbytes_of
 from fedray.core.stats import Stats
 from fedray.layers.messages import Envelope
@@ -31,7 +31,6 @@ from fedray.runtime.executor import ExecResult, Executor, ExecutorWrapper
 
 log = logging.getLogger(__name__)
 
-_RING_STREAM = 13  # the server stream of the public mask graph (privacy.mask_neighbors)
 
 Keys = dict[int, dict[str, Any]]  # per client of an instance: s_pk, c_pk, ct, peers, t
 
@@ -46,7 +45,7 @@ def mask_peers(cohort: list[int], neighbors: int | None, seed: int, round_: int,
     n = len(cohort)
     if neighbors is None or neighbors >= n - 1:
         return {c: [p for p in cohort if p != c] for c in cohort}
-    order = [cohort[k] for k in server_rng(seed, round_, _RING_STREAM, attempt).permutation(n)]
+    order = [cohort[k] for k in server_rng(seed, round_, MASK_RING_STREAM, attempt).permutation(n)]
     h = max(1, neighbors // 2)
     peers: dict[int, set[int]] = {c: set() for c in cohort}
     for pos, c in enumerate(order):
