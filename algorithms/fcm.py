@@ -110,5 +110,4 @@ class FederatedFCM(CenterAlgorithm):
 
     @staticmethod
     def central(X: np.ndarray, C0: np.ndarray, params: FCMParams, rounds: int) -> np.ndarray:
-
         return fcm(X, C0, m=params.m, tol=params.tol, max_iter=rounds)[0]

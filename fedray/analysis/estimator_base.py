@@ -180,7 +180,6 @@ class _FederatedCenters(ClusterMixin, TransformerMixin, BaseEstimator):
             raise DataError(str(exc).replace("\n", " ")) from None
 
     def _assign(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-
         return assign(X, self.cluster_centers_)
 
     def predict(self, X: Any) -> np.ndarray:

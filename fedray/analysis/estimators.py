@@ -104,7 +104,6 @@ class FederatedKMeans(_FederatedCenters):
                 "max_rounds": int(self.max_iter), "tol": 1.0}
 
     def _adjust(self, session: Any, params: dict[str, Any]) -> dict[str, Any]:
-
         tol_sq = float(self.tol) * float(np.mean(federated_variance(session)))
         # kmeans stops when ||C_t - C_t-1||_F <= tol; scikit-learn when its square <= tol_sq.
         # tol=0 (or constant data) stops only when the centres no longer move, as in scikit-learn.

@@ -371,7 +371,6 @@ def _cell(v: Any) -> Any:
 
 
 def _grid_yaml(base: ExperimentConfig, grid: Mapping[str, list[Any]]) -> str:
-
     return yaml.safe_dump({"config": base.to_dict(), "grid": {k: [_cell(v) for v in vs] for k, vs in grid.items()}},
                           sort_keys=False)
 

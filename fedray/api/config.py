@@ -45,12 +45,10 @@ class _Section(BaseModel):
 
 
 def _allows_bool(ann: Any) -> bool:
-
     return ann is bool or ann is Any or any(_allows_bool(a) for a in typing.get_args(ann))
 
 
 def _allows_number(ann: Any) -> bool:
-
     return ann in (int, float) or any(_allows_number(a) for a in typing.get_args(ann))
 
 

@@ -37,7 +37,6 @@ def in_notebook() -> bool:
 
 
 def _has_widgets() -> bool:
-
     return importlib.util.find_spec("ipywidgets") is not None
 
 

@@ -331,7 +331,6 @@ def _jsonable(obj: Any) -> Any:
 
 
 def _versions() -> dict[str, str]:
-
     out = {"python": platform.python_version()}
     for pkg in ("fedray", "ray", "numpy"):
         try:

@@ -28,7 +28,7 @@ from fedray.core.contract import Algorithm, FederationInfo, Task
 from fedray.core.errors import ConfigError, DataError
 from fedray.core.extras import requirements
 from fedray.core.registry import check_algorithm_class, get_algorithm, make_params
-from fedray.core.stats import Stats
+from fedray.core.stats import Stats, total
 from fedray.data.checks import check_descriptions, check_magnitude, column_moments
 from fedray.data.federation import Federation, build_federation, check_memory
 from fedray.layers.privacy import PrivacyLayer
@@ -316,7 +316,7 @@ class Session:
             first = next(iter(res.errors.values()), "no reply").strip()
             raise DataError(f"{call.label()}: {len(tasks) - len(res.replies)} of {len(tasks)} clients did not "
                             f"answer: {(first.splitlines() or [''])[-1]}")
-        return sum((r.update for r in res.replies[1:]), start=res.replies[0].update)
+        return total(res.replies)
 
     def _secure_layer(self) -> PrivacyLayer:
         if self._secure is None:

@@ -443,7 +443,6 @@ def _client_order(cid: np.ndarray) -> tuple[np.ndarray, list[str]]:
 
 
 def _check_partition(partition: Any) -> dict[str, Any] | None:
-
     if partition is None:
         return None
     if isinstance(partition, str):

@@ -338,5 +338,4 @@ def _bytes_down(tasks: dict[int, Task]) -> int:
 
 
 def type_of_user_error(message: str) -> FedrayError:
-
     return DataError(message)

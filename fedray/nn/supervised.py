@@ -131,7 +131,6 @@ class SupervisedParams(Params):
     @field_validator("model")
     @classmethod
     def _known_model(cls, v: str) -> str:
-
         if is_model_reference(v):  # a user's factory: checked (one line) by check_config and validate
             return v
         if v != "auto" and v not in MODEL_KINDS:

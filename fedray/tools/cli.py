@@ -73,7 +73,6 @@ def cmd_quickstart(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-
     print("algorithms:")
     for name, cls in available_algorithms().items():
         print(f"  {name:<16} {cls.description}")
