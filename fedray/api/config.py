@@ -69,11 +69,12 @@ class DataConfig(_Section):
     # A data set name, or arrays from Python (fedray.from_arrays), written out as their description.
     dataset: str | ArrayData = Field(default="sklearn:iris", description="data set name (`fedray list`): blobs, "
                                      "sklearn:NAME, benchmark:BATTERY/NAME, csv:PATH, parquet:PATH, mnist, "
+                                     "femnist, cifar10, emnist:SPLIT, fashion-mnist, kmnist, k49, images:FOLDER, "
                                      "scenario:NAME; or arrays from fedray.from_arrays")
-    data_dir: str | None = Field(default=None, description="folder of benchmark and MNIST files (default: "
-                                 "$FEDRAY_DATA_DIR)")
+    data_dir: str | None = Field(default=None, description="folder of benchmark and image data files, e.g. "
+                                 "mnist/, femnist/, cifar-10-batches-bin/ (default: $FEDRAY_DATA_DIR)")
     options: dict[str, Any] = Field(default_factory=dict, description="options of the data set, e.g. "
-                                    "points_per_client for blobs (`fedray describe DATASET`)")
+                                    "points_per_client for blobs, classes for femnist (`fedray describe DATASET`)")
     partition: dict[str, Any] = Field(default_factory=dict, description="name: the split over clients (`fedray "
                                       "describe PARTITION`), with that partition's options beside it")
     scale: Literal["none", "standard", "minmax"] = Field(default="none", description="feature scaling from "

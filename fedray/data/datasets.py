@@ -9,6 +9,9 @@
 * ``csv:PATH`` and ``parquet:PATH`` — the user's own table;
 * ``mnist`` — the MNIST IDX files under ``data.data_dir`` (``mnist/`` sub-folder
   or the folder itself);
+* ``femnist``, ``cifar10``, ``emnist:SPLIT``, ``fashion-mnist``, ``kmnist``, ``k49``,
+  ``images:FOLDER`` — image sets in their authors' formats under ``data.data_dir``
+  (:data:`IMAGE_SETS`, loaders in :mod:`fedray.data.image_sets`);
 * ``scenario:NAME`` — named scenarios registered by :func:`register_scenario`.
 
 Loaded arrays are cached per process, so many clients hosted by one actor read a
