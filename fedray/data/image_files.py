@@ -31,6 +31,10 @@ IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
 
 #: md5 of the distributed files, as torchvision's dataset classes list them (``data.options.verify_md5``).
 KNOWN_MD5: dict[str, dict[str, str]] = {
+    "mnist": {"train-images-idx3-ubyte.gz": "f68b3c2dcbeaaa9fbdd348bbdeb94873",
+              "train-labels-idx1-ubyte.gz": "d53e105ee54ea40749a09fcbcd1e9432",
+              "t10k-images-idx3-ubyte.gz": "9fb629c4189551a2d022fa330f9573f3",
+              "t10k-labels-idx1-ubyte.gz": "ec29112dd5afa0611ce80d1b7f02629c"},
     "fashion-mnist": {"train-images-idx3-ubyte.gz": "8d4fb7e6c68d591d4c3dfef9ec88bf0d",
                       "train-labels-idx1-ubyte.gz": "25c81989df183df01b3e8a0aad5dffbe",
                       "t10k-images-idx3-ubyte.gz": "bef4ecab320f06d8554ea6380940ec79",

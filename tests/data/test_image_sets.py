@@ -12,6 +12,7 @@ import pytest
 
 from fedray.core.errors import ConfigError, DataError
 from fedray.data.datasets import _load_cached, check_dataset_name, load_dataset
+from tests.conftest import SHARED_DATA
 
 RNG = np.random.default_rng(7)
 
@@ -216,3 +217,23 @@ def test_image_folder_reads_one_class_per_sub_folder(tmp_path):
     (tmp_path / "pics" / "dog" / "small.png").write_bytes(b"\x89PNG broken")
     with pytest.raises(DataError, match="small.png: not a readable image"):
         _load(f"images:{tmp_path / 'pics'}", tmp_path)
+
+
+@pytest.mark.skipif(not (SHARED_DATA / "mnist").is_dir(), reason=f"MNIST not found under {SHARED_DATA}")
+def test_the_published_md5_values_match_real_files():
+    """The md5 check on files as their authors distribute them: the MNIST test set passes, a copy with one
+    byte changed does not."""
+    from fedray.data.image_files import KNOWN_MD5, md5_of, verify_md5
+
+    real = [SHARED_DATA / "mnist" / n for n in ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz")]
+    verify_md5("mnist", real)
+    assert md5_of(real[0]) == KNOWN_MD5["mnist"]["t10k-images-idx3-ubyte.gz"]
+
+
+def test_a_changed_byte_fails_the_md5_check(tmp_path):
+    from fedray.data.image_files import verify_md5
+
+    f = tmp_path / "t10k-labels-idx1-ubyte.gz"
+    f.write_bytes(b"\x1f\x8b" + bytes(30))
+    with pytest.raises(DataError, match="differs from the published ec29112d"):
+        verify_md5("mnist", [f])
