@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fedray.core.errors import DataError
+from fedray.core.errors import ConfigError, DataError
 
 #: The 62 class names, in LEAF's label order.
 FEMNIST_CLASS_NAMES: tuple[str, ...] = tuple(string.digits + string.ascii_uppercase + string.ascii_lowercase)
@@ -104,7 +104,7 @@ def read_femnist(root: Path, classes: str = "all") -> WriterData:
         Labels kept, renumbered from 0 in LEAF's order (``letters``: 52 classes, A-Z then a-z).
     """
     if classes not in CLASS_SUBSETS:
-        raise DataError(f"data.options.classes: {classes!r} is not one of {', '.join(CLASS_SUBSETS)}")
+        raise ConfigError(f"data.options.classes: {classes!r} is not one of {', '.join(CLASS_SUBSETS)}")
     keep = CLASS_SUBSETS[classes]
     folder = find_femnist(root)
     parts = {p: _read_part(folder / p) for p in PARTS}

@@ -102,6 +102,8 @@ def test_bad_leaf_files_are_one_line_data_errors(tmp_path):
         load_dataset("femnist", str(tmp_path))
     with pytest.raises(ConfigError, match="unknown option"):
         load_dataset("femnist", str(tmp_path), writers=3)
+    with pytest.raises(ConfigError, match="data.options.classes: 'vowels' is not one of all, digits, letters"):
+        load_dataset("femnist", str(tmp_path), classes="vowels")
     with pytest.raises(DataError, match="by_writer"):
         build_federation(make_config(data={"dataset": "sklearn:digits", "partition": {"name": "by_writer"}}).data, 3, 0)
 
