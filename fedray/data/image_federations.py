@@ -393,7 +393,7 @@ def _label_sets(ds: Dataset, label_sets: Any, n_groups: int, classes: np.ndarray
 @_builder("grouped+rotated")
 def grouped_rotated(ds: Dataset, data: Any, n_clients: int | None, seed: int, n_groups: int = 2,
                     rotated_fraction: float = 0.3, rotation: int = 90, samples: Any = COMMON["samples"],
-                    test_fraction: float = COMMON["test_fraction"], label_sets: Any = "random",
+                    test_fraction: float = COMMON["test_fraction"], label_sets: str | list[list[int]] = "random",
                     rotated_clients: int | None = None) -> Federation:
     """Disjoint label sets, and within each a share of clients with rotated images.
 
