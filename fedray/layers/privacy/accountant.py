@@ -13,7 +13,8 @@ def new_account() -> dict[str, Any]:
     """An empty account (what :class:`~fedray.layers.privacy.layer.PrivacyLayer` counts)."""
     return {"rounds": [], "withheld": 0, "recovered_masks": 0, "reconstructed_keys": 0,
             "unprotected_messages": 0, "masked_messages": 0, "refused_rounds": 0,
-            "protocol_messages": 0, "protocol_bytes": 0, "disclosures": {}}
+            "protocol_messages": 0, "protocol_bytes": 0, "disclosures": {}, "releases": [],
+            "release_rule": {"release": 0, "dp_covered": 0, "narrowed": 0, "refused": 0, "held": 0}}
 
 
 def rdp_epsilon(zs: list[float], delta: float, alphas: np.ndarray | None = None) -> tuple[float, float]:
