@@ -115,7 +115,7 @@ Modules
 """
 from __future__ import annotations
 
-from fedray.layers.privacy.accountant import new_account, privacy_summary, rdp_epsilon
+from fedray.layers.privacy.accountant import dp_epsilon, new_account, privacy_summary
 from fedray.layers.privacy.client import (
     private_call,
     secagg_register,
@@ -144,6 +144,6 @@ from fedray.layers.privacy.shamir import PRIME, SHARE_BYTES, shamir_combine, sha
 __all__ = [
     "CLUSTER_PAIRS", "ENTRY_BYTES", "FRAC_BITS", "LIMIT", "MOD", "MOD_BITS", "PRIME", "SCALE", "SHARE_BYTES",
     "MaskedStats", "PrivacyLayer", "count_small_clusters", "decode", "encode", "layout_of", "mask_peers",
-    "new_account", "pair_seed", "prg", "privacy_summary", "private_call", "rdp_epsilon", "secagg_register",
+    "dp_epsilon", "new_account", "pair_seed", "prg", "privacy_summary", "private_call", "secagg_register",
     "secagg_share_keys", "secagg_unmask", "shamir_combine", "shamir_split", "template", "threshold",
 ]
