@@ -149,3 +149,123 @@ def test_evaluation_retries_stay_inside_the_protocol_and_a_sum_short_of_someone_
         res, attempts = server.gather(evaluate(1), tasks, ask_missing=2)
         assert attempts == 3 and [r["clients"] for r in layer.account["releases"]] == [[0, 1, 2, 3, 5]]
         assert layer.account["release_rule"]["held"] == 5
+
+
+# --- item 2: what DP covers ----------------------------------------------------------------------
+def test_dp_summary_does_not_claim_to_cover_the_exact_evaluation_passes():
+    """With DP and no secure aggregation, the evaluation replies are each client's exact statistics
+    (difference 0.0 from the clean values); the summary must say they are not covered."""
+    kw = dict(algorithm={"name": "kmeans", "params": {"n_clusters": 3, "init": "random-box", "max_rounds": 2}},
+              data=DATA, federation={"n_clients": 4}, runtime=LOCAL, seed=3, **{"output.message_payloads": True})
+    noisy = fedray.run(privacy={"dp": {"clip": 50.0, "noise_multiplier": 1.0}}, **kw)
+    stage0 = {c: u for r, _, c, u in noisy.extras["payloads"] if r == -1 and isinstance(u, Stats)}
+    assert len(stage0) == 4  # each client's own evaluation table, in the clear and exact:
+    assert all(u["counts"].sum() == 30 and np.all(u["counts"] == np.round(u["counts"])) for u in stage0.values())
+    dp = noisy.summary["privacy"]["dp"]
+    assert dp["covers_all_messages"] is False
+    assert dp["unnoised_releases"].get("evaluate", 0) >= 1 and "evaluation" in dp["covers"]
+    releases = noisy.summary["privacy"]["releases"]
+    assert releases["train"]["noised"] == releases["train"]["calls"] == dp["noised_rounds"]
+    assert releases["evaluate"]["noised"] == 0
+
+
+# --- item 3: epsilon, adjacency, accountant --------------------------------------------------------
+def _old_rdp_epsilon(zs, delta):
+    """The formula fedray used before dp-accounting (Mironov 2017, Prop. 3, on a grid of orders)."""
+    import math
+
+    alphas = np.concatenate([1.0 + np.logspace(-3, 0, 60), np.linspace(2.05, 64, 400), np.geomspace(64, 1e5, 200)])
+    rho = float(np.sum(0.5 / np.square(np.asarray(zs, dtype=np.float64))))
+    return float(np.min(alphas * rho + math.log(1.0 / delta) / (alphas - 1.0)))
+
+
+@pytest.mark.parametrize("z,T", [(1.0, 5), (0.7, 20), (2.0, 50)])
+def test_dp_accounting_epsilon_is_at_most_the_old_bound_for_the_same_adjacency(z, T):
+    from fedray.layers.privacy import dp_epsilon
+
+    add_remove = dp_epsilon([z] * T, 1e-5, "add-remove")
+    replace = dp_epsilon([z] * T, 1e-5, "replace-one")
+    assert add_remove["epsilon"] <= _old_rdp_epsilon([z] * T, 1e-5) * (1 + 1e-9)
+    assert replace["epsilon"] <= _old_rdp_epsilon([z / 2] * T, 1e-5) * (1 + 1e-9)  # sensitivity 2C
+    assert add_remove["epsilon"] <= add_remove["epsilon_rdp"] and replace["epsilon"] > 2 * add_remove["epsilon"]
+
+
+def test_adjacency_is_a_named_option_with_replace_one_by_default_and_the_summary_states_it():
+    from fedray.layers.privacy import dp_epsilon
+
+    assert dp_epsilon([1.0] * 5, 1e-5, "add-remove")["epsilon"] == pytest.approx(11.5, abs=0.1)
+    assert dp_epsilon([1.0] * 5, 1e-5, "replace-one")["epsilon"] == pytest.approx(28.4, abs=0.2)
+    kw = dict(algorithm={"name": "kmeans", "params": {"n_clusters": 3, "init": "random-box", "max_rounds": 2}},
+              data=DATA, federation={"n_clients": 4}, runtime=LOCAL, seed=3)
+    default = fedray.run(privacy={"dp": {"clip": 50.0, "noise_multiplier": 1.0}}, **kw).summary["privacy"]["dp"]
+    assert default["adjacency"] == "replace-one" and default["sensitivity"] == "2 * clip"
+    other = fedray.run(privacy={"dp": {"clip": 50.0, "noise_multiplier": 1.0, "adjacency": "add-remove"}},
+                       **kw).summary["privacy"]["dp"]
+    assert other["noised_rounds"] == default["noised_rounds"] and other["epsilon"] < default["epsilon"] / 2
+    from fedray.tools.describe import describe
+
+    text = describe("privacy")  # what `fedray describe privacy` prints
+    assert "privacy.dp.adjacency" in text and "'replace-one'" in text and "privacy.release_rule" in text
+
+
+def test_dp_without_the_privacy_extra_fails_at_once_naming_the_pip_command(monkeypatch):
+    import sys
+
+    from fedray.core.errors import ConfigError
+
+    monkeypatch.setitem(sys.modules, "dp_accounting", None)
+    with pytest.raises(ConfigError, match=r"pip install \"fedray\[privacy\]\""):
+        fedray.make_config(privacy={"dp": {"clip": 1.0, "noise_multiplier": 1.0}})
+
+
+# --- item 4: validation and hide_n through the one secure sum -------------------------------------
+def test_hide_n_and_fedfuzzdb_under_privacy_go_through_the_secure_sum_and_no_seeded_mask(monkeypatch):
+    """The values go through PrivacyLayer.secure_sum (recorded), the server receives masked vectors
+    only, and two sessions with the same seed send different masked vectors (no mask derives from
+    the configuration)."""
+    from fedray.analysis.validation import federated_fuzzy_db
+
+    calls = []
+    real = PrivacyLayer.secure_sum
+
+    def spy(self, call, tasks, timeout=None):
+        calls.append(call.purpose)
+        return real(self, call, tasks, timeout)
+
+    monkeypatch.setattr(PrivacyLayer, "secure_sum", spy)
+    C = np.array([[-5.0, -5.0], [0.0, 0.0], [5.0, 5.0]])
+    seen = []
+    for _ in range(2):
+        with Session(algorithm=KM, data=DATA, federation={"n_clients": 5}, runtime=LOCAL, seed=5,
+                     **{"output.message_payloads": True}) as s:
+            value = federated_fuzzy_db(s, C, hide_n=True)
+            up = [u for r, _, c, u in s.layers.report().get("payloads", []) if r == -100]
+            seen.append(value)
+            assert up and all(getattr(u, "masked", False) for u in up)
+            masked = {id(u): u.data.copy() for u in up}
+        seen.append(masked)
+    assert calls == ["validation", "validation"]
+    assert seen[0] == pytest.approx(seen[2], rel=1e-12)
+    a, b = list(seen[1].values()), list(seen[3].values())
+    assert len(a) == len(b) and all(not np.array_equal(x, y) for x, y in zip(a, b))
+    with Session(algorithm=KM, data=DATA, federation={"n_clients": 5}, runtime=LOCAL, seed=5,
+                 privacy={"secure_aggregation": True}) as s:
+        federated_fuzzy_db(s, C)
+    assert calls[-2:] == ["moments", "validation"]  # the set-up moments, then the index
+
+
+# --- item 6: tiny values ---------------------------------------------------------------------------
+def _tiny(payload, shared, client) -> Stats:
+    return Stats(big=np.array([1.0, 2.0]), tiny=np.array([3e-22, 0.0]))
+
+
+def test_a_statistic_too_small_for_the_fixed_point_is_refused_in_one_line_naming_it():
+    """Fixed point keeps 2^-64 absolute: 3e-22 would become 0 without a word. The secure sum
+    refuses it with a one-line error naming the statistic; exact zeros and normal values pass."""
+    with _session() as s:
+        layer = PrivacyLayer(s.executor, s.config.privacy, s.config.seed)
+        with pytest.raises(DataError, match=r"statistic 'tiny' .* at most 3e-22.*data.scale") as err:
+            layer.secure_sum(train(0), {c: Task(_tiny, None, None) for c in range(6)})
+        assert "\n" not in str(err.value)
+        total = layer.secure_sum(train(1), {c: Task(_sums, None, None) for c in range(6)})
+        assert total["n"] == pytest.approx(6 * 30)
