@@ -269,3 +269,34 @@ def test_a_statistic_too_small_for_the_fixed_point_is_refused_in_one_line_naming
         assert "\n" not in str(err.value)
         total = layer.secure_sum(train(1), {c: Task(_sums, None, None) for c in range(6)})
         assert total["n"] == pytest.approx(6 * 30)
+
+
+# --- the threat model's table matches what the summary counts ------------------------------------
+def _doc_table() -> dict[str, tuple[set[str], bool]]:
+    """Per clustering algorithm of docs/reliability.md's disclosure table: the release kinds and whether
+    it lists unprotected messages."""
+    from pathlib import Path
+
+    text = (Path(__file__).parents[2] / "docs" / "reliability.md").read_text()
+    table = text[text.index("### Disclosures per algorithm"):]
+    out = {}
+    for line in table.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) != 5 or not cells[0].startswith("`"):
+            continue
+        kinds = {k.strip("` ") for k in cells[2].split(",")} - {"—", ""}
+        for name in cells[0].split(","):
+            out[name.strip().strip("`")] = (kinds, cells[3] != "—")
+    return out
+
+
+@pytest.mark.parametrize("name", ["kmeans", "federated-fcm", "fedkmeans", "kfed", "fedfcm", "fedfcm-avg"])
+def test_the_disclosure_table_matches_the_summary(name):
+    kinds, unprotected = _doc_table()[name]
+    res = fedray.run(algorithm={"name": name, "params": {"n_clusters": 3}}, data=DATA,
+                     federation={"n_clients": 4, "rounds": 3}, runtime=LOCAL, seed=1,
+                     privacy={"secure_aggregation": True})
+    p = res.summary["privacy"]
+    assert set(p["releases"]) == kinds
+    assert all(v["summed"] == v["calls"] for v in p["releases"].values())
+    assert (p["unprotected_messages"] > 0) == unprotected

@@ -3,7 +3,6 @@ accounts; the minimum-sample guard withholds small clients' statistics."""
 from __future__ import annotations
 
 import logging
-import math
 
 import numpy as np
 import pandas as pd
