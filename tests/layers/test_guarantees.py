@@ -300,3 +300,23 @@ def test_the_disclosure_table_matches_the_summary(name):
     assert set(p["releases"]) == kinds
     assert all(v["summed"] == v["calls"] for v in p["releases"].values())
     assert (p["unprotected_messages"] > 0) == unprotected
+
+
+def test_on_ray_the_session_remembers_the_sums_a_run_released_in_its_server_actor(ray_session):
+    """A run on Ray holds a copy of the layers in its server actor; the session's privacy layer must
+    learn that run's releases, or a later call could be differenced with them."""
+    from fedray.layers.stack import find_layer
+
+    with Session(algorithm={"name": "kmeans", "params": {"n_clusters": 3, "max_rounds": 2}}, data=DATA,
+                 federation={"n_clients": 6}, runtime={"backend": "ray", "clients_per_actor": 3}, seed=5,
+                 privacy={"secure_aggregation": True}) as s:
+        s.run(output=False)
+        layer = find_layer(s.layers, PrivacyLayer)
+        kinds = {r.kind for r in layer.releases.released}
+        assert {"train", "evaluate"} <= kinds
+        five = [0, 2, 3, 4, 5]
+        from fedray.algorithms.kmeans import lloyd_stats
+
+        C = np.zeros((3, 2))
+        res = layer.execute(train(7), {c: Task(lloyd_stats, None, C) for c in five})
+        assert res.replies == [] and "differs from the sum already released" in res.errors[0]

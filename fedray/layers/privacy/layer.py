@@ -338,6 +338,12 @@ class PrivacyLayer(ExecutorWrapper):
         for n, (k, r) in enumerate(masked):
             res.replies[k] = Reply(r.client_id, summed if n == 0 else tmpl, r.seconds, r.nbytes)
 
+    def remember(self, rows: list[dict[str, Any]]) -> None:
+        """Add sums released elsewhere (a run in a server actor holds a copy of this layer)."""
+        for r in rows:
+            if r.get("summed"):
+                self.releases.add(Release.of_row(r))
+
     def _record(self, release: Release) -> None:
         self.releases.add(release)
         self.account["releases"].append({**release.row(), "summed": True})
@@ -455,5 +461,5 @@ class PrivacyLayer(ExecutorWrapper):
         acc.pop("config", None)
         if acc:
             self.account = {**new_account(), **acc}
-            self.releases.released = [Release.of_row(r) for r in self.account["releases"] if r.get("summed")]
+            self.remember(self.account["releases"])
 

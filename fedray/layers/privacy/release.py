@@ -81,6 +81,7 @@ class ReleaseLog:
     def __init__(self, min_difference: int) -> None:
         self.min_difference = int(min_difference)
         self.released: list[Release] = []
+        self._seen: set[Release] = set()
 
     def conflicts(self, clients: frozenset[int], statistics: frozenset[str]) -> list[Release]:
         """Un-noised released sums whose difference from an un-noised sum over ``clients`` of
@@ -114,7 +115,9 @@ class ReleaseLog:
         return "refused", None, hits
 
     def add(self, release: Release) -> None:
-        self.released.append(release)
+        if release not in self._seen:  # the same release reported twice (a run's copy of the layer) counts once
+            self._seen.add(release)
+            self.released.append(release)
 
 
 def conflict_message(clients: frozenset[int], hits: list[Release], min_difference: int) -> str:
