@@ -98,6 +98,8 @@ def test_partial_participation_with_dp_releases_only_pairs_that_dp_covers_and_th
     releases = res.extras["releases"]
     assert releases and _pairs_apart(releases, 3) == []
     for r in releases:
+        if r["kind"] not in ("train", "evaluate"):
+            continue  # the set-up sum happened before the run: in the session's log of calls outside runs
         arrived = set(up[(up["round"] == r["round"]) & (up["attempt"] == r["attempt"])].client_id)
         assert set(r["clients"]) <= arrived
     rule = res.summary["privacy"]["release_rule"]
@@ -297,7 +299,7 @@ def test_the_disclosure_table_matches_the_summary(name):
                      federation={"n_clients": 4, "rounds": 3}, runtime=LOCAL, seed=1,
                      privacy={"secure_aggregation": True})
     p = res.summary["privacy"]
-    assert set(p["releases"]) == kinds
+    assert set(p["releases"]) == kinds | {"setup"}  # every run lists the set-up moments
     assert all(v["summed"] == v["calls"] for v in p["releases"].values())
     assert (p["unprotected_messages"] > 0) == unprotected
 

@@ -34,6 +34,7 @@ log = logging.getLogger(__name__)
 
 
 Keys = dict[int, dict[str, Any]]  # per client of an instance: s_pk, c_pk, ct, peers, t
+OUTSIDE_KINDS = ("setup", "adhoc")  # kinds of the calls a session makes outside runs
 
 
 def mask_peers(cohort: list[int], neighbors: int | None, seed: int, round_: int, attempt: int) -> dict[int, list[int]]:
@@ -87,6 +88,7 @@ class PrivacyLayer(ExecutorWrapper):
         self._instance = 0  # number of the last protocol instance (one per call under secure aggregation)
         self._cpk: dict[int, bytes] = {}  # registered long-lived public keys (relayed, public)
         self.transcript: dict[str, Any] = {}  # what the server held in the last instance (audits, tests)
+        self._outside: list[dict[str, Any]] = []  # releases of calls outside runs (kept in every run's account)
         # the sums released so far (the release rule, fedray.layers.privacy.release): kept across runs
         self.releases = ReleaseLog(privacy.min_cohort)
 
@@ -101,10 +103,15 @@ class PrivacyLayer(ExecutorWrapper):
 
     def reset_records(self) -> None:
         """Start a new run's account (and the records of the layers below): nothing counted yet but the
-        session's disclosures so far. The registered long-lived public keys stay, and so does the
-        instance counter (no protocol instance label repeats)."""
+        session's disclosures so far and the releases of calls outside runs (set-up, K selection,
+        validation, plots), which every run's account lists. The registered long-lived public keys
+        stay, and so does the instance counter (no protocol instance label repeats)."""
+        for r in self.account["releases"]:
+            if r["kind"] in OUTSIDE_KINDS and r not in self._outside:
+                self._outside.append(r)
         self.account = new_account()
         self.account["disclosures"] = dict(self._disclosures)
+        self.account["releases"] = list(self._outside)
         self.transcript = {}
         self.inner.reset_records()
 
