@@ -311,6 +311,7 @@ class PrivacyLayer(ExecutorWrapper):
         layout = layouts.pop()
         arrived = sorted(r.client_id for _, r in masked)
         release = release_of(call, arrived, layout, noised)
+        verdict = "release"
         if len(arrived) >= cfg.min_cohort:
             verdict, cohort, hits = self.releases.decide(release.clients, release.statistics, noised)
             if verdict in ("narrowed", "refused") and cfg.release_rule == "count":
@@ -322,11 +323,10 @@ class PrivacyLayer(ExecutorWrapper):
                 self._leave_out(res, [c for c in arrived if c not in cohort], call, hits)
                 masked = [(k, r) for k, r in enumerate(res.replies) if isinstance(r.update, MaskedStats)]
                 release = release_of(call, sorted(cohort), layout, noised)
-            self.account["release_rule"][verdict] += 1
         survivors = sorted(release.clients)
         if len(survivors) < call.quorum:  # the caller would throw the sum away: never unmask it
             return self._refuse(res, masked, call, f"only {len(survivors)} of the {call.quorum} answers the call "
-                                f"needs arrived; the sum is held back, not released", "held")
+                                f"needs arrived; the sum is not released", "held")
         dropped = sorted(c for c in keys if c not in release.clients)
         revealed, why = self._reveal(cfg, keys, survivors, dropped, call, timeout)
         if why is not None:  # discard the masked vectors: they are never unmasked
@@ -338,6 +338,7 @@ class PrivacyLayer(ExecutorWrapper):
         total = self._remove_masks(total, keys, survivors, dropped, revealed, call)
         self.account["masked_messages"] += len(masked)
         self._record(release)
+        self.account["release_rule"][verdict] += 1
         tmpl = template(layout)
         summed = tmpl.with_flat(decode([t % MOD for t in total]))
         if not cfg.min_cluster_count:
@@ -401,10 +402,11 @@ class PrivacyLayer(ExecutorWrapper):
             self.account["refused_rounds"] += 1
         else:
             self.account["release_rule"][counter] += 1
-        log.warning("%s: secure aggregation %s: %s", call.label(), "held back" if counter == "held" else "refused", why)
+        what = "held back" if counter == "held" else "refused"
+        log.warning("%s: secure aggregation %s: %s", call.label(), what, why)
         for _, r in masked:
             res.failed.append(r.client_id)
-            res.errors[r.client_id] = f"{call.label()}: secure aggregation refused: {why}"
+            res.errors[r.client_id] = f"{call.label()}: secure aggregation {what}: {why}"
         res.replies = [r for r in res.replies if not isinstance(r.update, MaskedStats)]
         res.failed.sort()
 
