@@ -295,9 +295,12 @@ class Session:
 
     def outside_records(self) -> dict[str, Any]:
         """The message-log rows of every call outside runs so far (``messages``; with
-        ``output.messages``) and the disclosures counted outside runs (``disclosures``)."""
+        ``output.messages``), the disclosures counted outside runs (``disclosures``) and the
+        statistics released to the server by them (``releases``, rows as in a run's account)."""
+        layers = {id(x): x for x in (find_layer(self.layers, PrivacyLayer), self._secure) if x is not None}
+        releases = [r for x in layers.values() for r in x.outside_releases()]
         return {"messages": self.outside_messages + list(self.layers.report().get("messages", [])),
-                "disclosures": dict(self.disclosures)}
+                "disclosures": dict(self.disclosures), "releases": releases}
 
     def call(self, call: Call, tasks: dict[int, Task]) -> ExecResult:
         """Run ``tasks`` on clients as ``call`` (a set-up or ad-hoc call) through the session's layers.

@@ -80,7 +80,7 @@ def _dp_summary(acc: dict[str, Any], cfg: dict[str, Any], dp: dict[str, Any], di
                                     and not exact)}
 
 
-def _release_counts(acc: dict[str, Any]) -> dict[str, Any]:
+def release_counts(acc: dict[str, Any]) -> dict[str, Any]:
     """Statistics released to the server, per call kind: ``summed`` (secure sums) or per-client, and noised."""
     out: dict[str, Any] = {}
     for r in acc.get("releases", []):
@@ -115,7 +115,7 @@ def privacy_summary(acc: dict[str, Any]) -> dict[str, Any]:
         "disclosures": {k: int(v) for k, v in sorted(acc.get("disclosures", {}).items())},
         "release_rule": {"mode": cfg.get("release_rule", "strict"), "min_difference": cfg.get("min_cohort"),
                          **{k: int(v) for k, v in acc.get("release_rule", {}).items()}},
-        "releases": _release_counts(acc),
+        "releases": release_counts(acc),
     }
     out["disclosures_total"] = int(sum(out["disclosures"].values()))
     dp = cfg.get("dp")

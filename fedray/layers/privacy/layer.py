@@ -346,6 +346,11 @@ class PrivacyLayer(ExecutorWrapper):
         for n, (k, r) in enumerate(masked):
             res.replies[k] = Reply(r.client_id, summed if n == 0 else tmpl, r.seconds, r.nbytes)
 
+    def outside_releases(self) -> list[dict[str, Any]]:
+        """The releases of calls outside runs so far (set-up, K selection, validation, plots)."""
+        now = [r for r in self.account["releases"] if r["kind"] in OUTSIDE_KINDS and r not in self._outside]
+        return list(self._outside) + now
+
     def remember(self, rows: list[dict[str, Any]]) -> None:
         """Add sums released elsewhere (a run in a server actor holds a copy of this layer)."""
         for r in rows:
