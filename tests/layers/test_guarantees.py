@@ -77,6 +77,21 @@ def test_an_evaluation_over_everyone_cannot_be_differenced_with_a_training_sum_o
         assert _pairs_apart(layer.account["releases"], 3) == []
 
 
+def test_the_issue_run_evaluates_over_the_trained_cohort_and_says_who_is_missing():
+    """kmeans, 6 clients, fraction 0.84, one training round over {0,2,3,4,5}: the evaluation over all
+    six would give client 1 away against the training sum; it is narrowed, and the run says so."""
+    res = fedray.run(algorithm={"name": "kmeans", "params": {"n_clusters": 3, "max_rounds": 1}}, data=DATA,
+                     federation={"n_clients": 6, "fraction": 0.84}, runtime=LOCAL, seed=5,
+                     privacy={"secure_aggregation": True}, **{"output.messages": True})
+    releases = res.extras["releases"]
+    assert _pairs_apart(releases, 3) == []
+    stage0, stage1 = [r for r in releases if r["kind"] == "evaluate"]
+    assert stage0["clients"] == [0, 2, 3, 4, 5]  # sums, counts, SSE: narrowed to the training cohort
+    assert stage1["clients"] == list(range(6))  # distances to the means: no released sum of them to subtract
+    assert res.summary["privacy"]["release_rule"]["narrowed"] == 1
+    assert res.final["evaluation_coverage"]["missing"] == [1]
+
+
 def test_partial_participation_without_dp_refuses_sums_a_few_clients_apart():
     """kmeans, 6 clients, fraction 0.84 (5 a round): rounds 1 and 2 sample cohorts two clients apart,
     so the second sum is refused with a one-line error naming the rule and what to change."""
