@@ -49,6 +49,7 @@ from fedray.core.ops import fcm, kmeans, kmeans_plusplus, lloyd, sq_distances
 from fedray.core.registry import get_algorithm
 from fedray.core.seeding import CENTRAL_STARTS_STREAM, data_rng
 from fedray.layers.messages import messages_table
+from fedray.layers.privacy.accountant import release_counts
 from fedray.plots.style import CENTRAL, FEDERATED, new_figure, save_figure, styled
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -85,7 +86,7 @@ class KSelection:
     central_centers: dict[int, np.ndarray] = field(default_factory=dict)
     output_dir: Path | None = None
     #: What the session's calls outside the runs sent (validation sums, local curves): the
-    #: message-log rows (with ``output.messages``) and the disclosures counted.
+    #: message-log rows (with ``output.messages``), the disclosures counted and the releases.
     outside: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -124,7 +125,9 @@ class KSelection:
             {"algorithm": self.algorithm, "index": self.index, "method": self.method, "chosen": self.chosen,
              "k": self.k, "n_init": self.n_init,
              # what the calls outside the runs disclosed (e.g. the local-only baseline's per-client curves)
-             "disclosures": dict(self.outside.get("disclosures", {}))}, indent=2))
+             "disclosures": dict(self.outside.get("disclosures", {})),
+             # the statistics those calls released to the server, per call kind (summed, noised)
+             "releases": release_counts(self.outside)}, indent=2))
         if self.outside.get("messages"):  # output.messages: what reached the server outside the runs
             messages_table(self.outside["messages"]).to_parquet(out / "messages.parquet", index=False)
         (out / "k_selection.md").write_text(f"{self.index} of `{self.algorithm}` per K ({self.method}):\n\n"

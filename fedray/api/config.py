@@ -23,7 +23,7 @@ from pydantic import (
 
 from fedray.api.overrides import _nest_kwargs, parse_override, set_dotted
 from fedray.core.errors import ConfigError, format_validation_error
-from fedray.core.extras import check_requirements
+from fedray.core.extras import check_requirements, missing
 from fedray.core.registry import get_algorithm, make_params
 from fedray.core.seeding import n_sampled
 from fedray.data.arrays import ArrayData
@@ -210,6 +210,10 @@ class DPConfig(_Section):
     noise_multiplier: float = Field(gt=0, description="z: Gaussian noise of standard deviation z C is added")
     delta: float = Field(default=1e-5, gt=0, lt=1, description="delta of the (epsilon, delta) guarantee reported")
     seeded_noise: bool = Field(default=False, description="debugging only: noise from the seed, not private")
+    adjacency: Literal["replace-one", "add-remove"] = Field(
+        default="replace-one", description="neighbouring data sets of the guarantee: replace-one (a client's data "
+        "replaced, sensitivity 2*clip: the server knows who took part) or add-remove (a client added or removed, "
+        "sensitivity clip)")
 
 
 class PrivacyConfig(_Section):
@@ -221,6 +225,10 @@ class PrivacyConfig(_Section):
     min_cohort: int = Field(default=3, ge=2, description="secure aggregation refuses smaller cohorts or survivor sets")
     secagg_threshold: float = Field(default=0.5, gt=0, lt=1,
                                     description="Shamir threshold t = floor(value * peers) + 1")
+    release_rule: Literal["strict", "count"] = Field(
+        default="strict", description="two un-noised secure sums of the same statistics whose cohorts differ by fewer "
+        "than min_cohort clients: strict: never released (narrowed to an earlier cohort or refused); count: released "
+        "and counted as 'differencing' disclosures")
     dp: DPConfig | None = Field(default=None, description="differential privacy: set clip and noise_multiplier "
                                 "to turn on (None: off)")
     min_samples_guard: bool = Field(default=False, description="a client withholds its statistics when N_m F <= L "
@@ -441,6 +449,9 @@ def _check_reliability(cfg: ExperimentConfig) -> None:
 def _check_privacy(cfg: ExperimentConfig) -> None:
     """Privacy settings that cannot hold: min-max scaling from clients' extremes, cohorts below the minimum."""
     p = cfg.privacy
+    if p.dp is not None and missing(("dp_accounting",)):
+        raise ConfigError("privacy.dp: the epsilon of the guarantee is computed with dp-accounting, which is not "
+                          "installed; install it with: pip install \"fedray[privacy]\"")
     if p.active and cfg.data.scale == "minmax" and p.feature_bounds is None:
         raise ConfigError("data.scale: 'minmax' uses each client's minimum and maximum (which can be rows) and is "
                           "refused under privacy; use data.scale='standard' (securely summed moments) or give "

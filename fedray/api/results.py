@@ -304,6 +304,7 @@ def _reliability_extras(state: dict[str, Any], summary: dict[str, Any]) -> dict[
     if "privacy" in report:
 
         summary["privacy"] = privacy_summary(report["privacy"])
+        extras["releases"] = list(report["privacy"].get("releases", []))  # the sums the server held
     if report.get("faults"):
         summary["failures"]["injected"] = len(report["faults"])
     return extras

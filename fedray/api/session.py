@@ -32,7 +32,7 @@ from fedray.core.stats import Stats, total
 from fedray.data.checks import check_descriptions, check_magnitude, column_moments
 from fedray.data.federation import Federation, build_federation, check_memory
 from fedray.layers.privacy import PrivacyLayer
-from fedray.layers.stack import build_stack, secure_layer
+from fedray.layers.stack import build_stack, find_layer, secure_layer
 from fedray.loop.server import round_cap
 from fedray.runtime.backends import make_executor
 from fedray.runtime.executor import ExecResult, Executor
@@ -210,6 +210,7 @@ class Session:
                     checkpoint.after_round(row["round"], driver.snapshot)
                 bar.update(row)
             final, model, state = driver.finish()
+            self._remember_releases(state)
         except BaseException as exc:
             if out:
                 self._save_partial(out, exc, driver.state, cfg)
@@ -284,11 +285,22 @@ class Session:
         self.outside_messages.extend(self.layers.report().get("messages", []))
         self.layers.reset_records()
 
+    def _remember_releases(self, state: dict[str, Any]) -> None:
+        """Fold the sums a run released (on Ray, by the server actor's copy of the layers) into the
+        session's privacy layer, so that the release rule compares later calls with them too."""
+        own = find_layer(self.layers, PrivacyLayer)
+        rows = ((state.get("report") or {}).get("privacy") or {}).get("releases", [])
+        if own is not None and rows:
+            own.remember(rows)
+
     def outside_records(self) -> dict[str, Any]:
         """The message-log rows of every call outside runs so far (``messages``; with
-        ``output.messages``) and the disclosures counted outside runs (``disclosures``)."""
+        ``output.messages``), the disclosures counted outside runs (``disclosures``) and the
+        statistics released to the server by them (``releases``, rows as in a run's account)."""
+        layers = {id(x): x for x in (find_layer(self.layers, PrivacyLayer), self._secure) if x is not None}
+        releases = [r for x in layers.values() for r in x.outside_releases()]
         return {"messages": self.outside_messages + list(self.layers.report().get("messages", [])),
-                "disclosures": dict(self.disclosures)}
+                "disclosures": dict(self.disclosures), "releases": releases}
 
     def call(self, call: Call, tasks: dict[int, Task]) -> ExecResult:
         """Run ``tasks`` on clients as ``call`` (a set-up or ad-hoc call) through the session's layers.

@@ -45,12 +45,18 @@ class Call:
     purpose : str
         What an ``ADHOC`` or ``SETUP`` call computes ("moments", "select_k", "validation",
         "plots", ...), for the message log and the privacy account.
+    quorum : int
+        The fewest answers the caller keeps (0: any). A result with fewer answers is thrown
+        away by the caller, so under secure aggregation the privacy layer never unmasks a sum
+        over fewer survivors: it would release a sum nobody uses (and a retry's sum would
+        differ from it by the clients that failed).
     """
 
     kind: CallKind
     round: int = 0
     attempt: int = 0
     purpose: str = ""
+    quorum: int = 0
 
     @property
     def training(self) -> bool:
@@ -67,7 +73,11 @@ class Call:
 
     def again(self) -> Call:
         """The same call, one attempt later."""
-        return Call(self.kind, self.round, self.attempt + 1, self.purpose)
+        return Call(self.kind, self.round, self.attempt + 1, self.purpose, self.quorum)
+
+    def with_quorum(self, quorum: int) -> Call:
+        """The same call, kept only with at least ``quorum`` answers."""
+        return Call(self.kind, self.round, self.attempt, self.purpose, int(quorum))
 
     def label(self) -> str:
         """``round 3``, ``evaluation stage 0``, ``setup (moments)``, ... for messages."""

@@ -23,7 +23,7 @@ from fedray.core.errors import ConfigError
 log = logging.getLogger(__name__)
 
 # package -> extra of fedray that installs it
-EXTRA_OF = {"torch": "nn"}
+EXTRA_OF = {"torch": "nn", "dp_accounting": "privacy"}
 _PRELOADING: set[str] = set()
 
 

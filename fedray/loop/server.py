@@ -123,20 +123,28 @@ class Server:
         """Run ``tasks`` as ``call`` through the executor (the session's layer stack).
 
         Clients that failed or were late are asked again up to ``ask_missing`` times (their
-        replies join the first ones); when fewer than ``need`` clients answered, the whole call
-        is run again up to ``retries`` times. Every execution is one attempt of the call
+        replies join the first ones; under secure aggregation the whole cohort is asked again,
+        and a sum short of anyone is never unmasked before the last time); when fewer than
+        ``need`` clients answered, the whole call is run again up to ``retries`` times. Every execution is one attempt of the call
         (``call.attempt`` counts them) and every client missing from one is a row of
         :attr:`failures`. Returns the merged result (replies in client-id order) and the number
         of executions; raises :class:`RoundFailedError` when ``need`` is still not met.
         """
         retried = 0
+        whole = self.executor.whole_cohort_retries
+        call = call.with_quorum(need)
         while True:
-            res = self._execute(call, tasks)
-            for _ in range(ask_missing):
+            # Under secure aggregation a sum that will be asked again is held back (quorum: everyone).
+            res = self._execute(call.with_quorum(len(tasks) if whole and ask_missing else need), tasks)
+            for k in range(ask_missing):
                 missing = sorted(set(res.failed) | set(res.late))
                 if not missing:
                     break
                 call = call.again()
+                if whole:  # the whole original cohort again, in a new protocol instance
+                    again = self._execute(call.with_quorum(len(tasks) if k + 1 < ask_missing else need), tasks)
+                    res = again if len(again.replies) >= len(res.replies) else res
+                    continue
                 again = self._execute(call, {c: tasks[c] for c in missing})
                 res.replies = sorted(list(res.replies) + list(again.replies), key=lambda r: r.client_id)
                 res.failed, res.late, res.spillover = again.failed, again.late, again.spillover

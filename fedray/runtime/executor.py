@@ -112,6 +112,10 @@ class Executor:
 
     backend = "base"
     n_actors = 0
+    #: True when a call's replies are released only as one sum over its cohort (secure
+    #: aggregation): clients that failed are then asked again with the whole original cohort,
+    #: in a new protocol instance, never alone (see :meth:`fedray.loop.server.Server.gather`).
+    whole_cohort_retries = False
 
     def describe(self, private: bool = False) -> list[dict[str, Any]]:  # pragma: no cover - interface
         """Per-client facts; ``private`` leaves out per-client sums and extremes (see ClientHost.describe)."""
@@ -162,6 +166,10 @@ class ExecutorWrapper(Executor):
     @property
     def n_actors(self) -> int:  # type: ignore[override]
         return self.inner.n_actors
+
+    @property
+    def whole_cohort_retries(self) -> bool:  # type: ignore[override]
+        return self.inner.whole_cohort_retries
 
     @property
     def base(self) -> Executor:

@@ -161,3 +161,7 @@ def test_select_k_under_secure_aggregation_releases_only_masked_sums_and_counted
     unmasked = [r for r in up if r["kind"] != "masked"]
     assert {r["purpose"] for r in unmasked} <= {"select_k local curves"}
     assert sel.outside["disclosures"].get("local_index_curves", 0) == len(unmasked) > 0
+    # every release of those calls is listed and counted (kind, cohort, summed, noised)
+    kinds = {(r["kind"], r["summed"]) for r in sel.outside["releases"]}
+    assert ("adhoc", True) in kinds and ("setup", True) in kinds
+    assert sum(r["kind"] == "adhoc" and r["summed"] for r in sel.outside["releases"]) >= 2  # one index per K

@@ -51,6 +51,7 @@ LAZY_LIBRARIES = {
     "sklearn": "slow to import; only data loaders, baselines and estimators need it",
     "scipy": "slow to import parts (hierarchy, spatial); only some baselines need them",
     "psutil": "memory measurements only",
+    "dp_accounting": "optional (the privacy extra): only the epsilon of a run with privacy.dp needs it",
     "grpc": "probing a Ray cluster only (installed with ray[default])",
     "jsonschema": "optional: the cluster-file schema check runs where it is installed",
     "networkx": "optional: the community graph figure only",

@@ -3,7 +3,6 @@ accounts; the minimum-sample guard withholds small clients' statistics."""
 from __future__ import annotations
 
 import logging
-import math
 
 import numpy as np
 import pandas as pd
@@ -12,7 +11,7 @@ import pytest
 import fedray
 from fedray.core.errors import ConfigError
 from fedray.core.stats import Stats
-from fedray.layers.privacy import MOD, SCALE, MaskedStats, decode, mask_peers, rdp_epsilon
+from fedray.layers.privacy import MOD, SCALE, MaskedStats, decode, dp_epsilon, mask_peers
 
 LOCAL = {"backend": "local"}
 # An explicit start: under privacy the random box comes from secure moments, not clients' extremes.
@@ -72,12 +71,16 @@ def test_secure_aggregation_gives_the_same_centres_and_the_server_sees_only_mask
 def test_masks_of_clients_that_did_not_answer_are_removed(neighbors):
     faults = {"crash_probability": 0.3}
     plain = fedray.run(algorithm=FCM, faults=faults, **BLOBS)
+    # release_rule "count": random dropouts give successive rounds cohorts a client or two apart; the
+    # strict rule would refuse those sums (tests/layers/test_guarantees.py), here they are released and counted
     masked = fedray.run(algorithm=FCM, faults=faults, privacy={"secure_aggregation": True, "mask_neighbors": neighbors,
-                                                               "secagg_threshold": 0.34}, **BLOBS)
+                                                               "secagg_threshold": 0.34, "release_rule": "count"},
+                        **BLOBS)
     assert plain.history["clients_failed"].sum() > 0
     np.testing.assert_allclose(masked.centers, plain.centers, rtol=1e-9, atol=1e-9)
     assert masked.summary["privacy"]["recovered_masks"] > 0
     assert masked.summary["privacy"]["reconstructed_keys"] > 0  # from Shamir shares held by survivors
+    assert masked.summary["privacy"]["disclosures"].get("differencing", 0) > 0
 
 
 def test_mask_peers_are_symmetric_and_every_mask_cancels():
@@ -112,10 +115,10 @@ def test_dp_clips_each_client_and_adds_noise_from_a_secret_stream():
     acc = noisy.summary["privacy"]["dp"]
     n = acc["noised_rounds"]
     assert n == len(noisy.history) and acc["mode"] == "local" and acc["private"] is True
-    assert acc["epsilon"] == pytest.approx(rdp_epsilon([0.5] * n, 1e-5)[0])
-    # Explicit start: only statistics were sent in training; an evaluation pass (not noised) may still
-    # hold a cluster of one point, and then the account must say the guarantee does not cover everything.
-    assert acc["covers_all_messages"] == (noisy.summary["privacy"]["disclosures_total"] == 0)
+    assert acc["epsilon"] == pytest.approx(dp_epsilon([0.5] * n, 1e-5)["epsilon"])
+    # Explicit start: only statistics were sent in training; the evaluation passes are exact, not noised,
+    # so the account must say the guarantee does not cover everything.
+    assert acc["covers_all_messages"] is False and acc["unnoised_releases"]["evaluate"] > 0
     seeded = {"dp": {"clip": clip, "noise_multiplier": 0.5, "seeded_noise": True}}
     a, b = fedray.run(privacy=seeded, **kw), fedray.run(privacy=seeded, **kw)
     np.testing.assert_array_equal(a.centers, b.centers)
@@ -123,12 +126,9 @@ def test_dp_clips_each_client_and_adds_noise_from_a_secret_stream():
     assert "not private" in a.summary["privacy"]["dp"]["noise"]
 
 
-def test_dp_account_matches_the_closed_form_and_grows_with_rounds():
-    # eps = min_a a*T/(2 z^2) + log(1/delta)/(a-1) = A + 2 sqrt(A B) with A = T/(2 z^2), B = log(1/delta)
-    for T, z in ((10, 1.0), (30, 2.0)):
-        A, B = T / (2 * z * z), math.log(1e5)
-        assert rdp_epsilon([z] * T, 1e-5)[0] == pytest.approx(A + 2 * math.sqrt(A * B), rel=1e-3)
-    assert rdp_epsilon([1.0] * 20, 1e-5)[0] > rdp_epsilon([1.0] * 10, 1e-5)[0] > rdp_epsilon([2.0] * 10, 1e-5)[0]
+def test_dp_account_grows_with_releases_and_shrinks_with_noise():
+    eps = lambda z, T: dp_epsilon([z] * T, 1e-5)["epsilon"]  # noqa: E731
+    assert eps(1.0, 20) > eps(1.0, 10) > eps(2.0, 10)
 
 
 def test_distributed_dp_with_secure_aggregation_splits_the_noise_over_the_cohort():
@@ -137,7 +137,7 @@ def test_distributed_dp_with_secure_aggregation_splits_the_noise_over_the_cohort
     res = fedray.run(privacy={"secure_aggregation": True, "dp": dp}, **kw)
     acc = res.summary["privacy"]["dp"]
     assert acc["mode"] == "distributed"
-    assert acc["epsilon"] == pytest.approx(rdp_epsilon([1.0] * acc["noised_rounds"], 1e-5)[0])  # all answered
+    assert acc["epsilon"] == pytest.approx(dp_epsilon([1.0] * acc["noised_rounds"], 1e-5)["epsilon"])  # all answered
     local = fedray.run(privacy={"dp": dp}, **kw)
     err = lambda r: np.abs(np.sort(r.centers, axis=0) - np.sort(fedray.run(**kw).centers, axis=0)).max()  # noqa: E731
     assert err(res) < err(local)  # one noise draw in the sum instead of one per client

@@ -78,12 +78,25 @@ Differential privacy (Gaussian mechanism; Abadi et al. 2016; Mironov 2017)
     aggregation each client adds N(0, (z C)^2) to its own vector (local DP); with
     it, each adds N(0, (z C)^2 / |cohort|), so the total carries
     N(0, (z C)^2 a / |cohort|) for a answering clients (distributed DP). The unit is
-    a client (its whole shard) per round. The account composes the rounds in Rényi
-    DP, eps_RDP(alpha) = sum_rounds alpha / (2 z_r^2), and reports
-    eps(delta) = min_alpha eps_RDP(alpha) + log(1/delta) / (alpha - 1)
-    (Mironov 2017, Prop. 3), without amplification by sampling (an upper bound).
-    Only training calls (:attr:`Call.training <fedray.core.calls.Call.training>`) are
-    noised: evaluation passes (metrics for the simulation), set-up and ad-hoc sums are not.
+    a client (its whole shard) per release. The account composes the noised releases (every
+    attempt of every training round) with Google's ``dp-accounting`` (the ``privacy`` extra):
+    each is a Gaussian mechanism of multiplier z_r / 2 under ``privacy.dp.adjacency =
+    "replace-one"`` (the default: sensitivity 2C) or z_r under ``"add-remove"`` (sensitivity
+    C); ``epsilon`` is the privacy-loss-distribution bound, ``epsilon_rdp`` the Rényi one,
+    without amplification by sampling (an upper bound). Only training calls
+    (:attr:`Call.training <fedray.core.calls.Call.training>`) are noised: evaluation passes,
+    set-up and ad-hoc sums are not, and the summary lists them (``dp.unnoised_releases``).
+
+Release rule (:mod:`~fedray.layers.privacy.release`)
+    Under secure aggregation the layer never unmasks two un-noised sums of a common statistic
+    whose cohorts differ by 1 to ``min_cohort - 1`` clients (their difference would be those
+    clients' statistics): the second is narrowed to a released cohort or refused. A sum over
+    fewer survivors than the call's quorum (:attr:`Call.quorum <fedray.core.calls.Call.quorum>`)
+    is never unmasked; failed clients are asked again with the whole cohort.
+
+Precision
+    Fixed point keeps 2^-64 absolute per client; a non-zero statistic whose largest magnitude
+    is below 2^-52 is refused by the client with a one-line error naming it.
 
 Minimum-sample guard (Corcuera Bárcena et al. 2021, Section 4.2)
     In training calls a client withholds (replies ``None``) a statistic vector of length L unless
@@ -115,7 +128,7 @@ Modules
 """
 from __future__ import annotations
 
-from fedray.layers.privacy.accountant import new_account, privacy_summary, rdp_epsilon
+from fedray.layers.privacy.accountant import dp_epsilon, new_account, privacy_summary
 from fedray.layers.privacy.client import (
     private_call,
     secagg_register,
@@ -144,6 +157,6 @@ from fedray.layers.privacy.shamir import PRIME, SHARE_BYTES, shamir_combine, sha
 __all__ = [
     "CLUSTER_PAIRS", "ENTRY_BYTES", "FRAC_BITS", "LIMIT", "MOD", "MOD_BITS", "PRIME", "SCALE", "SHARE_BYTES",
     "MaskedStats", "PrivacyLayer", "count_small_clusters", "decode", "encode", "layout_of", "mask_peers",
-    "new_account", "pair_seed", "prg", "privacy_summary", "private_call", "rdp_epsilon", "secagg_register",
+    "dp_epsilon", "new_account", "pair_seed", "prg", "privacy_summary", "private_call", "secagg_register",
     "secagg_share_keys", "secagg_unmask", "shamir_combine", "shamir_split", "template", "threshold",
 ]

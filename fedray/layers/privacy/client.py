@@ -16,12 +16,14 @@ from fedray.core.stats import Stats
 from fedray.layers.messages import Envelope
 from fedray.layers.privacy.codec import (
     ENTRY_BYTES,
+    FLOOR,
     LIMIT,
     MOD,
     MaskedStats,
     encode,
     layout_of,
     prg,
+    too_small,
 )
 from fedray.layers.privacy.dp import clip_and_noise, noise_rng
 from fedray.layers.privacy.guards import enough_samples, small_cluster_guard
@@ -149,4 +151,9 @@ def private_call(env: Envelope, shared: Any, client: Any) -> Any:
     if x.size and float(np.max(np.abs(x))) >= LIMIT:
         raise DataError(f"client {client.id}: a statistic of magnitude {float(np.max(np.abs(x))):.3g} is too large "
                         f"for secure aggregation (limit 2^150); scale the data (data.scale)")
+    tiny = too_small(out, x)
+    if tiny is not None:  # fixed point would lose it without a word
+        raise DataError(f"client {client.id}: statistic {tiny[0]!r} in {ex['label']} is at most {tiny[1]:.3g}, below "
+                        f"{FLOOR:.3g}: secure aggregation's fixed point (2^-64 absolute) would keep fewer than 12 "
+                        f"significant bits of it; scale the data (data.scale: standard)")
     return MaskedStats(_mask(x, inst, ex, int(client.id)), layout_of(out))

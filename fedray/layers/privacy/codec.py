@@ -18,6 +18,22 @@ FRAC_BITS = 64
 SCALE = 1 << FRAC_BITS
 ENTRY_BYTES = MOD_BITS // 8
 LIMIT = 2.0 ** 150  # largest |value| accepted for masking (the sum must stay below 2^255 / 2^64)
+#: Smallest largest-magnitude of a non-zero statistic accepted for masking: below it, the fixed point
+#: (2^-64 absolute) keeps fewer than 12 significant bits of the statistic (below 2^-64 it becomes 0).
+FLOOR = 2.0 ** -52
+
+
+def too_small(stats: Stats, x: np.ndarray) -> tuple[str, float] | None:
+    """The first statistic of ``stats`` (flattened in ``x``) that is not zero but whose largest
+    magnitude is below :data:`FLOOR`, with that magnitude; None when every statistic encodes well."""
+    pos = 0
+    for name in sorted(stats):
+        size = int(np.size(stats[name]))
+        top = float(np.max(np.abs(x[pos : pos + size]))) if size else 0.0
+        pos += size
+        if 0.0 < top < FLOOR:
+            return name, top
+    return None
 
 
 class MaskedStats:

@@ -22,10 +22,11 @@ from fedray.layers.privacy.client import (
     secagg_share_keys,
     secagg_unmask,
 )
-from fedray.layers.privacy.codec import MOD, MaskedStats, decode, prg, template
+from fedray.layers.privacy.codec import MOD, MaskedStats, decode, layout_of, prg, template
 from fedray.layers.privacy.dp import noise_std, round_multiplier
 from fedray.layers.privacy.guards import count_small_clusters
 from fedray.layers.privacy.keys import CT_BYTES, pair_seed, pk_bytes, sk_from_int
+from fedray.layers.privacy.release import Release, ReleaseLog, conflict_message, release_of
 from fedray.layers.privacy.shamir import shamir_combine, threshold
 from fedray.runtime.executor import ExecResult, Executor, ExecutorWrapper
 
@@ -33,6 +34,7 @@ log = logging.getLogger(__name__)
 
 
 Keys = dict[int, dict[str, Any]]  # per client of an instance: s_pk, c_pk, ct, peers, t
+OUTSIDE_KINDS = ("setup", "adhoc")  # kinds of the calls a session makes outside runs
 
 
 def mask_peers(cohort: list[int], neighbors: int | None, seed: int, round_: int, attempt: int) -> dict[int, list[int]]:
@@ -86,6 +88,13 @@ class PrivacyLayer(ExecutorWrapper):
         self._instance = 0  # number of the last protocol instance (one per call under secure aggregation)
         self._cpk: dict[int, bytes] = {}  # registered long-lived public keys (relayed, public)
         self.transcript: dict[str, Any] = {}  # what the server held in the last instance (audits, tests)
+        self._outside: list[dict[str, Any]] = []  # releases of calls outside runs (kept in every run's account)
+        # the sums released so far (the release rule, fedray.layers.privacy.release): kept across runs
+        self.releases = ReleaseLog(privacy.min_cohort)
+
+    @property
+    def whole_cohort_retries(self) -> bool:  # type: ignore[override]
+        return bool(self.cfg.secure_aggregation) or self.inner.whole_cohort_retries
 
     def _disclose(self, kind: str, n: int) -> None:
         if n:
@@ -94,10 +103,15 @@ class PrivacyLayer(ExecutorWrapper):
 
     def reset_records(self) -> None:
         """Start a new run's account (and the records of the layers below): nothing counted yet but the
-        session's disclosures so far. The registered long-lived public keys stay, and so does the
-        instance counter (no protocol instance label repeats)."""
+        session's disclosures so far and the releases of calls outside runs (set-up, K selection,
+        validation, plots), which every run's account lists. The registered long-lived public keys
+        stay, and so does the instance counter (no protocol instance label repeats)."""
+        for r in self.account["releases"]:
+            if r["kind"] in OUTSIDE_KINDS and r not in self._outside:
+                self._outside.append(r)
         self.account = new_account()
         self.account["disclosures"] = dict(self._disclosures)
+        self.account["releases"] = list(self._outside)
         self.transcript = {}
         self.inner.reset_records()
 
@@ -179,9 +193,9 @@ class PrivacyLayer(ExecutorWrapper):
             res.failed.append(cid)
             res.errors[cid] = why
         res.failed.sort()
-        n_stats = self._count_replies(cfg, res, training, dp_std is None)
+        n_stats = self._count_replies(cfg, res, call, dp_std is not None)
         if sa:
-            self._unmask(cfg, res, keys, call, timeout)
+            self._unmask(cfg, res, keys, call, timeout, noised=dp_std is not None)
         if cfg.min_samples_guard and training:
             self._fill_withheld(res, call)
         if dp is not None and n_stats:
@@ -212,19 +226,28 @@ class PrivacyLayer(ExecutorWrapper):
                          inbox_ct=_stack([c for _, c in inbox], CT_BYTES))
         return Task(private_call, Envelope(t.fn, t.payload, extra), t.shared, t.evaluation)
 
-    def _count_replies(self, cfg: Any, res: ExecResult, training: bool, noiseless: bool) -> int:
-        """Count withheld, unprotected and (in the clear, unguarded) small-cluster replies; returns the statistics."""
+    def _count_replies(self, cfg: Any, res: ExecResult, call: Call, noised: bool) -> int:
+        """Count withheld, unprotected and (in the clear, unguarded) small-cluster replies, and the
+        per-client statistics released in the clear (no secure aggregation); returns the statistics."""
         acc = self.account
+        training = call.training
         n_stats = 0
+        clear: list[int] = []
+        layout = ""
         for r in res.replies:
             if r.update is None:
                 acc["withheld"] += training and cfg.min_samples_guard
             elif isinstance(r.update, (Stats, MaskedStats)):
                 n_stats += 1
-                if isinstance(r.update, Stats) and noiseless and not cfg.min_cluster_count:
-                    self._disclose("small_clusters", count_small_clusters(r.update))
+                if isinstance(r.update, Stats):
+                    clear.append(r.client_id)
+                    layout = layout or layout_of(r.update)
+                    if not noised and not cfg.min_cluster_count:
+                        self._disclose("small_clusters", count_small_clusters(r.update))
             else:
                 acc["unprotected_messages"] += 1
+        if clear:  # each of these is one client's statistics: a release of its own
+            acc["releases"].append({**release_of(call, clear, layout, noised).row(), "summed": False})
         return n_stats
 
     # --- SecAgg steps 0 and 1 -------------------------------------------------------------
@@ -273,8 +296,10 @@ class PrivacyLayer(ExecutorWrapper):
         return peers, keys, dropped
 
     # --- SecAgg step 3 --------------------------------------------------------------------
-    def _unmask(self, cfg: Any, res: ExecResult, keys: Keys, call: Call, timeout: float | None) -> None:
-        """Replace the masked replies by the unmasked total (first reply) and zeros, or refuse the round."""
+    def _unmask(self, cfg: Any, res: ExecResult, keys: Keys, call: Call, timeout: float | None,
+                noised: bool = False) -> None:
+        """Replace the masked replies by the unmasked total (first reply) and zeros, or refuse the round
+        (too few survivors, the release rule or the call's quorum)."""
         masked = [(k, r) for k, r in enumerate(res.replies) if isinstance(r.update, MaskedStats)]
         if not masked:
             return
@@ -284,8 +309,25 @@ class PrivacyLayer(ExecutorWrapper):
             raise RoundFailedError(f"{call.label()}: secure aggregation needs one statistics layout per call; "
                                    f"clients sent {sorted(layouts)}")
         layout = layouts.pop()
-        survivors = sorted(r.client_id for _, r in masked)
-        dropped = sorted(c for c in keys if c not in set(survivors))
+        arrived = sorted(r.client_id for _, r in masked)
+        release = release_of(call, arrived, layout, noised)
+        verdict = "release"
+        if len(arrived) >= cfg.min_cohort:
+            verdict, cohort, hits = self.releases.decide(release.clients, release.statistics, noised)
+            if verdict in ("narrowed", "refused") and cfg.release_rule == "count":
+                verdict, cohort = "release", release.clients
+                self._disclose("differencing", sum(not h.noised for h in hits))
+            if verdict == "refused":
+                return self._refuse(res, masked, call, conflict_message(release.clients, hits, cfg.min_cohort), "refused")
+            if verdict == "narrowed":
+                self._leave_out(res, [c for c in arrived if c not in cohort], call, hits)
+                masked = [(k, r) for k, r in enumerate(res.replies) if isinstance(r.update, MaskedStats)]
+                release = release_of(call, sorted(cohort), layout, noised)
+        survivors = sorted(release.clients)
+        if len(survivors) < call.quorum:  # the caller would throw the sum away: never unmask it
+            return self._refuse(res, masked, call, f"only {len(survivors)} of the {call.quorum} answers the call "
+                                f"needs arrived; the sum is not released", "held")
+        dropped = sorted(c for c in keys if c not in release.clients)
         revealed, why = self._reveal(cfg, keys, survivors, dropped, call, timeout)
         if why is not None:  # discard the masked vectors: they are never unmasked
             self._refuse(res, masked, call, why)
@@ -295,12 +337,42 @@ class PrivacyLayer(ExecutorWrapper):
             total = [a + b for a, b in zip(total, r.update.ints())]
         total = self._remove_masks(total, keys, survivors, dropped, revealed, call)
         self.account["masked_messages"] += len(masked)
+        self._record(release)
+        self.account["release_rule"][verdict] += 1
         tmpl = template(layout)
         summed = tmpl.with_flat(decode([t % MOD for t in total]))
         if not cfg.min_cluster_count:
             self._disclose("small_cluster_totals", count_small_clusters(summed))
         for n, (k, r) in enumerate(masked):
             res.replies[k] = Reply(r.client_id, summed if n == 0 else tmpl, r.seconds, r.nbytes)
+
+    def outside_releases(self) -> list[dict[str, Any]]:
+        """The releases of calls outside runs so far (set-up, K selection, validation, plots)."""
+        now = [r for r in self.account["releases"] if r["kind"] in OUTSIDE_KINDS and r not in self._outside]
+        return list(self._outside) + now
+
+    def remember(self, rows: list[dict[str, Any]]) -> None:
+        """Add sums released elsewhere (a run in a server actor holds a copy of this layer)."""
+        for r in rows:
+            if r.get("summed"):
+                self.releases.add(Release.of_row(r))
+
+    def _record(self, release: Release) -> None:
+        self.releases.add(release)
+        self.account["releases"].append({**release.row(), "summed": True})
+
+    def _leave_out(self, res: ExecResult, out: list[int], call: Call, hits: list[Release]) -> None:
+        """Survivors the release rule leaves out of the sum: treated as dropped (their self-masks stay secret)."""
+        r = next(h for h in hits if not h.noised)
+        why = (f"{call.label()}: left out of the secure sum by the release rule: with it, the sum would differ "
+               f"from the one released in {r.kind} round {r.round} by fewer than privacy.min_cohort clients")
+        log.warning("%s: client(s) %s left out of the secure sum (release rule)", call.label(), out)
+        gone = set(out)
+        res.replies = [r for r in res.replies if r.client_id not in gone]
+        for c in out:
+            res.failed.append(c)
+            res.errors[c] = why
+        res.failed.sort()
 
     def _reveal(self, cfg: Any, keys: Keys, survivors: list[int], dropped: list[int], call: Call,
                 timeout: float | None) -> tuple[dict[str, dict[int, dict[int, int]]], str | None]:
@@ -328,13 +400,18 @@ class PrivacyLayer(ExecutorWrapper):
         return revealed, (f"only {got} of the {t} shares needed to recover client {c}'s "
                           f"{'self-mask' if kind == 'b' else 'pairwise-mask key'} were returned")
 
-    def _refuse(self, res: ExecResult, masked: list[tuple[int, Reply]], call: Call, why: str) -> None:
+    def _refuse(self, res: ExecResult, masked: list[tuple[int, Reply]], call: Call, why: str,
+                counter: str = "refused_rounds") -> None:
         """Discard the masked replies (never unmasked): their clients count as failed."""
-        self.account["refused_rounds"] += 1
-        log.warning("%s: secure aggregation refused: %s", call.label(), why)
+        if counter == "refused_rounds":
+            self.account["refused_rounds"] += 1
+        else:
+            self.account["release_rule"][counter] += 1
+        what = "held back" if counter == "held" else "refused"
+        log.warning("%s: secure aggregation %s: %s", call.label(), what, why)
         for _, r in masked:
             res.failed.append(r.client_id)
-            res.errors[r.client_id] = f"{call.label()}: secure aggregation refused: {why}"
+            res.errors[r.client_id] = f"{call.label()}: secure aggregation {what}: {why}"
         res.replies = [r for r in res.replies if not isinstance(r.update, MaskedStats)]
         res.failed.sort()
 
@@ -381,11 +458,13 @@ class PrivacyLayer(ExecutorWrapper):
             res.replies[k] = Reply(r.client_id, zero, r.seconds, r.nbytes)
 
     def report(self) -> dict[str, Any]:
-        acc = {**self.account, "rounds": list(self.account["rounds"]),
+        acc = {**self.account, "rounds": list(self.account["rounds"]), "releases": list(self.account["releases"]),
+               "release_rule": dict(self.account["release_rule"]),
                "disclosures": dict(self.account.get("disclosures", {}))}
         cfg = self.cfg
         acc["config"] = {"secure_aggregation": cfg.secure_aggregation, "mask_neighbors": cfg.mask_neighbors,
                          "min_cohort": cfg.min_cohort, "secagg_threshold": cfg.secagg_threshold,
+                         "release_rule": cfg.release_rule,
                          "min_samples_guard": cfg.min_samples_guard, "min_cluster_count": cfg.min_cluster_count,
                          "dp": None if cfg.dp is None else cfg.dp.model_dump()}
         return {**self.inner.report(), "privacy": acc}
@@ -396,4 +475,5 @@ class PrivacyLayer(ExecutorWrapper):
         acc.pop("config", None)
         if acc:
             self.account = {**new_account(), **acc}
+            self.remember(self.account["releases"])
 
