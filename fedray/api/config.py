@@ -22,6 +22,7 @@ from pydantic import (
 )
 
 from fedray.api.overrides import _nest_kwargs, parse_override, set_dotted
+from fedray.api.tracking import check_available as check_trackers
 from fedray.core.errors import ConfigError, format_validation_error
 from fedray.core.extras import check_requirements
 from fedray.core.registry import get_algorithm, make_params
@@ -179,6 +180,19 @@ class OutputConfig(_Section):
                            "direction, names, shapes and bytes")
     message_payloads: bool = Field(default=False, description="also keep what the server received on the Result "
                                    "(audits, tests)")
+    trackers: list[Literal["tensorboard", "mlflow"]] = Field(
+        default_factory=list, description="experiment trackers that get every round's metrics, the configuration, "
+        "the summary and the plots (the tracking extra; docs/tuning.md)")
+    mlflow_tracking_uri: str | None = Field(default=None, description="MLflow tracking URI (default: "
+                                            "$MLFLOW_TRACKING_URI, else a file: store ./mlruns)")
+    mlflow_experiment: str = Field(default="fedray", min_length=1, description="MLflow experiment the runs go to")
+
+    @field_validator("trackers")
+    @classmethod
+    def _distinct_trackers(cls, v: list[str]) -> list[str]:
+        if len(set(v)) != len(v):
+            raise ValueError(f"each tracker at most once; got {v}")
+        return v
 
 
 class FaultsConfig(_Section):
@@ -383,6 +397,7 @@ def validate_static(cfg: ExperimentConfig) -> None:
     cls = get_algorithm(cfg.algorithm.name)
 
     check_requirements(cls)
+    check_trackers(cfg.output.trackers)
     make_params(cls, cfg.algorithm.params)
     if isinstance(cfg.data.dataset, ArrayData):
         _check_arrays(cfg)

@@ -56,6 +56,8 @@ LAZY_LIBRARIES = {
     "networkx": "optional: the community graph figure only",
     "tqdm": "progress bars only",
     "cycler": "matplotlib's, with the figure style",
+    "tensorboard": "optional (the tracking extra): only runs with output.trackers write event files",
+    "mlflow": "optional (the tracking extra) and slow to import: only runs with output.trackers log to it",
 }
 
 # (importing module, imported module) -> why the fedray module is imported inside a function. Only for
