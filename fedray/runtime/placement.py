@@ -193,11 +193,14 @@ def check_fits(bundles: list[dict[str, float]], wait_for_nodes: bool = False) ->
     no_node = bundles and not any(all(r.get(k, 0.0) + 1e-9 >= v for k, v in b.items()) for r in nodes)
     if not short and not no_node:
         return
-    what = (f"{len(bundles)} client actors need {_fmt(need)} in all" if short else
-            f"no node of the Ray cluster can host one client actor ({_fmt(b)})")
-    line = (f"runtime.client_resources: {what} but the Ray cluster has {_fmt(total) or 'nothing'}"
-            f"{' in all' if short else ''}; lower runtime.client_resources, set runtime.clients_per_actor, "
-            "add nodes, or set runtime.wait_for_nodes for a cluster that grows on demand")
+    lacking = [k for k, v in b.items() if not any(r.get(k, 0.0) + 1e-9 >= v for r in nodes)]
+    key = next(iter(short), None) or (lacking or list(b))[0]
+    where = "runtime.client_resources." + ({"CPU": "num_cpus", "GPU": "num_gpus"}.get(key) or f"custom.{key}")
+    what = (f"{len(bundles)} client actors need {need[key]:g} {key} in all" if short else
+            f"each client actor asks for {b[key]:g} {key}, more than any one node has")
+    line = (f"{where}: {what} but the Ray cluster has {total.get(key, 0.0):g} {key}"
+            f"{' in all' if short else ''}; lower the request, set "
+            "runtime.clients_per_actor, add nodes, or set runtime.wait_for_nodes for a cluster that grows on demand")
     if wait_for_nodes:
         log.warning("%s (waiting for nodes: runtime.wait_for_nodes)", line)
         return
