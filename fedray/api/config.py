@@ -131,8 +131,14 @@ class RuntimeConfig(_Section):
                                               description="what Ray reserves for each client actor")
     round_timeout: float | None = Field(default=None, gt=0, description="seconds a round waits for answers; "
                                         "clients later than that are dropped from the round (None: wait)")
-    placement: Literal["pack", "spread"] = Field(default="pack", description="actors packed on few nodes or "
-                                                 "spread over all nodes of the cluster")
+    placement: Literal["pack", "spread"] = Field(default="pack", description="the run's client actors, "
+                                                 "reserved at once as one placement group, packed on few nodes "
+                                                 "(PACK) or spread over all nodes of the cluster (SPREAD)")
+    queue_timeout: float | None = Field(default=None, gt=0, description="seconds to wait for the cluster to "
+                                        "have room for all the client actors at once (other runs hold it); past it "
+                                        "the run fails in one line (None: wait, saying so every minute)")
+    wait_for_nodes: bool = Field(default=False, description="the cluster grows on demand (an autoscaler): a "
+                                 "request larger than its current resources waits for nodes instead of failing")
     actor_batch: int = Field(default=64, ge=1, description="actors created at once while starting (bounds the "
                              "start-up pressure on the cluster)")
     max_restarts: int = Field(default=3, ge=-1, description="times Ray restarts a crashed client actor (its "
