@@ -88,6 +88,8 @@ def _failing_trainable(base, flag_dir, fail_at):
     from fedray.analysis.tune import run_trial
 
     def fail_once(row):
+        with open(Path(flag_dir) / "rounds.txt", "a") as fh:  # every round the trial computes, in order
+            fh.write(f"{row['round']}\n")
         flag = Path(flag_dir) / f"failed-{tune.get_context().get_trial_id()}"
         if row["round"] == fail_at and not flag.exists():
             flag.write_text("1")
@@ -100,29 +102,29 @@ def _failing_trainable(base, flag_dir, fail_at):
 
 
 def test_a_restored_trial_equals_an_uninterrupted_one(ray_session, tmp_path):
-    """A trial that fails after round 3 is restored by Tune from its round-1 checkpoint (every 2 rounds) and
-    ends with the same history and final metrics as fedray.run, bit for bit."""
+    """A trial that fails after round 4 is restored by Tune from its round-3 checkpoint (every 2 rounds),
+    computes round 4 again, and ends with the same history and final metrics as fedray.run, bit for bit."""
     from ray import tune
 
     flags = tmp_path / "flags"
     flags.mkdir()
-    results = _fit(tmp_path, _failing_trainable(BASE, str(flags), 3), [8], failure=tune.FailureConfig(max_failures=1))
-    assert len(list(flags.iterdir())) == 1  # it did fail once
+    results = _fit(tmp_path, _failing_trainable(BASE, str(flags), 4), [8], failure=tune.FailureConfig(max_failures=1))
+    assert len(list(flags.glob("failed-*"))) == 1  # it did fail once
     res, ref = results[8], _reference(8)
     for name, value in ref.final.items():
         if isinstance(value, float):
             assert res.metrics[f"final_{name}"] == value, name
     pd.testing.assert_frame_equal(_trial_history(res), ref.history.drop(columns=list(WALL)))
-    rounds = [int(r) for r in res.metrics_dataframe["round"]]
-    assert rounds[:4] == [0, 1, 2, 3] and rounds[4:] == [2, 3, 4, 5, 5]  # restored after round 1
+    computed = [int(r) for r in (flags / "rounds.txt").read_text().split()]
+    assert computed == [0, 1, 2, 3, 4, 4, 5]  # restored after round 3 (its checkpoint), not started over
 
 
 def test_a_trial_reserves_its_client_actors_in_its_placement_group(ray_session, tmp_path):
     """On the ray backend the trial's resources are bundle 0 plus one bundle per client actor, and the run's
     client actors are scheduled into that placement group (not beside it, where they could starve others)."""
+    import ray
     from ray import tune
     from ray.util import get_current_placement_group
-    from ray.util.state import list_actors
 
     from fedray.analysis.tune import run_trial, trial_bundles, trial_config
 
@@ -135,16 +137,21 @@ def test_a_trial_reserves_its_client_actors_in_its_placement_group(ray_session, 
         def look(row):
             if row["round"] == 1:
                 group = get_current_placement_group()
-                actors = list_actors(filters=[("class_name", "=", "ClientActor"), ("state", "=", "ALIVE")])
-                seen.write_text(json.dumps({"group": group.id.hex(), "specs": group.bundle_specs,
-                                            "actors": [a.placement_group_id for a in actors]}))
+                gid = group.id.hex()
+                free = {k: v for k, v in ray.available_resources().items() if gid in k}
+                seen.write_text(json.dumps({"group": gid, "specs": group.bundle_specs, "free": free}))
         run_trial(config, base=base, checkpoint_every=ROUNDS, on_round=[look])
 
     resources = tune.PlacementGroupFactory(trial_bundles(trial_config(base, {}, 1), 1, 0.5))
     results = _fit(tmp_path, tune.with_resources(body, resources), [8])
     info = json.loads(seen.read_text())
     assert info["specs"] == [{"CPU": 0.5}, {"CPU": 0.5}, {"CPU": 0.5}]
-    assert info["actors"].count(info["group"]) == 2  # the trial's two client actors, in its group
+    # Ray names a group's resources <resource>_group_<bundle>_<group id>; each task or actor placed in a bundle
+    # takes 0.001 of its bundle_group_<i>_<id>. Bundles 1 and 2 each hold one client actor, and no CPU of the
+    # group is left free (zero entries are left out).
+    gid, free = info["group"], info["free"]
+    assert free[f"bundle_group_1_{gid}"] == free[f"bundle_group_2_{gid}"] == pytest.approx(999.999)
+    assert not [k for k in free if k.startswith("CPU_group_")]
     assert results[8].metrics["final_ari"] == _reference(8).final["ari"]
 
 
