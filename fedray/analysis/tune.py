@@ -179,11 +179,12 @@ def trainable(base: Any, *, checkpoint_every: int = 1, client_cpus: float = 1.0,
         bundles = trial_bundles(trial_config(cfg, config, checkpoint_every), client_cpus, driver_cpus)
         return tune.PlacementGroupFactory(bundles, strategy="PACK")
 
-    fn = tune.with_parameters(_trainable, base=cfg, checkpoint_every=int(checkpoint_every), metrics=tuple(metrics),
+    fn = tune.with_parameters(fedray_trial, base=cfg, checkpoint_every=int(checkpoint_every), metrics=tuple(metrics),
                               key=key)
     return tune.with_resources(fn, resources)
 
 
-def _trainable(config: dict[str, Any], base: Any = None, checkpoint_every: int = 1,
+def fedray_trial(config: dict[str, Any], base: Any = None, checkpoint_every: int = 1,
                metrics: Sequence[str] = DEFAULT_METRICS, key: str | None = None) -> None:
+    """The function :func:`trainable` hands to Tune (its name names the trials)."""
     run_trial(config, base=base, checkpoint_every=checkpoint_every, metrics=metrics, key=key)
