@@ -21,11 +21,12 @@
   adds the final evaluation as ``final_NAME`` (``final_accuracy``, ``final_ari``, ...).
 * **Checkpoints.** Each trial saves fedray's exact checkpoint every ``checkpoint_every``
   rounds into its own folder and hands it to Tune with that round's report. A restarted
-  trial (``FailureConfig(max_failures=...)``, a resumed experiment) or one PBT restores
-  goes on from it with :func:`fedray.api.run.resume`, bit for bit: the same rounds, the
-  same final metrics as a trial that was never interrupted. A restored trial runs the
-  checkpoint's configuration; values PBT mutates in the trial's configuration are not
-  applied to a checkpoint it restores (a warning names them).
+  trial (``FailureConfig(max_failures=...)``, a resumed experiment) goes on from it with
+  :func:`fedray.api.run.resume`, bit for bit: the same rounds, the same final metrics as a
+  trial that was never interrupted. A trial PBT restores from another trial's checkpoint
+  resumes that state exactly, with the ``algorithm.params`` values PBT mutated applied from
+  the next round (``resume(..., algorithm_params=...)``); other keys that differ keep the
+  checkpoint's values (a warning names them).
 * **Resources.** A trial reserves, as one placement group, bundle 0 for itself (the
   driver: ``driver_cpus``) and one bundle per client actor
   (:func:`fedray.runtime.placement.client_bundles`, its ``"auto"`` layout filling
@@ -129,19 +130,26 @@ def run_trial(config: Mapping[str, Any], *, base: Any, checkpoint_every: int = 1
         result = run(trial_config(base, config, checkpoint_every), output=out, progress=False, on_round=hooks)
     else:
         with checkpoint.as_directory() as folder:
-            _warn_changed(trial_config(base, config, checkpoint_every), load(folder)["config"])
-            result = resume(folder, output=out, progress=False, on_round=hooks)
+            params = _mutated_params(trial_config(base, config, checkpoint_every), load(folder)["config"])
+            result = resume(folder, output=out, progress=False, on_round=hooks, algorithm_params=params)
     final = {f"final_{k}": v for k, v in numeric_items(result.final).items()}
     tune.report({**reporter.last, **final})
     return result
 
 
-def _warn_changed(cfg: ExperimentConfig, saved: dict[str, Any]) -> None:
+def _mutated_params(cfg: ExperimentConfig, saved: dict[str, Any]) -> dict[str, Any]:
+    """The algorithm parameters in which the trial's configuration differs from its checkpoint's (PBT's
+    mutations); a warning names other keys that differ, which the restored run does not take."""
     now, then = flatten(cfg.to_dict()), flatten(saved)
-    changed = sorted(k for k in now if k in then and now[k] != then[k])
-    if changed:
-        log.warning("this trial resumes its checkpoint's configuration; the trial's new values of %s are not "
-                    "applied to it", changed)
+    changed = sorted(k for k in set(now) | set(then) if now.get(k) != then.get(k)
+                     and not (k == "federation.rounds" and now.get(k) is None))  # the run saved its cap
+    prefix = "algorithm.params."
+    others = [k for k in changed if not k.startswith(prefix)]
+    if others:
+        log.warning("this trial resumes its checkpoint's values of %s; the trial's new values are not applied",
+                    others)
+    return {k[len(prefix):]: cfg.algorithm.params[k[len(prefix):]] for k in changed
+            if k.startswith(prefix) and "." not in k[len(prefix):] and k[len(prefix):] in cfg.algorithm.params}
 
 
 def trainable(base: Any, *, checkpoint_every: int = 1, client_cpus: float = 1.0, driver_cpus: float = 1.0,

@@ -11,6 +11,7 @@ from fedray.api.config import make_config
 from fedray.api.outputs import prepare
 from fedray.api.results import Result, peak_memory_mb
 from fedray.api.session import Session
+from fedray.core.registry import make_params
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +50,8 @@ def run(config: Any = None, *, overrides: list[str] | dict[str, Any] | None = No
 
 
 def resume(directory: str | Path, progress: bool | None = None, output: str | Path | None = None,
-           on_round: Sequence[Callable[[dict[str, Any]], None]] = ()) -> Any:
+           on_round: Sequence[Callable[[dict[str, Any]], None]] = (),
+           algorithm_params: dict[str, Any] | None = None) -> Any:
     """Continue an interrupted run from its checkpoint; returns its :class:`~fedray.api.results.Result`.
 
     Parameters
@@ -60,9 +62,15 @@ def resume(directory: str | Path, progress: bool | None = None, output: str | Pa
     output : str or Path, optional
         Where to write the outputs (default: the run's own output folder).
     on_round : functions called with each round's history row, as in :func:`run`
+    algorithm_params : dict, optional
+        Algorithm parameters that replace the checkpoint's from the next round on (validated;
+        e.g. a hyperparameter a population-based search mutates). The rest of the state is the
+        checkpoint's.
     """
 
     blob = load(directory)
+    if algorithm_params:
+        _replace_params(blob, algorithm_params)
     cfg = make_config(blob["config"])
     named, folder = Path(directory), Path(blob["path"]).parent
     # The folder the user named (or the one holding the checkpoint folder they named),
@@ -74,3 +82,14 @@ def resume(directory: str | Path, progress: bool | None = None, output: str | Pa
         result = session.run(output=out, progress=progress, resume_from=blob, on_round=on_round)
         result.peak_memory_mb = peak_memory_mb()
     return result
+
+
+def _replace_params(blob: dict[str, Any], changed: dict[str, Any]) -> None:
+    """Give the checkpoint's algorithm (and its saved configuration) the ``changed`` parameters."""
+    alg = blob["server"]["algorithm"]
+    params = make_params(type(alg), {**alg.params.model_dump(), **changed})
+    alg.params = params
+    alg.validate()
+    saved = blob["config"].setdefault("algorithm", {}).setdefault("params", {})
+    saved.update({k: getattr(params, k) for k in changed})
+    log.info("resuming with new algorithm parameters %s", sorted(changed))

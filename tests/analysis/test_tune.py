@@ -187,3 +187,36 @@ def test_sweep_calls_tune_for_nothing(tmp_path):
             "assert 'ray.tune' not in sys.modules, 'sweep imported ray.tune'")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+class _Interrupt:
+    def __init__(self, at):
+        self.at = at
+
+    def __call__(self, row):
+        if row["round"] == self.at:
+            raise KeyboardInterrupt
+
+
+def test_a_restore_takes_the_algorithm_params_pbt_mutated(tmp_path):
+    """What PBT's exploit does: a checkpoint resumed with other algorithm parameters keeps the saved state and
+    uses the new values from the next round (a looser tol stops k-means at once), the saved configuration says
+    so; keys outside algorithm.params are named in a warning and keep the checkpoint's values."""
+    from fedray.analysis.tune import _mutated_params, trial_config
+
+    out = tmp_path / "run"
+    cfg = trial_config(BASE, {}, 2)
+    with pytest.raises(KeyboardInterrupt):
+        fedray.run(cfg, output=out, on_round=[_Interrupt(3)])
+    saved = fedray.api.checkpoint.load(out)["config"]
+    mutated = trial_config(BASE, {"algorithm.params.tol": 1e6, "seed": 5}, 2)
+    params = _mutated_params(mutated, saved)
+    assert params == {"tol": 1e6}
+    looser = fedray.resume(out, algorithm_params=params)
+    assert looser.history["round"].tolist() == [0, 1, 2, 3, 4]  # converged by the new tol at round 4
+    assert looser.config.algorithm.params["tol"] == 1e6 and looser.config.seed == 0
+    same = fedray.resume(out, output=tmp_path / "again", algorithm_params=_mutated_params(cfg, saved))
+    ref = _reference(8)
+    pd.testing.assert_frame_equal(same.history.drop(columns=list(WALL)), ref.history.drop(columns=list(WALL)))
+    with pytest.raises(ConfigError, match="algorithm.params"):
+        fedray.resume(out, algorithm_params={"tol": -1.0})
