@@ -147,3 +147,18 @@ def test_describe_output_lists_the_tracking_options(capsys):
     text = capsys.readouterr().out
     for key in ("output.trackers", "output.mlflow_tracking_uri", "output.mlflow_experiment"):
         assert key in text
+
+
+def test_a_tracked_run_does_not_import_torch(tmp_path):
+    """TensorBoard files come from tensorboard's own writer: a tracked k-means run never imports torch
+    (a fresh interpreter)."""
+    import subprocess
+
+    code = ("import sys, fedray; fedray.run(algorithm={'name': 'kmeans'}, data={'dataset': 'sklearn:iris'}, "
+            "federation={'n_clients': 3, 'rounds': 3}, runtime={'backend': 'local', 'progress': False}, "
+            f"**{{'output.trackers': ['tensorboard', 'mlflow'], 'output.plots': False, "
+            f"'output.mlflow_tracking_uri': {(tmp_path / 'mlruns').as_uri()!r}}}, output={str(tmp_path / 'run')!r}); "
+            "assert 'torch' not in sys.modules, 'torch was imported'; "
+            "assert 'tensorboard' in sys.modules and 'mlflow' in sys.modules")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
