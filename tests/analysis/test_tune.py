@@ -147,10 +147,10 @@ def test_a_trial_reserves_its_client_actors_in_its_placement_group(ray_session, 
     info = json.loads(seen.read_text())
     assert info["specs"] == [{"CPU": 0.5}, {"CPU": 0.5}, {"CPU": 0.5}]
     # Ray names a group's resources <resource>_group_<bundle>_<group id>; each task or actor placed in a bundle
-    # takes 0.001 of its bundle_group_<i>_<id>. Bundles 1 and 2 each hold one client actor, and no CPU of the
-    # group is left free (zero entries are left out).
+    # takes 0.001 of its bundle_group_<i>_<id>. Bundles 1 and 2 each hold a client actor (the CPU-less server
+    # actor may sit in any bundle), and no CPU of the group is left free (zero entries are left out).
     gid, free = info["group"], info["free"]
-    assert free[f"bundle_group_1_{gid}"] == free[f"bundle_group_2_{gid}"] == pytest.approx(999.999)
+    assert free[f"bundle_group_1_{gid}"] < 1000 - 0.0005 and free[f"bundle_group_2_{gid}"] < 1000 - 0.0005
     assert not [k for k in free if k.startswith("CPU_group_")]
     assert results[8].metrics["final_ari"] == _reference(8).final["ari"]
 
