@@ -110,7 +110,7 @@ class Reporter:
         tune.report(dict(self.last), checkpoint=checkpoint)
 
 
-def run_trial(config: Mapping[str, Any], *, base: Any, checkpoint_every: int = 1,
+def run_trial(config: Mapping[str, Any], *, base: Any, checkpoint_every: int = 5,
               metrics: Sequence[str] = DEFAULT_METRICS, key: str | None = None,
               on_round: Sequence[Callable[[dict[str, Any]], None]] = ()) -> Any:
     """Run one trial inside Tune (the body of :func:`trainable`); returns the run's Result.
@@ -152,7 +152,7 @@ def _mutated_params(cfg: ExperimentConfig, saved: dict[str, Any]) -> dict[str, A
             if k.startswith(prefix) and "." not in k[len(prefix):] and k[len(prefix):] in cfg.algorithm.params}
 
 
-def trainable(base: Any, *, checkpoint_every: int = 1, client_cpus: float = 1.0, driver_cpus: float = 1.0,
+def trainable(base: Any, *, checkpoint_every: int = 5, client_cpus: float = 1.0, driver_cpus: float = 1.0,
               metrics: Sequence[str] = DEFAULT_METRICS) -> Any:
     """A Tune function trainable running ``base`` (a configuration, mapping or YAML path) per trial.
 
@@ -161,7 +161,8 @@ def trainable(base: Any, *, checkpoint_every: int = 1, client_cpus: float = 1.0,
     base : ExperimentConfig, mapping or path
         The configuration each trial's search-space keys override.
     checkpoint_every : int
-        Rounds between the trial's checkpoints (Tune restores trials from them).
+        Rounds between the trial's checkpoints (Tune restores trials from them; a restored trial computes
+        the rounds after its last checkpoint again). Default 5.
     client_cpus : float
         CPUs of a trial's client actors (their ``"auto"`` layout fills this many); ray backend.
     driver_cpus : float
@@ -192,7 +193,7 @@ def trainable(base: Any, *, checkpoint_every: int = 1, client_cpus: float = 1.0,
     return tune.with_resources(fn, resources)
 
 
-def fedray_trial(config: dict[str, Any], base: Any = None, checkpoint_every: int = 1,
+def fedray_trial(config: dict[str, Any], base: Any = None, checkpoint_every: int = 5,
                metrics: Sequence[str] = DEFAULT_METRICS, key: str | None = None) -> None:
     """The function :func:`trainable` hands to Tune (its name names the trials)."""
     run_trial(config, base=base, checkpoint_every=checkpoint_every, metrics=metrics, key=key)
