@@ -176,6 +176,14 @@ class RayExecutor(Executor):
     def _call_all(self, method: str, *args: Any) -> list[Any]:
         return self._get([getattr(a, method).remote(*args) for a in self.actors], method)
 
+    def whereabouts(self) -> list[dict[str, Any]]:
+        """Per actor (in order): node, process, its Ray GPU ids, CUDA_VISIBLE_DEVICES, its clients, and
+        the placement group bundle it was reserved in (:mod:`fedray.runtime.placement`)."""
+        out = self._call_all("whereabouts")
+        for i, w in enumerate(out):
+            w["bundle"] = self.placement.indices[i] if self.placement is not None else None
+        return out
+
     def describe(self, private: bool = False) -> list[dict[str, Any]]:
         out = []
         for part in self._call_all("describe", private):
