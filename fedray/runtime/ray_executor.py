@@ -1,9 +1,9 @@
 """The Ray runtime: clients packed into Ray actors (:class:`fedray.actors.client_actor.ClientActor`).
 
-Actors are created in batches with the configured resources and placement; each call's shared
-input is one object in the object store; replies are collected with a deadline, late and dead
-actors are counted, and a restarted actor's shards are rebuilt. Also the cluster helpers that
-size the layout (CPUs, custom resources) and connect to Ray.
+The run's actors are reserved at once as one placement group (:mod:`fedray.runtime.placement`:
+the layout, the bundles, queueing behind other runs), then created in batches into their
+bundles; each call's shared input is one object in the object store; replies are collected with
+a deadline, late and dead actors are counted, and a restarted actor's shards are rebuilt.
 """
 from __future__ import annotations
 
