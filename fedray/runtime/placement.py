@@ -36,6 +36,10 @@ STRATEGIES = {"pack": "PACK", "spread": "SPREAD"}
 WAIT_FIRST_S = 5.0
 WAIT_MAX_S = 60.0
 
+# Resources held by the placement groups this process made and has not released (id of the
+# Placement -> summed bundles): they are not given back while this process waits for another.
+_HELD: dict[int, dict[str, float]] = {}
+
 
 def cluster_cpus() -> float:
     import ray
@@ -192,6 +196,7 @@ def check_fits(bundles: list[dict[str, float]], wait_for_nodes: bool = False) ->
     b = bundles[0] if bundles else {}
     no_node = bundles and not any(all(r.get(k, 0.0) + 1e-9 >= v for k, v in b.items()) for r in nodes)
     if not short and not no_node:
+        _check_own(need, total)
         return
     lacking = [k for k, v in b.items() if not any(r.get(k, 0.0) + 1e-9 >= v for r in nodes)]
     key = next(iter(short), None) or (lacking or list(b))[0]
@@ -205,6 +210,17 @@ def check_fits(bundles: list[dict[str, float]], wait_for_nodes: bool = False) ->
         log.warning("%s (waiting for nodes: runtime.wait_for_nodes)", line)
         return
     raise ConfigError(line)
+
+
+def _check_own(need: dict[str, float], total: dict[str, float]) -> None:
+    """Fail when what this process already holds for other runs leaves too little for ever."""
+    held = _sum(list(_HELD.values()))
+    for key, amount in need.items():
+        if held.get(key, 0.0) and total.get(key, 0.0) - held[key] + 1e-9 < amount:
+            raise ConfigError(
+                f"runtime: this run's client actors need {amount:g} {key} but this process already holds "
+                f"{held[key]:g} of the cluster's {total.get(key, 0.0):g} {key} for another run's actors (an open "
+                "fedray.Session?); close it first, or lower runtime.client_resources")
 
 
 class Placement:
@@ -227,6 +243,7 @@ class Placement:
             placement_group=self.group, placement_group_bundle_index=self.indices[actor])}
 
     def release(self) -> None:
+        _HELD.pop(id(self), None)
         if self.owned and self.group is not None:
             from ray.util.placement_group import remove_placement_group
 
@@ -255,6 +272,7 @@ def reserve(layout: Layout, runtime: Any) -> Placement:
     except BaseException:
         placement.release()
         raise
+    _HELD[id(placement)] = _sum(bundles)
     return placement
 
 

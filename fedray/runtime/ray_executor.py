@@ -1,9 +1,9 @@
 """The Ray runtime: clients packed into Ray actors (:class:`fedray.actors.client_actor.ClientActor`).
 
-Actors are created in batches with the configured resources and placement; each call's shared
-input is one object in the object store; replies are collected with a deadline, late and dead
-actors are counted, and a restarted actor's shards are rebuilt. Also the cluster helpers that
-size the layout (CPUs, custom resources) and connect to Ray.
+The run's actors are reserved at once as one placement group (:mod:`fedray.runtime.placement`:
+the layout, the bundles, queueing behind other runs), then created in batches into their
+bundles; each call's shared input is one object in the object store; replies are collected with
+a deadline, late and dead actors are counted, and a restarted actor's shards are rebuilt.
 """
 from __future__ import annotations
 
@@ -175,6 +175,14 @@ class RayExecutor(Executor):
 
     def _call_all(self, method: str, *args: Any) -> list[Any]:
         return self._get([getattr(a, method).remote(*args) for a in self.actors], method)
+
+    def whereabouts(self) -> list[dict[str, Any]]:
+        """Per actor (in order): node, process, its Ray GPU ids, CUDA_VISIBLE_DEVICES, its clients, and
+        the placement group bundle it was reserved in (:mod:`fedray.runtime.placement`)."""
+        out = self._call_all("whereabouts")
+        for i, w in enumerate(out):
+            w["bundle"] = self.placement.indices[i] if self.placement is not None else None
+        return out
 
     def describe(self, private: bool = False) -> list[dict[str, Any]]:
         out = []

@@ -97,6 +97,18 @@ def test_a_run_waits_for_resources_held_elsewhere_and_says_so(monkeypatch, caplo
     assert _groups() == 0
 
 
+def test_a_second_run_of_this_process_that_could_never_start_fails_in_one_line():
+    first = reserve(layout_for(_cfg().runtime, 50), _cfg().runtime)  # two 1-CPU actors: the whole cluster
+    try:
+        with pytest.raises(ConfigError, match="this process already holds 2 of the cluster's 2 CPU"):
+            reserve(layout_for(_cfg().runtime, 50), _cfg().runtime)
+    finally:
+        first.release()
+    second = reserve(layout_for(_cfg().runtime, 50), _cfg().runtime)  # released: it fits again
+    second.release()
+    assert _groups() == 0
+
+
 def test_fit_into_a_trials_group():
     trial = [{"CPU": 1.0}, {"CPU": 1.0}, {"CPU": 0.5, "GPU": 1.0}]
     assert fit_into(trial, [{"CPU": 0.5}] * 3) == [1, 1, 2]  # bundle 0 (the trial's driver) is never used
