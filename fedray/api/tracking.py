@@ -19,7 +19,8 @@ experiment is ``output.mlflow_experiment``.
 
 A resumed run (``fedray run --resume``) continues the same TensorBoard run (same folder) and
 the same MLflow run (its id is kept in ``<output>/tracking.json``); rounds the resumed run
-computes again (after its last checkpoint) are not sent twice.
+computes again (after its last checkpoint) are not sent twice. A tracker that fails during a
+run (its server gone) is named in a warning and left out; the run goes on.
 """
 from __future__ import annotations
 
@@ -273,14 +274,25 @@ class Trackers:
     def _write_state(self) -> None:
         (self.out / STATE_FILE).write_text(json.dumps(self.state, indent=2))
 
+    def _each(self, method: str, *args: Any) -> None:
+        """Call ``method`` on every tracker; one that fails (a tracking server gone, a full disk) is
+        named in a warning and left out for the rest of the run, which goes on."""
+        for t in list(self.items):
+            try:
+                getattr(t, method)(*args)
+            except Exception as exc:  # noqa: BLE001 - a tracker must not end a long run
+                first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+                log.warning("output.trackers: %s failed (%s: %s); the run goes on without it", type(t).__name__,
+                            type(exc).__name__, first)
+                self.items.remove(t)
+
     def start(self) -> None:
         """The configuration (a new run only: a resumed run's parameters are already there)."""
         if not self.items or not self.new:
             return
         params = {k: (v if isinstance(v, (bool, int, float, str)) else json.dumps(v))
                   for k, v in flatten(self.cfg.to_dict()).items()}
-        for t in self.items:
-            t.start(params, self.cfg.to_yaml())
+        self._each("start", params, self.cfg.to_yaml())
 
     def log_round(self, row: dict[str, Any]) -> None:
         """One history row, at step = its round (rounds already sent before a resume are skipped)."""
@@ -288,8 +300,7 @@ class Trackers:
             return
         step = int(row["round"])
         metrics = {k: v for k, v in numeric_items(row).items() if k != "round"}
-        for t in self.items:
-            t.log_round(step, metrics)
+        self._each("log_round", step, metrics)
         self.last_round = self.state["last_round"] = step
         self._write_state()
 
@@ -300,8 +311,7 @@ class Trackers:
         final = {k: v for k, v in numeric_items(result.final).items() if math.isfinite(v) or math.isnan(v)}
         summary_json = json.dumps(result.summary, indent=2, default=str)
         plots = sorted((self.out / "plots").glob("*.png"))
-        for t in self.items:
-            t.finish(max(self.last_round, 0), final, summary_json, plots)
+        self._each("finish", max(self.last_round, 0), final, summary_json, plots)
 
     def close(self, status: str = "FINISHED") -> None:
         """``FINISHED``, ``FAILED`` or ``KILLED`` (an interrupted run)."""

@@ -162,3 +162,22 @@ def test_a_tracked_run_does_not_import_torch(tmp_path):
             "assert 'tensorboard' in sys.modules and 'mlflow' in sys.modules")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_a_tracker_that_fails_during_a_run_is_named_and_the_run_goes_on(tmp_path, caplog):
+    """The MLflow store vanishes after round 2: a warning names the MLflow tracker, the run finishes with all
+    its rounds, and TensorBoard still gets every round."""
+    import logging
+    import shutil
+
+    def remove_store(row):
+        if row["round"] == 2:
+            shutil.rmtree(tmp_path / "mlruns")
+
+    with caplog.at_level(logging.WARNING, logger="fedray.api.tracking"):
+        res = fedray.run(_cfg(tmp_path), output=tmp_path / "run", on_round=[remove_store])
+    assert len(res.history) == ROUNDS
+    assert any("MLflowTracker failed" in r.getMessage() and "goes on without it" in r.getMessage()
+               for r in caplog.records)
+    steps = [e.step for e in _scalars(tmp_path / "run" / "tensorboard").Scalars("objective")]
+    assert steps == list(range(1, ROUNDS))
