@@ -89,16 +89,17 @@ def _png_size(data: bytes) -> tuple[int, int]:
 class TensorBoardTracker:
     """Writes one run's event file(s) in ``folder`` with tensorboard's event-file writer."""
 
-    def __init__(self, folder: Path, resuming: bool, first_round: int) -> None:
+    def __init__(self, folder: Path) -> None:
         from tensorboard.compat.proto import event_pb2
         from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
         self._pb = event_pb2
         folder.mkdir(parents=True, exist_ok=True)
         self.folder = folder
+        # A resumed run adds an event file to the same folder: the same run for TensorBoard. No
+        # SessionLog.START marker: TensorBoard would drop the steps from the resumed round on that the
+        # first file holds, and the rounds already sent are not sent again (Trackers.log_round).
         self.writer = EventFileWriter(str(folder), flush_secs=5)
-        if resuming:  # TensorBoard drops what the first run wrote at or after this step
-            self._add(first_round, session_log=event_pb2.SessionLog(status=event_pb2.SessionLog.START))
 
     def _add(self, step: int, **kw: Any) -> None:
         self.writer.add_event(self._pb.Event(wall_time=time.time(), step=int(step), **kw))
@@ -251,8 +252,7 @@ class Trackers:
         self.cfg = cfg
         self.new = resume_round is None or not state
         if "tensorboard" in self.names:
-            first = resume_round if resume_round is not None else 0
-            self.items.append(TensorBoardTracker(self.out / TB_FOLDER, not self.new, first))
+            self.items.append(TensorBoardTracker(self.out / TB_FOLDER))
         if "mlflow" in self.names:
             uri = mlflow_uri(cfg.output.mlflow_tracking_uri)
             try:
