@@ -208,9 +208,9 @@ class Session:
         bar = Progress(alg.name, min(cap, budget) if budget else cap,
                        progress if progress is not None else cfg.runtime.progress)
         trackers = Trackers(cfg, out, None if resume_from is None else int(resume_from["server"]["round"]))
-        trackers.start()
         driver = self._driver(alg, kwargs, resume_from)
         try:
+            trackers.start()
             driver.begin()
             while (row := driver.step()) is not None:
                 if checkpoint is not None:
@@ -231,9 +231,13 @@ class Session:
             self.layers.reset_records()  # the run's records are in its state (its Result)
             if cfg.runtime.backend == "ray":
                 self._prestart_server()  # the next run's, started while this one's results are built
-        result = self._complete(cfg, alg, state, model, final, t0, out, central_baseline)
-        trackers.finish(result)
-        trackers.close()
+        status = "FAILED"
+        try:
+            result = self._complete(cfg, alg, state, model, final, t0, out, central_baseline)
+            trackers.finish(result)
+            status = "FINISHED"
+        finally:
+            trackers.close(status)
         return result
 
     def _run_config(self, alg: Algorithm, resume_from: dict[str, Any] | None

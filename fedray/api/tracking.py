@@ -222,7 +222,8 @@ def mlflow_uri(option: str | None) -> str:
 
 class Trackers:
     """The trackers of one run (``output.trackers``); a run calls :meth:`start`, :meth:`log_round`,
-    :meth:`finish` and :meth:`close`. With no tracker asked for, every call does nothing.
+    :meth:`finish` and :meth:`close`. With no tracker asked for, every call does nothing. Building
+    one checks the options (an output folder, the packages); :meth:`start` opens the writers.
 
     Parameters
     ----------
@@ -238,6 +239,7 @@ class Trackers:
         self.names = list(cfg.output.trackers)
         self.items: list[Any] = []
         self.last_round = -1
+        self.cfg, self.resume_round = cfg, resume_round
         if not self.names:
             return
         if not output:
@@ -245,19 +247,21 @@ class Trackers:
                               "output= / --out")
         check_available(self.names)
         self.out = Path(output)
+
+    def _open(self) -> None:
+        """Open the writers: a new TensorBoard event file, a new MLflow run or the resumed one."""
         self.out.mkdir(parents=True, exist_ok=True)
-        state = self._read_state() if resume_round is not None else {}
+        state = self._read_state() if self.resume_round is not None else {}
         self.last_round = int(state.get("last_round", -1))
         self.state = {"last_round": self.last_round}
-        self.cfg = cfg
-        self.new = resume_round is None or not state
+        self.new = self.resume_round is None or not state
         if "tensorboard" in self.names:
             self.items.append(TensorBoardTracker(self.out / TB_FOLDER))
         if "mlflow" in self.names:
-            uri = mlflow_uri(cfg.output.mlflow_tracking_uri)
+            uri = mlflow_uri(self.cfg.output.mlflow_tracking_uri)
             try:
-                tracker = MLflowTracker(uri, cfg.output.mlflow_experiment, self.out.name or cfg.algorithm.name,
-                                        None if self.new else state.get("mlflow_run_id"))
+                tracker = MLflowTracker(uri, self.cfg.output.mlflow_experiment, self.out.name or
+                                        self.cfg.algorithm.name, None if self.new else state.get("mlflow_run_id"))
             except Exception as exc:  # noqa: BLE001 - MLflow's own errors: a bad URI, an unreachable server
                 first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
                 raise ConfigError(f"output.mlflow_tracking_uri: MLflow cannot use {uri!r}: {first}") from None
@@ -287,8 +291,11 @@ class Trackers:
                 self.items.remove(t)
 
     def start(self) -> None:
-        """The configuration (a new run only: a resumed run's parameters are already there)."""
-        if not self.items or not self.new:
+        """Open the trackers, and send the configuration (a new run only: a resumed run's are there)."""
+        if not self.names:
+            return
+        self._open()
+        if not self.new:
             return
         params = {k: (v if isinstance(v, (bool, int, float, str)) else json.dumps(v))
                   for k, v in flatten(self.cfg.to_dict()).items()}
