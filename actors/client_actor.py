@@ -65,6 +65,13 @@ class ClientActor:
     def node_id(self) -> str:
         return ray.get_runtime_context().get_node_id()
 
+    def whereabouts(self) -> dict[str, Any]:
+        """Where this actor runs: node, process, the GPUs Ray gave it and what CUDA_VISIBLE_DEVICES shows."""
+        ctx = ray.get_runtime_context()
+        return {"node_id": ctx.get_node_id(), "pid": os.getpid(), "gpu_ids": [str(g) for g in ray.get_gpu_ids()],
+                "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+                "clients": sorted(self._host.clients) if self._host is not None else []}
+
     def describe(self, private: bool = False) -> list[dict[str, Any]]:
         return self.host.describe(private)
 

@@ -84,14 +84,17 @@ class RayNodes:
         self.procs.append(proc)
         return proc
 
-    def start_head(self, num_cpus: int = 1, resources: dict | None = None) -> str:
+    def start_head(self, num_cpus: int = 1, resources: dict | None = None, num_gpus: int | None = None) -> str:
+        """Start the head; ``num_gpus`` declares GPUs (Ray then sets each GPU actor's CUDA_VISIBLE_DEVICES,
+        also on a machine without any)."""
         self.port = free_port()
         self.client_port = free_port()
         ray_exe = str(Path(sys.executable).with_name("ray"))
         self._start(ray_exe, ["--head", "--port", str(self.port), "--num-cpus", str(num_cpus),
                               "--include-dashboard=false", "--ray-client-server-port", str(self.client_port),
                               "--temp-dir", str(self.tmp / "ray"),
-                              "--resources", json.dumps(resources or {})], "head.log")
+                              "--resources", json.dumps(resources or {}),
+                              *(["--num-gpus", str(num_gpus)] if num_gpus is not None else [])], "head.log")
         self.wait_nodes(1)
         return self.address
 

@@ -22,6 +22,7 @@ from pydantic import (
 )
 
 from fedray.api.overrides import _nest_kwargs, parse_override, set_dotted
+from fedray.api.tracking import check_available as check_trackers
 from fedray.core.errors import ConfigError, format_validation_error
 from fedray.core.extras import check_requirements, missing
 from fedray.core.registry import get_algorithm, make_params
@@ -131,8 +132,14 @@ class RuntimeConfig(_Section):
                                               description="what Ray reserves for each client actor")
     round_timeout: float | None = Field(default=None, gt=0, description="seconds a round waits for answers; "
                                         "clients later than that are dropped from the round (None: wait)")
-    placement: Literal["pack", "spread"] = Field(default="pack", description="actors packed on few nodes or "
-                                                 "spread over all nodes of the cluster")
+    placement: Literal["pack", "spread"] = Field(default="pack", description="the run's client actors, "
+                                                 "reserved at once as one placement group, packed on few nodes "
+                                                 "(PACK) or spread over all nodes of the cluster (SPREAD)")
+    queue_timeout: float | None = Field(default=None, gt=0, description="seconds to wait for the cluster to "
+                                        "have room for all the client actors at once (other runs hold it); past it "
+                                        "the run fails in one line (None: wait, saying so every minute)")
+    wait_for_nodes: bool = Field(default=False, description="the cluster grows on demand (an autoscaler): a "
+                                 "request larger than its current resources waits for nodes instead of failing")
     actor_batch: int = Field(default=64, ge=1, description="actors created at once while starting (bounds the "
                              "start-up pressure on the cluster)")
     max_restarts: int = Field(default=3, ge=-1, description="times Ray restarts a crashed client actor (its "
@@ -180,6 +187,19 @@ class OutputConfig(_Section):
                            "direction, names, shapes and bytes")
     message_payloads: bool = Field(default=False, description="also keep what the server received on the Result "
                                    "(audits, tests)")
+    trackers: list[Literal["tensorboard", "mlflow"]] = Field(
+        default_factory=list, description="experiment trackers that get every round's metrics, the configuration, "
+        "the summary and the plots (the tracking extra; docs/tuning.md)")
+    mlflow_tracking_uri: str | None = Field(default=None, description="MLflow tracking URI (default: "
+                                            "$MLFLOW_TRACKING_URI, else a file: store ./mlruns)")
+    mlflow_experiment: str = Field(default="fedray", min_length=1, description="MLflow experiment the runs go to")
+
+    @field_validator("trackers")
+    @classmethod
+    def _distinct_trackers(cls, v: list[str]) -> list[str]:
+        if len(set(v)) != len(v):
+            raise ValueError(f"each tracker at most once; got {v}")
+        return v
 
 
 class FaultsConfig(_Section):
@@ -392,6 +412,7 @@ def validate_static(cfg: ExperimentConfig) -> None:
     cls = get_algorithm(cfg.algorithm.name)
 
     check_requirements(cls)
+    check_trackers(cfg.output.trackers)
     make_params(cls, cfg.algorithm.params)
     if isinstance(cfg.data.dataset, ArrayData):
         _check_arrays(cfg)

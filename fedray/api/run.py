@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -10,12 +11,14 @@ from fedray.api.config import make_config
 from fedray.api.outputs import prepare
 from fedray.api.results import Result, peak_memory_mb
 from fedray.api.session import Session
+from fedray.core.registry import make_params
 
 log = logging.getLogger(__name__)
 
 
 def run(config: Any = None, *, overrides: list[str] | dict[str, Any] | None = None, output: str | Path | None = None,
-        progress: bool | None = None, central_baseline: bool | None = None, **kwargs: Any) -> Result:
+        progress: bool | None = None, central_baseline: bool | None = None,
+        on_round: Sequence[Callable[[dict[str, Any]], None]] = (), **kwargs: Any) -> Result:
     """Run one experiment and return its :class:`~fedray.api.results.Result`.
 
     Parameters
@@ -25,6 +28,7 @@ def run(config: Any = None, *, overrides: list[str] | dict[str, Any] | None = No
     output : folder for ``summary.json``, ``rounds.parquet``, ... (default: ``output.directory``)
     progress : show a progress bar (default: when stderr is a terminal)
     central_baseline : also run the central algorithm on the union from the same start
+    on_round : functions called with each round's history row (after its checkpoint, when one is due)
     **kwargs : configuration sections or dotted keys, e.g. ``algorithm={"name": "kmeans"}``
 
     Examples
@@ -39,12 +43,15 @@ def run(config: Any = None, *, overrides: list[str] | dict[str, Any] | None = No
 
         prepare(out, cfg.output.overwrite)
     with Session(cfg) as session:
-        result = session.run(output=output, progress=progress, central_baseline=central_baseline)
+        result = session.run(output=output, progress=progress, central_baseline=central_baseline,
+                             on_round=on_round)
         result.peak_memory_mb = peak_memory_mb()
         return result
 
 
-def resume(directory: str | Path, progress: bool | None = None, output: str | Path | None = None) -> Any:
+def resume(directory: str | Path, progress: bool | None = None, output: str | Path | None = None,
+           on_round: Sequence[Callable[[dict[str, Any]], None]] = (),
+           algorithm_params: dict[str, Any] | None = None) -> Any:
     """Continue an interrupted run from its checkpoint; returns its :class:`~fedray.api.results.Result`.
 
     Parameters
@@ -54,9 +61,16 @@ def resume(directory: str | Path, progress: bool | None = None, output: str | Pa
     progress : bool, optional
     output : str or Path, optional
         Where to write the outputs (default: the run's own output folder).
+    on_round : functions called with each round's history row, as in :func:`run`
+    algorithm_params : dict, optional
+        Algorithm parameters that replace the checkpoint's from the next round on (validated;
+        e.g. a hyperparameter a population-based search mutates). The rest of the state is the
+        checkpoint's.
     """
 
     blob = load(directory)
+    if algorithm_params:
+        _replace_params(blob, algorithm_params)
     cfg = make_config(blob["config"])
     named, folder = Path(directory), Path(blob["path"]).parent
     # The folder the user named (or the one holding the checkpoint folder they named),
@@ -65,6 +79,17 @@ def resume(directory: str | Path, progress: bool | None = None, output: str | Pa
     done = int(blob["server"]["round"])
     log.info("resuming %s after round %d from %s", cfg.algorithm.name, done - 1, blob["path"])
     with Session(cfg) as session:
-        result = session.run(output=out, progress=progress, resume_from=blob)
+        result = session.run(output=out, progress=progress, resume_from=blob, on_round=on_round)
         result.peak_memory_mb = peak_memory_mb()
     return result
+
+
+def _replace_params(blob: dict[str, Any], changed: dict[str, Any]) -> None:
+    """Give the checkpoint's algorithm (and its saved configuration) the ``changed`` parameters."""
+    alg = blob["server"]["algorithm"]
+    params = make_params(type(alg), {**alg.params.model_dump(), **changed})
+    alg.params = params
+    alg.validate()
+    saved = blob["config"].setdefault("algorithm", {}).setdefault("params", {})
+    saved.update({k: getattr(params, k) for k in changed})
+    log.info("resuming with new algorithm parameters %s", sorted(changed))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from fedray.api.drivers import LocalDriver, RayDriver
 from fedray.api.outputs import prepare, write_partial
 from fedray.api.progress import Progress
 from fedray.api.results import Result
+from fedray.api.tracking import Trackers
 from fedray.core import calls
 from fedray.core.calls import Call
 from fedray.core.contract import Algorithm, FederationInfo, Task
@@ -180,11 +182,14 @@ class Session:
 
     def run(self, algorithm: str | type[Algorithm] | Algorithm | None = None, params: dict[str, Any] | None = None, *,
             output: str | Path | None | bool = None, progress: bool | None = None,
-            central_baseline: bool | None = None, resume_from: dict[str, Any] | None = None) -> Result:
+            central_baseline: bool | None = None, resume_from: dict[str, Any] | None = None,
+            on_round: Sequence[Callable[[dict[str, Any]], None]] = ()) -> Result:
         """Run one algorithm on this session's clients and return its :class:`Result`.
 
         ``resume_from`` is a checkpoint loaded by :func:`fedray.api.checkpoint.load` (used by
         :func:`fedray.api.run.resume`): the run continues after its last saved round.
+        ``on_round``: functions called with each round's history row, after the round's
+        checkpoint (when one is due) is saved (e.g. :mod:`fedray.analysis.tune` reports to Tune).
         """
         t0 = time.perf_counter()
         self._preload_for(algorithm)
@@ -202,16 +207,22 @@ class Session:
         self._stash_outside_records()
         bar = Progress(alg.name, min(cap, budget) if budget else cap,
                        progress if progress is not None else cfg.runtime.progress)
+        trackers = Trackers(cfg, out, None if resume_from is None else int(resume_from["server"]["round"]))
         driver = self._driver(alg, kwargs, resume_from)
         try:
+            trackers.start()
             driver.begin()
             while (row := driver.step()) is not None:
                 if checkpoint is not None:
                     checkpoint.after_round(row["round"], driver.snapshot)
                 bar.update(row)
+                trackers.log_round(row)
+                for fn in on_round:
+                    fn(row)
             final, model, state = driver.finish()
             self._remember_releases(state)
         except BaseException as exc:
+            trackers.close("KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED")
             if out:
                 self._save_partial(out, exc, driver.state, cfg)
             raise
@@ -221,7 +232,14 @@ class Session:
             self.layers.reset_records()  # the run's records are in its state (its Result)
             if cfg.runtime.backend == "ray":
                 self._prestart_server()  # the next run's, started while this one's results are built
-        return self._complete(cfg, alg, state, model, final, t0, out, central_baseline)
+        status = "FAILED"
+        try:
+            result = self._complete(cfg, alg, state, model, final, t0, out, central_baseline)
+            trackers.finish(result)
+            status = "FINISHED"
+        finally:
+            trackers.close(status)
+        return result
 
     def _run_config(self, alg: Algorithm, resume_from: dict[str, Any] | None
                     ) -> tuple[ExperimentConfig, dict[str, Any], int, int | None]:

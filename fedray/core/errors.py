@@ -21,6 +21,15 @@ class DataError(FedrayError, ValueError):
     """The data of the federation (or of one client) cannot be used."""
 
 
+class DataTypeError(DataError, TypeError):
+    """A value of the data is not a number (a dict, a string, an object in an object array).
+
+    Both a :class:`DataError` (a ``ValueError``, as every unusable-data error of fedray) and a
+    ``TypeError``, the class NumPy's ``float()`` conversion and scikit-learn's conventions use
+    for a non-numeric object; ``except DataError`` and ``except TypeError`` both catch it.
+    """
+
+
 class RoundFailedError(FedrayError, RuntimeError):
     """Too few clients answered a round, or a client function failed."""
 

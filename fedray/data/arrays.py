@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from fedray.core.errors import ConfigError, DataError
+from fedray.core.errors import ConfigError, DataError, DataTypeError
 from fedray.core.seeding import PARTITION_STREAM, data_rng
 from fedray.data.checks import check_descriptions, describe_shard
 from fedray.data.datasets import _is_numeric
@@ -373,8 +373,8 @@ def _numeric(arr: np.ndarray, what: str) -> np.ndarray:
     if kind == "O":
         for v in arr.flat:
             if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)):
-                raise DataError(f"{what}: non-numeric value {v!r:.40} ({type(v).__name__}); all features must be "
-                                "numbers")
+                raise DataTypeError(f"{what}: non-numeric value {v!r:.40} ({type(v).__name__}); each argument must be "
+                                    "a real number, not a string or other object: encode such features as numbers")
             if isinstance(v, (int, np.integer)) and abs(int(v)) > _EXACT_INT:
                 raise DataError(f"{what}: integers beyond 2**53 do not convert to float64 exactly; scale them first")
         return np.ascontiguousarray(arr.astype(np.float64))

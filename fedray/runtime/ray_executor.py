@@ -1,14 +1,13 @@
 """The Ray runtime: clients packed into Ray actors (:class:`fedray.actors.client_actor.ClientActor`).
 
-Actors are created in batches with the configured resources and placement; each call's shared
-input is one object in the object store; replies are collected with a deadline, late and dead
-actors are counted, and a restarted actor's shards are rebuilt. Also the cluster helpers that
-size the layout (CPUs, custom resources) and connect to Ray.
+The run's actors are reserved at once as one placement group (:mod:`fedray.runtime.placement`:
+the layout, the bundles, queueing behind other runs), then created in batches into their
+bundles; each call's shared input is one object in the object store; replies are collected with
+a deadline, late and dead actors are counted, and a restarted actor's shards are rebuilt.
 """
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections import defaultdict
 from typing import Any
@@ -17,7 +16,7 @@ import numpy as np
 
 from fedray.core.calls import Call
 from fedray.core.contract import Task
-from fedray.core.errors import ConfigError, RoundFailedError
+from fedray.core.errors import RoundFailedError
 from fedray.core.replies import Replies
 from fedray.data.federation import ClientSpec, put_shards
 from fedray.runtime.connect import connect
@@ -29,6 +28,7 @@ from fedray.runtime.executor import (
     sort_replies,
 )
 from fedray.runtime.host import UniformTasks
+from fedray.runtime.placement import Placement, layout_for, reserve
 from fedray.runtime.shipping import connect_for
 
 log = logging.getLogger(__name__)
@@ -50,61 +50,9 @@ def ensure_ray(address: str | None = None, num_cpus: int | None = None, cfg: Any
     return connect(address, num_cpus)
 
 
-def cluster_cpus() -> float:
-    import ray
-
-    return float(ray.cluster_resources().get("CPU", 1.0))
-
-
-def client_capacity(custom: dict[str, float] | None = None) -> tuple[float, int | None]:
-    """CPUs of the nodes that can host client actors, and how many actors the custom resources allow.
-
-    Without ``custom`` every alive node counts: ``(cluster CPUs, None)``. With it
-    (e.g. ``{"fedray_client": 1}`` to keep clients off a head node that does not
-    declare ``fedray_client``) only nodes offering every named resource count, and
-    the second value is the number of actors their amounts admit.
-    """
-    import ray
-
-    wants = {k: float(v) for k, v in (custom or {}).items() if float(v) > 0}
-    if not wants:
-        return cluster_cpus(), None
-    cpus, slots = 0.0, 0
-    for node in ray.nodes():
-        res = node.get("Resources", {}) if node.get("Alive", True) else {}
-        if res and all(res.get(k, 0.0) >= v for k, v in wants.items()):
-            cpus += float(res.get("CPU", 0.0))
-            slots += min(int(res.get(k, 0.0) // v) for k, v in wants.items())
-    return (cpus if cpus > 0 else cluster_cpus()), (slots if slots > 0 else None)
-
-
-def resolve_layout(n_clients: int, clients_per_actor: int | str, actor_cpus: float | None, total_cpus: float,
-                   num_gpus: float = 0.0, max_actors: int | None = None) -> tuple[int, float]:
-    """(clients per actor, CPUs per actor) for ``n_clients`` on a cluster with ``total_cpus``.
-
-    ``max_actors`` (from custom resources, see :func:`client_capacity`) caps the
-    number of actors of the ``"auto"`` layout.
-    """
-    if clients_per_actor == "auto":
-        per = actor_cpus if actor_cpus else 1.0
-        slots = max(1, int(total_cpus // per)) if per > 0 else n_clients
-        if max_actors:
-            slots = max(1, min(slots, int(max_actors)))
-        n_actors = max(1, min(n_clients, slots))
-        cpa = math.ceil(n_clients / n_actors)
-    else:
-        cpa = int(clients_per_actor)
-        if cpa < 1:
-            raise ConfigError(f"runtime.clients_per_actor: must be >= 1 or 'auto'; got {clients_per_actor!r}")
-    n_actors = math.ceil(n_clients / cpa)
-    if actor_cpus is None:
-        # Enough actors to fill the cluster get 1 CPU each; more share the CPUs.
-        actor_cpus = 1.0 if n_actors <= total_cpus else max(0.01, math.floor(100 * total_cpus / n_actors) / 100)
-    return cpa, float(actor_cpus)
-
-
 def _actor_options(runtime: Any, actor_cpus: float, runtime_env: dict[str, Any] | None) -> dict[str, Any]:
-    """Ray options of a client actor: CPUs, restarts, GPUs and custom resources, placement, runtime_env."""
+    """Ray options of a client actor: CPUs, restarts, GPUs and custom resources, runtime_env (the placement
+    group bundle comes from :class:`fedray.runtime.placement.Placement`)."""
     res = runtime.client_resources
     options: dict[str, Any] = {"num_cpus": actor_cpus, "max_restarts": runtime.max_restarts,
                                "max_task_retries": 0}
@@ -112,8 +60,6 @@ def _actor_options(runtime: Any, actor_cpus: float, runtime_env: dict[str, Any] 
         options["num_gpus"] = res.num_gpus
     if res.custom:
         options["resources"] = dict(res.custom)
-    if runtime.placement == "spread":
-        options["scheduling_strategy"] = "SPREAD"
     if runtime_env:  # fedray and plug-ins for nodes that lack them (fedray.runtime.shipping)
         options["runtime_env"] = runtime_env
     return options
@@ -140,21 +86,20 @@ class RayExecutor(Executor):
         # recipes holding the references stay here while the actors may need them.
         specs = put_shards(specs)
         self.specs = specs
-        res = runtime.client_resources
-        total, max_actors = client_capacity(res.custom)
-        self.clients_per_actor, actor_cpus = resolve_layout(
-            len(specs), runtime.clients_per_actor, res.num_cpus, total, res.num_gpus, max_actors)
-        if max_actors is not None and math.ceil(len(specs) / self.clients_per_actor) > max_actors:
-            log.warning("%d client actors but the nodes offering %s admit %d at a time; the rest wait for "
-                        "resources (or for the autoscaler)", math.ceil(len(specs) / self.clients_per_actor),
-                        dict(res.custom), max_actors)
+        layout = layout_for(runtime, len(specs))
+        self.clients_per_actor, actor_cpus = layout.clients_per_actor, layout.actor_cpus
         chunks = [specs[i : i + self.clients_per_actor] for i in range(0, len(specs), self.clients_per_actor)]
         options = _actor_options(runtime, actor_cpus, runtime_env)
-        check_feasible(options, len(chunks))
         self.actor_cpus = actor_cpus
+        # All the actors at once (a placement group), so runs that share a cluster queue for it.
+        self.placement: Placement | None = reserve(layout, runtime)
         t0 = time.perf_counter()
-        self._start_actors(chunks, options, (seed, supervised, tuple(sample_shape), runtime.batched), runtime,
-                           preload)
+        try:
+            self._start_actors(chunks, options, (seed, supervised, tuple(sample_shape), runtime.batched), runtime,
+                               preload)
+        except BaseException:
+            self._release()
+            raise
         self.n_actors = len(self.actors)
         self._owner_arr: np.ndarray | None = None  # client id -> actor index, as an array (built on first use)
         self._scaler: tuple[np.ndarray, np.ndarray] | None = None  # re-applied to restarted actors
@@ -186,7 +131,8 @@ class RayExecutor(Executor):
         batch = max(1, int(runtime.actor_batch))
         for start in range(0, len(chunks), batch):
             group = chunks[start : start + batch]
-            new = [ClientActor.options(**options).remote(*args) for _ in group]
+            new = [ClientActor.options(**options, **self.placement.options(start + i)).remote(*args)
+                   for i in range(len(group))]
             if preload:  # the import runs beside the shards' construction (an actor runs its calls in order)
                 for a in new:
                     a.preload.remote(tuple(preload))
@@ -229,6 +175,14 @@ class RayExecutor(Executor):
 
     def _call_all(self, method: str, *args: Any) -> list[Any]:
         return self._get([getattr(a, method).remote(*args) for a in self.actors], method)
+
+    def whereabouts(self) -> list[dict[str, Any]]:
+        """Per actor (in order): node, process, its Ray GPU ids, CUDA_VISIBLE_DEVICES, its clients, and
+        the placement group bundle it was reserved in (:mod:`fedray.runtime.placement`)."""
+        out = self._call_all("whereabouts")
+        for i, w in enumerate(out):
+            w["bundle"] = self.placement.indices[i] if self.placement is not None else None
+        return out
 
     def describe(self, private: bool = False) -> list[dict[str, Any]]:
         out = []
@@ -402,19 +356,13 @@ class RayExecutor(Executor):
         self.actors = []
         self.specs = []
         self._recipes = []
+        self._release()
 
-
-def check_feasible(options: dict[str, Any], n_actors: int) -> None:
-    """Fail fast when no node of the cluster can ever host one client actor."""
-    import ray
-
-    total = ray.cluster_resources()
-    wants = {"CPU": options.get("num_cpus", 0), "GPU": options.get("num_gpus", 0), **options.get("resources", {})}
-    for key, amount in wants.items():
-        if amount and total.get(key, 0.0) < amount:
-            where = "runtime.client_resources." + ({"CPU": "num_cpus", "GPU": "num_gpus"}.get(key) or f"custom.{key}")
-            raise ConfigError(f"{where}: each client actor asks for {amount} {key} but the Ray cluster has "
-                              f"{total.get(key, 0.0)} in all; lower the request or add nodes with that resource")
+    def _release(self) -> None:
+        """Give the run's placement group back (the next queued run on the cluster gets it)."""
+        if getattr(self, "placement", None) is not None:
+            self.placement.release()
+            self.placement = None
 
 
 #: Without runtime.round_timeout, a round that waits longer than runtime.stall_warning times the

@@ -61,15 +61,20 @@ from fedray.tools.cluster_launcher import (
     PROVIDER_REQUIRED,
     _validate_launcher,
 )
+from fedray.tools.cluster_security import validate_dockerfile
 
 __all__ = ["CLIENT_RESOURCE", "HEAD_GROUP", "Issue", "LAUNCHER_KEYS", "LOCAL_ONLY_KEYS", "NODE_TYPE_KEYS",
            "PROVIDER_KEYS", "PROVIDER_REQUIRED", "RAYCLUSTER_SPEC", "RAYCLUSTER_TOP", "WORKER_GROUP", "add_cli",
-           "cmd_init", "cmd_validate", "validate", "validate_file"]
+           "cmd_init", "cmd_validate", "is_dockerfile", "validate", "validate_file"]
 
 
 # --- entry points ----------------------------------------------------------------
 def validate_file(path: str | Path, resource: str = CLIENT_RESOURCE) -> list[Issue]:
     """Check one cluster file; returns its issues (empty when the file is fine).
+
+    A file may hold several YAML documents (a RayCluster and its NetworkPolicy); a
+    file named ``Dockerfile`` (or ``*.Dockerfile``, ``Dockerfile.*``) is checked as
+    an image recipe (:func:`fedray.tools.cluster_security.validate_dockerfile`).
 
     Raises
     ------
@@ -79,19 +84,37 @@ def validate_file(path: str | Path, resource: str = CLIENT_RESOURCE) -> list[Iss
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"cluster file {str(p)!r} does not exist")
+    if is_dockerfile(p):
+        return validate_dockerfile(p)
     try:
-        doc = yaml.safe_load(p.read_text())
+        docs = [d for d in yaml.safe_load_all(p.read_text()) if d is not None]
     except yaml.YAMLError as exc:
         raise ConfigError(f"cluster file {str(p)!r} is not valid YAML: {exc}") from None
-    return validate(doc, resource)
+    if not docs:
+        raise ConfigError(f"cluster file {str(p)!r} is empty")
+    main = [d for d in docs if not (isinstance(d, dict) and d.get("kind") in COMPANION_KINDS)]
+    if len(main) != 1:
+        raise ConfigError(f"cluster file {str(p)!r} holds {len(main)} cluster definitions; give one per file "
+                          f"(besides {', '.join(COMPANION_KINDS)} documents)")
+    return validate(main[0], resource, [d for d in docs if d is not main[0]])
 
 
-def validate(doc: Any, resource: str = CLIENT_RESOURCE) -> list[Issue]:
-    """Check a parsed cluster file (launcher config or RayCluster manifest)."""
+#: Kubernetes documents that may sit beside a RayCluster in one file.
+COMPANION_KINDS = ("NetworkPolicy", "Secret", "ServiceAccount")
+
+
+def is_dockerfile(p: Path) -> bool:
+    return p.name == "Dockerfile" or p.name.endswith(".Dockerfile") or (
+        p.name.startswith("Dockerfile.") and not p.name.endswith(".dockerignore"))
+
+
+def validate(doc: Any, resource: str = CLIENT_RESOURCE, others: list[Any] | tuple = ()) -> list[Issue]:
+    """Check a parsed cluster file (launcher config or RayCluster manifest); ``others``: the other
+    documents of its file (a RayCluster's NetworkPolicy)."""
     if not isinstance(doc, dict):
         raise ConfigError("a cluster file must hold a mapping at the top level")
     if doc.get("kind") == "RayCluster" or str(doc.get("apiVersion", "")).startswith("ray.io/"):
-        return _validate_raycluster(doc, resource)
+        return _validate_raycluster(doc, resource, [d for d in others if isinstance(d, dict)])
     if "provider" in doc or "available_node_types" in doc:
         return _validate_launcher(doc, resource)
     raise ConfigError("not a Ray cluster launcher file (no 'provider') nor a KubeRay RayCluster "
@@ -103,7 +126,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
     files: list[Path] = []
     for f in args.files:
         p = Path(f)
-        files.extend(sorted(q for q in p.iterdir() if q.suffix in (".yaml", ".yml")) if p.is_dir() else [p])
+        files.extend(sorted(q for q in p.iterdir() if q.suffix in (".yaml", ".yml") or is_dockerfile(q))
+                     if p.is_dir() else [p])
     if not files:
         raise ConfigError(f"no cluster files (*.yaml) in {args.files}")
     failed = 0
@@ -143,7 +167,7 @@ def add_cli(subparsers: Any) -> None:
     c = subparsers.add_parser("cluster", help="Ray cluster files: offline checks")
     csub = c.add_subparsers(dest="cluster_command", required=True)
     v = csub.add_parser("validate", help="check cluster launcher YAMLs and KubeRay RayCluster manifests offline")
-    v.add_argument("files", nargs="+", help="files or folders (all *.yaml in them)")
+    v.add_argument("files", nargs="+", help="files or folders (all *.yaml and Dockerfiles in them)")
     v.add_argument("--resource", default=CLIENT_RESOURCE, help=f"client-slot resource name (default {CLIENT_RESOURCE})")
     v.set_defaults(func=cmd_validate)
     i = csub.add_parser("init", help="copy the cluster files installed with fedray (AWS, GCP, on-premises, "

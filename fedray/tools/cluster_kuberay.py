@@ -23,6 +23,7 @@ from fedray.tools.cluster_issues import (
     _pip_targets,
     _Report,
 )
+from fedray.tools.cluster_security import check_network_policies, check_raycluster
 
 RAYCLUSTER_TOP = {"apiVersion", "kind", "metadata", "spec"}
 RAYCLUSTER_SPEC = {"rayVersion", "enableInTreeAutoscaling", "autoscalerOptions", "headGroupSpec", "workerGroupSpecs",
@@ -33,7 +34,7 @@ WORKER_GROUP = {"groupName", "replicas", "minReplicas", "maxReplicas", "idleTime
                 "rayStartParams", "template", "scaleStrategy", "numOfHosts"}
 
 
-def _validate_raycluster(doc: dict, resource: str) -> list[Issue]:
+def _validate_raycluster(doc: dict, resource: str, others: list[dict] | tuple = ()) -> list[Issue]:
     r = _Report()
     r.unknown_keys("", doc, RAYCLUSTER_TOP)
     if doc.get("kind") != "RayCluster":
@@ -87,6 +88,8 @@ def _validate_raycluster(doc: dict, resource: str) -> list[Issue]:
     if groups and slots <= 0:
         r.error("spec.workerGroupSpecs", f"no worker group declares the client-slot resource {resource!r} "
                                          f"(rayStartParams.resources: '\"{{\\\"{resource}\\\": N}}\"')")
+    check_raycluster(r, spec)
+    check_network_policies(r, doc, others)
     return r.issues
 
 

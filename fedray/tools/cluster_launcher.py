@@ -25,6 +25,7 @@ from fedray.tools.cluster_issues import (
     _pip_targets,
     _Report,
 )
+from fedray.tools.cluster_security import check_launcher
 
 LAUNCHER_KEYS = {
     "cluster_name", "max_workers", "upscaling_speed", "idle_timeout_minutes", "provider", "auth", "docker",
@@ -78,6 +79,7 @@ def _validate_launcher(doc: dict, resource: str) -> list[Issue]:
     else:
         _check_node_types(r, doc, resource)
     _check_launcher_installs(r, doc)
+    check_launcher(r, doc)
     _schema_check(r, doc)
     if not any(i.level == "error" for i in r.issues):
         _ray_checks(r, doc)

@@ -6,7 +6,7 @@ The package is fedray/ plus the folders pyproject's ``package-dir`` maps into it
     core, plots, data, nn, algorithms, runtime (+ fedray.actors.client_actor), layers,
     loop (+ fedray.actors.server_actor), api, analysis, tools, public
 
-where ``public`` is the top-level facade modules (fedray/__init__.py, fedray/estimators.py,
+where ``public`` is the top-level facade modules (fedray/__init__.py, fedray/estimators.py, fedray/tune.py,
 fedray/supervised.py). A module may import from its own floor and the floors below it.
 
 An import is an edge to the internal module it names: ``from a.b import c`` goes to ``a.b.c`` when
@@ -34,7 +34,7 @@ MAX_FUNCTION_LINES = 60
 
 FLOORS = ("core", "plots", "data", "nn", "algorithms", "runtime", "layers", "loop", "api", "analysis", "tools",
           "public")
-PUBLIC = frozenset({"fedray", "fedray.estimators", "fedray.supervised"})
+PUBLIC = frozenset({"fedray", "fedray.estimators", "fedray.supervised", "fedray.tune"})
 # fedray.actors has no floor of its own: each actor sits with what it wraps; the package's
 # __init__ (a docstring) sits on the lower of the two.
 ACTOR_FLOORS = {"fedray.actors": "runtime", "fedray.actors.client_actor": "runtime",
@@ -58,6 +58,8 @@ LAZY_LIBRARIES = {
     "tqdm": "progress bars only",
     "cycler": "matplotlib's, with the figure style",
     "PIL": "Pillow: only images:FOLDER reads image files with it",
+    "tensorboard": "optional (the tracking extra): only runs with output.trackers write event files",
+    "mlflow": "optional (the tracking extra) and slow to import: only runs with output.trackers log to it",
 }
 
 # (importing module, imported module) -> why the fedray module is imported inside a function. Only for

@@ -25,7 +25,7 @@ from fedray.data import federation as fed_mod
 from fedray.data.federation import build_federation
 from fedray.loop.server import Server
 from fedray.runtime.local import LocalExecutor
-from fedray.runtime.ray_executor import resolve_layout
+from fedray.runtime.placement import resolve_layout
 
 
 class _Spy:

@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 import fedray
-from fedray.runtime.ray_executor import resolve_layout
+from fedray.runtime.placement import resolve_layout
 
 BASE = dict(algorithm={"name": "kmeans", "params": {"n_clusters": 4}},
             data={"dataset": "blobs", "options": {"n_centers": 4, "points_per_client": 120}},

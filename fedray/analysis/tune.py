@@ -1,0 +1,199 @@
+"""Ray Tune: one fedray experiment as one Tune trial (the ``tune`` extra, ``ray[tune]``).
+
+:func:`trainable` turns a base configuration into a Tune function trainable::
+
+    from ray import tune
+    from fedray.tune import trainable
+
+    tuner = tune.Tuner(
+        trainable("flacc.yaml"),
+        param_space={"algorithm.params.alpha_0": tune.grid_search([0.5, 0.7]),
+                     "algorithm.params.lr": tune.loguniform(1e-3, 1e-1)},
+        tune_config=tune.TuneConfig(metric="accuracy", mode="max", scheduler=tune.schedulers.ASHAScheduler()))
+    results = tuner.fit()
+
+* **Search space.** A trial's configuration is a mapping of dotted keys applied to the
+  base configuration like ``--set`` (nested mappings are flattened to dotted keys).
+* **Reports.** Every round's history row is reported to Tune (its numeric columns, and
+  ``phase``); the keys in ``metrics`` (default: fedray's headline metrics) are in every
+  report, NaN in a round without them, so a scheduler's metric is never missing. ASHA or
+  median stopping stop a trial between two rounds. After the last round one more report
+  adds the final evaluation as ``final_NAME`` (``final_accuracy``, ``final_ari``, ...).
+* **Checkpoints.** Each trial saves fedray's exact checkpoint every ``checkpoint_every``
+  rounds into its own folder and hands it to Tune with that round's report. A restarted
+  trial (``FailureConfig(max_failures=...)``, a resumed experiment) goes on from it with
+  :func:`fedray.api.run.resume`, bit for bit: the same rounds, the same final metrics as a
+  trial that was never interrupted. A trial PBT restores from another trial's checkpoint
+  resumes that state exactly, with the ``algorithm.params`` values PBT mutated applied from
+  the next round (``resume(..., algorithm_params=...)``); other keys that differ keep the
+  checkpoint's values (a warning names them).
+* **Resources.** A trial reserves, as one placement group, bundle 0 for itself (the
+  driver: ``driver_cpus``) and one bundle per client actor
+  (:func:`fedray.runtime.placement.client_bundles`, its ``"auto"`` layout filling
+  ``client_cpus`` CPUs). The trial's run puts its client actors into those bundles
+  instead of asking the cluster for more, so trials never starve each other of the
+  CPUs their actors need (the pitfall of nested actors in Ray issue 38706). A run on
+  the local backend needs bundle 0 only.
+* **Outputs.** Each trial's fedray outputs (``summary.json``, ``rounds.parquet``, plots,
+  checkpoints) are in ``fedray/`` inside the trial's folder.
+* **Keys.** Checkpoints are signed (:mod:`fedray.api.checkpoint`); the trials get the
+  driver's signing key through the object store, never through their configuration.
+
+``fedray sweep`` (:mod:`fedray.analysis.sweep`) is the other tool: one configuration at a
+time with timings and memory, for scaling studies. It never uses Tune.
+"""
+from __future__ import annotations
+
+import logging
+import math
+import os
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from fedray.api.checkpoint import FILENAME, KEY_ENV, load, signing_key
+from fedray.api.config import ExperimentConfig, make_config
+from fedray.api.progress import HEADLINE
+from fedray.api.run import resume, run
+from fedray.api.tracking import flatten, numeric_items
+from fedray.core.errors import ConfigError
+from fedray.runtime.placement import client_bundles
+
+log = logging.getLogger(__name__)
+
+#: Metrics every report carries (NaN in a round without them) unless ``metrics=`` says otherwise.
+DEFAULT_METRICS = tuple(k for k in HEADLINE if k != "phase")
+OUTPUT = "fedray"
+
+
+def trial_config(base: Any, config: Mapping[str, Any], checkpoint_every: int) -> ExperimentConfig:
+    """The validated configuration of one trial: ``base`` with the trial's dotted keys, its checkpoints
+    every ``checkpoint_every`` rounds in its own output folder."""
+    overrides = flatten(dict(config))
+    overrides.update({"checkpoint.every": int(checkpoint_every), "checkpoint.directory": None,
+                      "output.directory": None, "output.overwrite": True, "runtime.progress": False})
+    return make_config(base, overrides=overrides)
+
+
+def trial_bundles(cfg: ExperimentConfig, client_cpus: float = 1.0, driver_cpus: float = 1.0
+                  ) -> list[dict[str, float]]:
+    """Bundle 0 (the trial's driver) and one bundle per client actor of ``cfg`` (ray backend)."""
+    driver = {"CPU": float(driver_cpus)}
+    if cfg.runtime.backend != "ray":
+        return [driver]
+    return [driver] + client_bundles(cfg, total_cpus=float(client_cpus))
+
+
+class Reporter:
+    """Reports each round's history row to Tune, with the round's checkpoint when one was saved."""
+
+    def __init__(self, out: Path, every: int, metrics: Sequence[str]) -> None:
+        self.folder = out / "checkpoint"
+        self.every = every
+        self.metrics = tuple(metrics)
+        self.last: dict[str, Any] = {}
+
+    def row_metrics(self, row: dict[str, Any]) -> dict[str, Any]:
+        out: dict[str, Any] = {k: math.nan for k in self.metrics}
+        out.update(numeric_items(row))
+        if "phase" in row:
+            out["phase"] = str(row["phase"])
+        return out
+
+    def __call__(self, row: dict[str, Any]) -> None:
+        from ray import tune
+
+        self.last = self.row_metrics(row)
+        checkpoint = None
+        if (int(row["round"]) + 1) % self.every == 0 and (self.folder / FILENAME).is_file():
+            checkpoint = tune.Checkpoint.from_directory(str(self.folder))
+        tune.report(dict(self.last), checkpoint=checkpoint)
+
+
+def run_trial(config: Mapping[str, Any], *, base: Any, checkpoint_every: int = 5,
+              metrics: Sequence[str] = DEFAULT_METRICS, key: str | None = None,
+              on_round: Sequence[Callable[[dict[str, Any]], None]] = ()) -> Any:
+    """Run one trial inside Tune (the body of :func:`trainable`); returns the run's Result.
+
+    Starts afresh, or resumes from ``tune.get_checkpoint()`` when Tune restores the trial.
+    ``on_round`` functions are called after each round's report.
+    """
+    from ray import tune
+
+    if key and not os.environ.get(KEY_ENV):
+        os.environ[KEY_ENV] = key
+    out = Path(tune.get_context().get_trial_dir()) / OUTPUT
+    reporter = Reporter(out, int(checkpoint_every), metrics)
+    hooks = [reporter, *on_round]
+    checkpoint = tune.get_checkpoint()
+    if checkpoint is None:
+        result = run(trial_config(base, config, checkpoint_every), output=out, progress=False, on_round=hooks)
+    else:
+        with checkpoint.as_directory() as folder:
+            params = _mutated_params(trial_config(base, config, checkpoint_every), load(folder)["config"])
+            result = resume(folder, output=out, progress=False, on_round=hooks, algorithm_params=params)
+    final = {f"final_{k}": v for k, v in numeric_items(result.final).items()}
+    tune.report({**reporter.last, **final})
+    return result
+
+
+def _mutated_params(cfg: ExperimentConfig, saved: dict[str, Any]) -> dict[str, Any]:
+    """The algorithm parameters in which the trial's configuration differs from its checkpoint's (PBT's
+    mutations); a warning names other keys that differ, which the restored run does not take."""
+    now, then = flatten(cfg.to_dict()), flatten(saved)
+    changed = sorted(k for k in set(now) | set(then) if now.get(k) != then.get(k)
+                     and not (k == "federation.rounds" and now.get(k) is None))  # the run saved its cap
+    prefix = "algorithm.params."
+    others = [k for k in changed if not k.startswith(prefix)]
+    if others:
+        log.warning("this trial resumes its checkpoint's values of %s; the trial's new values are not applied",
+                    others)
+    return {k[len(prefix):]: cfg.algorithm.params[k[len(prefix):]] for k in changed
+            if k.startswith(prefix) and "." not in k[len(prefix):] and k[len(prefix):] in cfg.algorithm.params}
+
+
+def trainable(base: Any, *, checkpoint_every: int = 5, client_cpus: float = 1.0, driver_cpus: float = 1.0,
+              metrics: Sequence[str] = DEFAULT_METRICS) -> Any:
+    """A Tune function trainable running ``base`` (a configuration, mapping or YAML path) per trial.
+
+    Parameters
+    ----------
+    base : ExperimentConfig, mapping or path
+        The configuration each trial's search-space keys override.
+    checkpoint_every : int
+        Rounds between the trial's checkpoints (Tune restores trials from them; a restored trial computes
+        the rounds after its last checkpoint again). Default 5.
+    client_cpus : float
+        CPUs of a trial's client actors (their ``"auto"`` layout fills this many); ray backend.
+    driver_cpus : float
+        CPUs of the trial itself (bundle 0; the run's driver and server).
+    metrics : sequence of str
+        Keys in every report (NaN when a round has none): include your scheduler's metric.
+
+    Returns
+    -------
+    The trainable for :class:`ray.tune.Tuner`, with its resources (a ``PlacementGroupFactory``
+    per trial, from the trial's configuration).
+    """
+    from ray import tune
+
+    if int(checkpoint_every) < 1:
+        raise ConfigError(f"checkpoint_every: must be >= 1; got {checkpoint_every!r}")
+    if not (client_cpus > 0 and driver_cpus > 0):
+        raise ConfigError(f"client_cpus, driver_cpus: must be > 0; got {client_cpus!r}, {driver_cpus!r}")
+    cfg = make_config(base)
+    key = os.environ.get(KEY_ENV) or signing_key(create=True).hex()
+
+    def resources(config: Mapping[str, Any]) -> Any:
+        bundles = trial_bundles(trial_config(cfg, config, checkpoint_every), client_cpus, driver_cpus)
+        return tune.PlacementGroupFactory(bundles, strategy="PACK")
+
+    fn = tune.with_parameters(fedray_trial, base=cfg, checkpoint_every=int(checkpoint_every), metrics=tuple(metrics),
+                              key=key)
+    return tune.with_resources(fn, resources)
+
+
+def fedray_trial(config: dict[str, Any], base: Any = None, checkpoint_every: int = 5,
+               metrics: Sequence[str] = DEFAULT_METRICS, key: str | None = None) -> None:
+    """The function :func:`trainable` hands to Tune (its name names the trials)."""
+    run_trial(config, base=base, checkpoint_every=checkpoint_every, metrics=metrics, key=key)

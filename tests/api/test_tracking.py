@@ -1,0 +1,184 @@
+"""output.trackers: what TensorBoard's EventAccumulator and MLflow's client read back from a run's files."""
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+
+import fedray
+from fedray.core.errors import ConfigError
+
+pytest.importorskip("tensorboard")
+pytest.importorskip("mlflow")
+
+ROUNDS = 6
+BASE = dict(algorithm={"name": "kmeans", "params": {"n_clusters": 8, "tol": 1e-12}},
+            data={"dataset": "sklearn:digits"}, federation={"n_clients": 4, "rounds": ROUNDS},
+            runtime={"backend": "local", "progress": False})
+
+
+def _cfg(tmp_path, plots=False, **extra):
+    return fedray.make_config(**BASE, output={"trackers": ["tensorboard", "mlflow"], "plots": plots,
+                                              "mlflow_tracking_uri": (tmp_path / "mlruns").as_uri(),
+                                              "mlflow_experiment": "tracking-test"}, **extra)
+
+
+def _scalars(folder):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(folder), size_guidance={"scalars": 0, "images": 0, "tensors": 0})
+    acc.Reload()
+    return acc
+
+
+def _client(tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient((tmp_path / "mlruns").as_uri())
+
+
+def _runs(tmp_path):
+    client = _client(tmp_path)
+    exp = client.get_experiment_by_name("tracking-test")
+    return client, client.search_runs([exp.experiment_id])
+
+
+def test_tensorboard_and_mlflow_hold_every_round_the_config_the_summary_and_the_plots(tmp_path):
+    """Every round's objective is a TensorBoard scalar and an MLflow metric at step = round, with the
+    history's values; the configuration is MLflow parameters and TensorBoard hyperparameters; the
+    final metrics and the plots are there too."""
+    out = tmp_path / "run"
+    res = fedray.run(_cfg(tmp_path, plots=True), output=out)
+    hist = res.history.set_index("round")
+    train = hist["objective"].dropna()
+    assert len(train) == ROUNDS - 1
+
+    acc = _scalars(out / "tensorboard")
+    events = acc.Scalars("objective")
+    assert [e.step for e in events] == list(train.index)
+    np.testing.assert_allclose([e.value for e in events], train.to_numpy(), rtol=1e-6)  # float32 in the file
+    assert [e.step for e in acc.Scalars("center_shift")] == list(hist["center_shift"].dropna().index)
+    assert acc.Scalars("final/ari")[0].value == pytest.approx(res.final["ari"], rel=1e-6)
+    assert "plots/convergence" in acc.Tags()["images"]
+    assert "_hparams_/session_start_info" in acc.Tags()["tensors"] + list(acc.summary_metadata)
+
+    client, runs = _runs(tmp_path)
+    assert len(runs) == 1
+    run = runs[0]
+    assert run.info.status == "FINISHED"
+    assert run.data.params["algorithm.name"] == "kmeans"
+    assert run.data.params["algorithm.params.n_clusters"] == "8"
+    assert run.data.params["federation.rounds"] == str(ROUNDS)
+    history = client.get_metric_history(run.info.run_id, "objective")
+    assert [m.step for m in history] == list(train.index)
+    assert [m.value for m in history] == list(train.to_numpy())  # float64 in MLflow: exact
+    assert run.data.metrics["final.ari"] == res.final["ari"]
+    arts = {a.path for a in client.list_artifacts(run.info.run_id)}
+    assert {"summary.json", "config.yaml", "plots"} <= arts
+    assert "plots/convergence.png" in {a.path for a in client.list_artifacts(run.info.run_id, "plots")}
+
+
+class _Interrupt:
+    """Interrupts a run (KeyboardInterrupt, as Ctrl-C) after round ``at``."""
+
+    def __init__(self, at):
+        self.at = at
+
+    def __call__(self, row):
+        if row["round"] == self.at:
+            raise KeyboardInterrupt
+
+
+def test_a_resumed_run_continues_the_same_tensorboard_and_mlflow_runs(tmp_path):
+    """Interrupted after round 2 (checkpoint after round 1), then resumed: one MLflow run (marked KILLED,
+    then FINISHED), one TensorBoard run, and each round's value exactly once (round 2, computed twice, is
+    neither lost nor doubled), equal to an uninterrupted run."""
+    out = tmp_path / "run"
+    cfg = _cfg(tmp_path, checkpoint={"every": 2})
+    with pytest.raises(KeyboardInterrupt):
+        fedray.run(cfg, output=out, on_round=[_Interrupt(2)])
+    client, runs = _runs(tmp_path)
+    assert len(runs) == 1 and runs[0].info.status == "KILLED"
+    run_id = runs[0].info.run_id
+
+    res = fedray.resume(out)
+    client, runs = _runs(tmp_path)
+    assert [r.info.run_id for r in runs] == [run_id]
+    assert runs[0].info.status == "FINISHED"
+    train = res.history.set_index("round")["objective"].dropna()
+    ref = fedray.run(**BASE).history.set_index("round")["objective"].dropna()
+    assert list(train.to_numpy()) == list(ref.to_numpy())
+    history = client.get_metric_history(run_id, "objective")
+    assert [m.step for m in history] == list(ref.index)  # round 2, computed twice, sent once
+    assert [m.value for m in history] == list(ref.to_numpy())
+
+    assert [p.name for p in (out / "tensorboard").iterdir() if p.is_dir()] == []  # one run: one folder
+    events = _scalars(out / "tensorboard").Scalars("objective")
+    assert [e.step for e in events] == list(ref.index)
+    np.testing.assert_allclose([e.value for e in events], ref.to_numpy(), rtol=1e-6)
+
+
+def test_a_tracker_that_is_not_installed_fails_at_once_with_the_pip_command(tmp_path, monkeypatch):
+    """With mlflow not importable, the configuration is refused before anything runs, in one line
+    naming the extra to install."""
+    monkeypatch.setitem(sys.modules, "mlflow", None)  # as if not installed: importlib cannot find it
+    with pytest.raises(ConfigError, match=r'mlflow asked for but not installed; install it with: '
+                                          r'pip install "fedray\[tracking\]"') as info:
+        fedray.make_config(**BASE, output={"trackers": ["mlflow"]})
+    assert "\n" not in str(info.value)
+    assert not (tmp_path / "mlruns").exists()
+
+
+def test_trackers_need_an_output_folder_and_are_named_once(tmp_path):
+    """No output folder, or a tracker named twice, is a one-line configuration error."""
+    with pytest.raises(ConfigError, match="output.trackers: .* need an output folder"):
+        fedray.run(**BASE, **{"output.trackers": ["tensorboard"]})
+    with pytest.raises(ConfigError, match="each tracker at most once"):
+        fedray.make_config(**BASE, output={"trackers": ["tensorboard", "tensorboard"]})
+    with pytest.raises(ConfigError, match="output.trackers"):
+        fedray.make_config(**BASE, output={"trackers": ["wandb"]})
+
+
+def test_describe_output_lists_the_tracking_options(capsys):
+    """`fedray describe output` lists trackers and the MLflow options."""
+    from fedray.tools.cli import main
+
+    assert main(["describe", "output"]) in (0, None)
+    text = capsys.readouterr().out
+    for key in ("output.trackers", "output.mlflow_tracking_uri", "output.mlflow_experiment"):
+        assert key in text
+
+
+def test_a_tracked_run_does_not_import_torch(tmp_path):
+    """TensorBoard files come from tensorboard's own writer: a tracked k-means run never imports torch
+    (a fresh interpreter)."""
+    import subprocess
+
+    code = ("import sys, fedray; fedray.run(algorithm={'name': 'kmeans'}, data={'dataset': 'sklearn:iris'}, "
+            "federation={'n_clients': 3, 'rounds': 3}, runtime={'backend': 'local', 'progress': False}, "
+            f"**{{'output.trackers': ['tensorboard', 'mlflow'], 'output.plots': False, "
+            f"'output.mlflow_tracking_uri': {(tmp_path / 'mlruns').as_uri()!r}}}, output={str(tmp_path / 'run')!r}); "
+            "assert 'torch' not in sys.modules, 'torch was imported'; "
+            "assert 'tensorboard' in sys.modules and 'mlflow' in sys.modules")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_a_tracker_that_fails_during_a_run_is_named_and_the_run_goes_on(tmp_path, caplog):
+    """The MLflow store vanishes after round 2: a warning names the MLflow tracker, the run finishes with all
+    its rounds, and TensorBoard still gets every round."""
+    import logging
+    import shutil
+
+    def remove_store(row):
+        if row["round"] == 2:
+            shutil.rmtree(tmp_path / "mlruns")
+
+    with caplog.at_level(logging.WARNING, logger="fedray.api.tracking"):
+        res = fedray.run(_cfg(tmp_path), output=tmp_path / "run", on_round=[remove_store])
+    assert len(res.history) == ROUNDS
+    assert any("MLflowTracker failed" in r.getMessage() and "goes on without it" in r.getMessage()
+               for r in caplog.records)
+    steps = [e.step for e in _scalars(tmp_path / "run" / "tensorboard").Scalars("objective")]
+    assert steps == list(range(1, ROUNDS))
