@@ -44,15 +44,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from fedray.api.outputs import MARKER, record, run_id_of
 from fedray.core.errors import ConfigError, FedrayError
 
 log = logging.getLogger(__name__)
 
 FILENAME = "checkpoint.pkl"
-VERSION = 2
-MAGIC = b"FEDRAY-CHECKPOINT-2\n"
+VERSION = 3
+MAGIC = b"FEDRAY-CHECKPOINT-3\n"
 KEY_ENV = "FEDRAY_CHECKPOINT_KEY"
 _TAG = 32  # bytes of an HMAC-SHA256 tag
+MIN_KEY = 32  # bytes of the shortest key accepted
 
 
 def _key_file() -> Path:
@@ -73,20 +75,49 @@ def signing_key(create: bool = False) -> bytes:
         except ValueError:
             raise ConfigError(f"${KEY_ENV}: must be hexadecimal (e.g. from `python -c \"import secrets; "
                               "print(secrets.token_hex(32))\"`)") from None
-        if len(key) < 32:
+        if len(key) < MIN_KEY:
             raise ConfigError(f"${KEY_ENV}: needs at least 32 bytes (64 hex digits); got {len(key)}")
         return key
     path = _key_file()
-    if path.is_file():
-        return path.read_bytes()
-    if not create:
-        raise ConfigError(f"--resume: no checkpoint key on this machine ({str(path)!r} is missing and ${KEY_ENV} is "
-                          "unset); copy the key file of the machine that wrote the checkpoint")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "wb") as fh:
-        fh.write(secrets.token_bytes(32))
-    return path.read_bytes()
+    if not path.is_file():
+        if not create:
+            raise ConfigError(f"--resume: no checkpoint key on this machine ({str(path)!r} is missing and ${KEY_ENV} "
+                              "is unset); copy the key file of the machine that wrote the checkpoint")
+        _make_key_file(path)
+    try:
+        key = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"checkpoint key file {str(path)!r} cannot be read: {exc.strerror or exc}") from None
+    if len(key) < MIN_KEY:
+        raise ConfigError(f"checkpoint key file {str(path)!r} holds {len(key)} bytes, fewer than {MIN_KEY}: a short key "
+                          "lets anyone forge checkpoints; delete it (a new one is made on the next run) or set "
+                          f"${KEY_ENV}")
+    return key
+
+
+def _make_key_file(path: Path) -> None:
+    """Create the key file atomically: a complete temporary file (mode 0600) linked into place.
+
+    Of processes creating it at the same moment, one links its file and the others read that one;
+    nobody ever reads an empty or partial key.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(secrets.token_bytes(32))
+            fh.flush()
+            os.fsync(fh.fileno())
+        try:
+            os.link(tmp, path)  # fails if another process made the key first: then theirs is used
+        except FileExistsError:
+            pass
+        except OSError:  # a file system without hard links: rename (the last writer's key wins)
+            os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
 
 
 def _tag(key: bytes, payload: bytes) -> bytes:
@@ -115,12 +146,13 @@ class Checkpointer:
         Gives the clients' state.
     """
 
-    def __init__(self, cfg: Any, output: str | Path | None, session: Any) -> None:
+    def __init__(self, cfg: Any, output: str | Path | None, session: Any, run_id: str | None = None) -> None:
         self.cfg = cfg
         self.every = int(cfg.checkpoint.every)
         self.output = None if output is None else str(output)
         self.directory = checkpoint_dir(cfg, output)
         self.session = session
+        self.run_id = run_id or (run_id_of(output) if output else None) or secrets.token_hex(16)
 
     def after_round(self, round_: int, snapshot: Callable[[], dict[str, Any]]) -> Path | None:
         if (round_ + 1) % self.every:
@@ -134,17 +166,45 @@ class Checkpointer:
         except FedrayError as exc:  # a stuck or dead actor: keep the previous checkpoint, go on
             log.warning("checkpoint after round %d skipped (the previous one stays): %s", server_state["round"] - 1, exc)
             return None
-        blob = {"version": VERSION, "config": self.cfg.to_dict(),
+        blob = {"version": VERSION, "run_id": self.run_id, "config": self.cfg.to_dict(),
                 "server": server_state, "clients": clients}
         self.directory.mkdir(parents=True, exist_ok=True)
         path = self.directory / FILENAME
-        tmp = path.with_suffix(".tmp")
         payload = pickle.dumps(blob, protocol=pickle.HIGHEST_PROTOCOL)
-        with open(tmp, "wb") as fh:
-            fh.write(MAGIC + _tag(signing_key(create=True), payload) + payload)
-        os.replace(tmp, path)
+        _write_private(path, MAGIC + _tag(signing_key(create=True), payload) + payload)
+        self._record(path)
         log.info("checkpoint after round %d: %s", server_state["round"] - 1, path)
         return path
+
+    def _record(self, path: Path) -> None:
+        """List the checkpoint in the marker of the output folder (or of ``checkpoint.directory``)."""
+        if self.output and _inside(path, Path(self.output)):
+            record(self.output, [path])
+        else:
+            record(self.directory, [path], run_id=self.run_id, rebind=True)
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    try:
+        path.resolve().relative_to(folder.resolve())
+        return True
+    except ValueError:
+        return False
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` readable by its owner only (mode 0600), through a temporary file
+    renamed into place, so an interruption leaves the previous file intact."""
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            os.fchmod(fh.fileno(), 0o600)
+            fh.write(data)
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
 
 
 def find(directory: str | Path) -> Path:
@@ -177,7 +237,25 @@ def load(directory: str | Path) -> dict[str, Any]:
         raise ConfigError(f"--resume: {str(path)!r} is not a readable checkpoint ({type(exc).__name__})") from None
     if not isinstance(blob, dict) or blob.get("version") != VERSION:
         raise ConfigError(f"--resume: {str(path)!r} is not a fedray checkpoint of version {VERSION}")
+    _check_run(path, blob)
     blob["path"] = str(path)
     return blob
+
+
+def _check_run(path: Path, blob: dict[str, Any]) -> None:
+    """Refuse a checkpoint that is not the one of the run whose folder holds it.
+
+    The run id is in the signed checkpoint and in fedray's marker of the output folder (or of
+    ``checkpoint.directory``): a checkpoint copied in from another run is refused.
+    """
+    for folder in (path.parent, path.parent.parent):
+        if (folder / MARKER).exists():
+            theirs = run_id_of(folder)
+            if theirs is None or theirs != blob.get("run_id"):
+                raise ConfigError(f"--resume: {str(path)!r} is a checkpoint of another run than the one of "
+                                  f"{str(folder)!r}; nothing was resumed (resume each run from its own folder)")
+            return
+    raise ConfigError(f"--resume: {str(path)!r} is not inside a fedray output folder (no {MARKER} beside it); resume "
+                      "from the run's output folder, copied whole")
 
 

@@ -35,8 +35,7 @@ def run(config: Any = None, *, overrides: list[str] | dict[str, Any] | None = No
     """
     cfg = make_config(config, overrides=overrides, **kwargs)
     out = cfg.output.directory if output is None else output
-    if out:  # before Ray starts and before any data is read
-
+    if out:  # before Ray starts and before any data is read: claims the folder for this run
         prepare(out, cfg.output.overwrite)
     with Session(cfg) as session:
         result = session.run(output=output, progress=progress, central_baseline=central_baseline)
@@ -57,7 +56,10 @@ def resume(directory: str | Path, progress: bool | None = None, output: str | Pa
     """
 
     blob = load(directory)
-    cfg = make_config(blob["config"])
+    # New checkpoints go to <output>/checkpoint and nothing is deleted: a folder or an overwrite
+    # read from the file never decides where fedray writes.
+    cfg = make_config(blob["config"], overrides={"checkpoint.directory": None, "output.directory": None,
+                                                 "output.overwrite": False})
     named, folder = Path(directory), Path(blob["path"]).parent
     # The folder the user named (or the one holding the checkpoint folder they named),
     # never a path stored in the file.

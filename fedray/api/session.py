@@ -19,7 +19,7 @@ from fedray.api import plotdata
 from fedray.api.checkpoint import Checkpointer
 from fedray.api.config import ExperimentConfig, make_config
 from fedray.api.drivers import LocalDriver, RayDriver
-from fedray.api.outputs import prepare, write_partial
+from fedray.api.outputs import prepare, release, write_partial
 from fedray.api.progress import Progress
 from fedray.api.results import Result
 from fedray.core import calls
@@ -195,8 +195,20 @@ class Session:
         cfg, kwargs, cap, budget = self._run_config(alg, resume_from)
         out = cfg.output.directory if output is None else (None if output is False else output)
         if out:
-            prepare(out, cfg.output.overwrite, resuming=resume_from is not None)
-        checkpoint = Checkpointer(cfg, out, self) if cfg.checkpoint.every else None
+            prepare(out, cfg.output.overwrite, resuming=resume_from is not None,
+                    run_id=None if resume_from is None else resume_from.get("run_id"))
+        try:
+            return self._run(alg, cfg, kwargs, cap, budget, out, progress, central_baseline, resume_from, t0)
+        finally:
+            if out:
+                release(out)
+
+    def _run(self, alg: Algorithm, cfg: ExperimentConfig, kwargs: dict[str, Any], cap: int, budget: int | None,
+             out: Any, progress: bool | None, central_baseline: bool | None, resume_from: dict[str, Any] | None,
+             t0: float) -> Result:
+        """The run itself, in the output folder ``out`` claimed for it."""
+        checkpoint = Checkpointer(cfg, out, self, None if resume_from is None else resume_from.get("run_id")) \
+            if cfg.checkpoint.every else None
         if resume_from is not None and resume_from.get("clients"):
             self.executor.set_state(resume_from["clients"])
         self._stash_outside_records()
