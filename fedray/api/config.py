@@ -150,6 +150,8 @@ class RuntimeConfig(_Section):
     ship_code: Literal["auto", "always", "never"] = Field(default="auto", description="send fedray and plug-in "
                                                           "modules to the workers with runtime_env (auto: fedray when "
                                                           "joining a cluster, plug-ins not installed here)")
+    ship_max_mb: float = Field(default=50.0, gt=0, description="largest plug-in package shipped to the workers, "
+                               "in MB (only its Python package goes: no dotfiles, keys or .gitignore'd files)")
     runtime_env: dict[str, Any] = Field(default_factory=dict, description="Ray runtime_env, merged with fedray's")
 
     @field_validator("clients_per_actor")
