@@ -135,11 +135,19 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _plugins_from_current_folder() -> None:
+    """Let ``package.module:Name`` plug-ins be found in the current folder, after every library.
+
+    The current folder goes last on ``sys.path`` (where ``python -c`` / ``python -m`` put it
+    first), so a ``matplotlib.py`` or ``numpy.py`` lying there never shadows the library.
+    """
+    cwd = os.getcwd()
+    here = {"", ".", cwd}
+    sys.path[:] = [p for p in sys.path if p not in here] + [cwd]
+
+
 def main(argv: list[str] | None = None) -> int:
-    # Plug-ins given as package.module:Name are looked up from the current folder too, as
-    # `python -m` would (the console script's own folder is what Python puts first).
-    if "" not in sys.path and str(Path.cwd()) not in sys.path:
-        sys.path.insert(0, str(Path.cwd()))
+    _plugins_from_current_folder()
     parser = build_parser()
     args = parser.parse_args(argv)
     level = (logging.WARNING, logging.INFO, logging.DEBUG)[min(args.verbose, 2)]  # -v: progress notes, -vv: debug
