@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import typing
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -356,8 +357,11 @@ def make_config(config: ExperimentConfig | dict | str | Path | None = None,
         raw = load_yaml(config)
     elif config is None:
         raw = {}
-    else:
+    elif isinstance(config, Mapping):
         raw = copy.deepcopy(dict(config))
+    else:
+        raise ConfigError(f"config: expected an ExperimentConfig, a mapping or the path of a YAML file; got "
+                          f"{type(config).__name__} {config!r:.60}")
     for k, v in _nest_kwargs(kwargs).items():
         if isinstance(v, dict) and isinstance(raw.get(k), dict):
             merged = copy.deepcopy(raw[k])

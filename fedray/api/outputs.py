@@ -178,6 +178,9 @@ def prepare(directory: str | Path, overwrite: bool = False, *, resuming: bool = 
         a non-empty folder (without ``overwrite``; with it, when it holds anything fedray
         did not write, or is the current folder, the home folder or the root).
     """
+    if not isinstance(directory, (str, os.PathLike)) or not str(directory):
+        raise ConfigError(f"output: expected the path of a folder (str or Path); got {type(directory).__name__} "
+                          f"{directory!r:.60}")
     out = Path(directory)
     if out.exists() and not out.is_dir():
         raise ConfigError(f"output folder {str(out)!r} is a file; choose a folder (--out)")
@@ -262,20 +265,18 @@ def write_partial(directory: str | Path, cfg: Any, state: dict[str, Any] | None,
 
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
-    written = [out / "config.yaml", out / "summary.json"]
-    written[0].write_text(cfg.to_yaml())
     history = (state or {}).get("history") or []
     failures = (state or {}).get("failures") or []
+    record(out, [out / n for n, wanted in (("config.yaml", True), ("summary.json", True),
+                                           ("rounds.parquet", history), ("failures.parquet", failures)) if wanted])
+    (out / "config.yaml").write_text(cfg.to_yaml())
     if history:
         pd.DataFrame(history).to_parquet(out / "rounds.parquet", index=False)
-        written.append(out / "rounds.parquet")
     if failures:
         pd.DataFrame(failures).to_parquet(out / "failures.parquet", index=False)
-        written.append(out / "failures.parquet")
     text = str(error).strip()
     summary = {"status": "failed", "error": f"{type(error).__name__}: {text.splitlines()[0] if text else ''}",
                "rounds": len(history), "algorithm": cfg.algorithm.name, "dataset": str(cfg.data.dataset),
                "config": cfg.to_dict()}
-    written[1].write_text(json.dumps(summary, indent=2, default=str))
-    record(out, written)
+    (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
     return out

@@ -204,7 +204,13 @@ class Result:
         clients."""
         out = Path(directory)
         out.mkdir(parents=True, exist_ok=True)
-        written = [out / n for n in ("rounds.parquet", "clients.parquet", "model.npz", "config.yaml", "summary.json")]
+        names = ["rounds.parquet", "clients.parquet", "model.npz", "config.yaml", "summary.json"]
+        names += ["failures.parquet"] if "failures" in self.extras else []
+        names += ["messages.parquet"] if self.extras.get("messages") is not None else []
+        names += [f"plots/{n}" for n in _PLOTS] if plots else []
+        # fedray's marker lists what it writes (what --overwrite may delete) before writing, so that a
+        # file half-written when the disk fills up is known as fedray's too
+        record(out, [out / n for n in names])
         self.history.to_parquet(out / "rounds.parquet", index=False)
         self.clients.to_parquet(out / "clients.parquet", index=False)
         arrays = {k: np.asarray(v) for k, v in self.model.items() if _is_arraylike(v)}
@@ -213,18 +219,14 @@ class Result:
         np.savez(out / "model.npz", **arrays)
         if "failures" in self.extras:
             self.extras["failures"].to_parquet(out / "failures.parquet", index=False)
-            written.append(out / "failures.parquet")
         if self.extras.get("messages") is not None:
             self.extras["messages"].to_parquet(out / "messages.parquet", index=False)
-            written.append(out / "messages.parquet")
         (out / "config.yaml").write_text(self.config.to_yaml())
         if self.peak_memory_mb is not None:
             self.summary["peak_memory_mb"] = self.peak_memory_mb
         (out / "summary.json").write_text(json.dumps(_jsonable(self.summary), indent=2))
         if plots:
             self._save_plots(out / "plots", plot_data)
-            written += [p for p in (out / "plots" / n for n in _PLOTS) if p.is_file()]
-        record(out, written)  # fedray's marker lists what it wrote (what --overwrite may delete)
         self.output_dir = out
         log.info("outputs written to %s", out)
         return out

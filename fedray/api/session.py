@@ -25,7 +25,7 @@ from fedray.api.results import Result
 from fedray.core import calls
 from fedray.core.calls import Call
 from fedray.core.contract import Algorithm, FederationInfo, Task
-from fedray.core.errors import ConfigError, DataError
+from fedray.core.errors import ConfigError, DataError, OutputError
 from fedray.core.extras import requirements
 from fedray.core.registry import check_algorithm_class, get_algorithm, make_params
 from fedray.core.stats import Stats, total
@@ -273,7 +273,12 @@ class Session:
         if out:
             plots = cfg.output.plots
             data = plotdata.gather(self._plot_total, self.info, result.model) if plots else None
-            result.save(out, plots=plots, plot_data=data)
+            try:
+                result.save(out, plots=plots, plot_data=data)
+            except OSError as exc:  # a full disk, a lost mount: one line naming the folder and the cause
+                raise OutputError(f"output folder {str(out)!r} cannot be written: {exc.strerror or exc} "
+                                  f"({Path(exc.filename).name if exc.filename else 'outputs'}); the run itself "
+                                  "finished, free space and run it again") from None
         return result
 
     def _save_partial(self, out: str | Path, exc: BaseException, state_of: Any, cfg: Any = None) -> None:
