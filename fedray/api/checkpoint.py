@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from fedray.api.outputs import MARKER, record, run_id_of
-from fedray.core.errors import ConfigError, FedrayError
+from fedray.core.errors import ConfigError, FedrayError, OutputError
 
 log = logging.getLogger(__name__)
 
@@ -171,8 +171,13 @@ class Checkpointer:
         self.directory.mkdir(parents=True, exist_ok=True)
         path = self.directory / FILENAME
         payload = pickle.dumps(blob, protocol=pickle.HIGHEST_PROTOCOL)
-        _write_private(path, MAGIC + _tag(signing_key(create=True), payload) + payload)
-        self._record(path)
+        try:
+            self._record(path)
+            _write_private(path, MAGIC + _tag(signing_key(create=True), payload) + payload)
+        except OSError as exc:  # a full disk: the run stops in one line; the previous checkpoint stays
+            raise OutputError(f"checkpoint after round {server_state['round'] - 1} cannot be written to "
+                              f"{str(self.directory)!r}: {exc.strerror or exc}; free space and resume from the "
+                              "previous checkpoint (fedray run --resume)") from None
         log.info("checkpoint after round %d: %s", server_state["round"] - 1, path)
         return path
 

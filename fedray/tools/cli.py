@@ -80,7 +80,7 @@ def _check_resume_config(args: argparse.Namespace) -> None:
     if not (args.config or args.set or args.central_baseline):
         return
     saved = load(args.resume)["config"]
-    given = make_config(args.config, overrides=args.set or []).to_dict()
+    given = make_config(args.config or saved, overrides=args.set or []).to_dict()  # --set alone: on the saved one
     if args.central_baseline:
         given["evaluation"]["central_baseline"] = True
     if given["federation"].get("rounds") is None:  # the saved one holds the round cap the run had
