@@ -13,24 +13,31 @@ With ``checkpoint.every: N`` the driver saves, after every N-th round, one file
 Random streams need no saving: server and client generators are keyed by
 (seed, round) and (seed, client id, round) (:mod:`fedray.core.seeding`), and the
 shards are rebuilt from their recipes by the new session, with the same scaling.
-The file is written to a temporary name and renamed, so an interruption while
-saving leaves the previous checkpoint intact.
+The file is written to a temporary name (mode 0600) and renamed, so an
+interruption while saving leaves the previous checkpoint intact.
 
 Checkpoints are authenticated: the file is ``MAGIC``, an HMAC-SHA256 tag and the
 pickled state, and :func:`load` checks the tag with a secret key before it
 unpickles anything, so a crafted or foreign file is refused instead of running
 code. The key is ``$FEDRAY_CHECKPOINT_KEY`` (hex, 32 bytes or more) or a random
 key made on first use in ``$XDG_CONFIG_HOME/fedray/checkpoint.key`` (default
-``~/.config/fedray``), readable by its owner only. To resume on another machine,
-copy that key file along (or set the variable on both).
+``~/.config/fedray``), readable by its owner only, written whole and linked into
+place so that concurrent first uses agree on one key; a key shorter than 32 bytes
+is refused. To resume on another machine, copy that key file along (or set the
+variable on both).
+
+Each checkpoint holds, under its tag, the id of its run, which fedray's marker of
+the output folder (:mod:`fedray.api.outputs`) also records: a checkpoint copied
+into another run's folder is refused.
 
 ``fedray run --resume DIR`` (or :func:`resume`) rebuilds the session from the
 saved configuration, restores the server and the clients and runs the remaining
 rounds; the result is the one the uninterrupted run would have given (same
 centres, same history apart from wall-clock columns). Outputs go to ``--out`` or
 else to the folder the user named (``DIR``, or the parent of a checkpoint folder
-named directly), never to a path read from the file. Rounds after the last
-checkpoint are computed again.
+named directly), never to a path read from the file; so do the resumed run's
+checkpoints (``<output>/checkpoint``). Rounds after the last checkpoint are
+computed again.
 """
 from __future__ import annotations
 
