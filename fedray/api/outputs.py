@@ -114,13 +114,38 @@ def _foreign(out: Path, doc: dict[str, Any]) -> list[str]:
         dirnames[:] = [d for d in dirnames if (rel / d).as_posix() in dirs and not (Path(dirpath) / d).is_symlink()]
         for f in sorted(filenames):
             name = (rel / f).as_posix()
-            if name not in files and name != MARKER:
+            if name not in files and not name.startswith(MARKER):  # the marker and its temporary copies
                 extra.append(name)
     return extra
 
 
+def _retire(out: Path, doc: dict[str, Any]) -> None:
+    """Move the marker ``doc`` was read from out of the way; of concurrent runs doing so, one wins."""
+    stale = out / f"{MARKER}.{secrets.token_hex(4)}.old"
+    try:
+        os.rename(out / MARKER, stale)
+    except FileNotFoundError:
+        raise ConfigError(f"output folder {str(out)!r} was claimed by another fedray run at the same moment; "
+                          "choose another folder") from None
+    try:
+        moved = json.loads(stale.read_text())
+    except (OSError, ValueError):
+        moved = None
+    if not isinstance(moved, dict) or moved.get("run_id") != doc.get("run_id"):  # another run's new claim
+        try:
+            os.link(stale, out / MARKER)  # give it back (never over a marker made meanwhile)
+        except OSError:
+            pass
+        stale.unlink()
+        raise ConfigError(f"output folder {str(out)!r} was claimed by another fedray run at the same moment; "
+                          "choose another folder")
+    stale.unlink()
+
+
 def _empty(out: Path, doc: dict[str, Any]) -> None:
-    """Delete the files a marker lists, then the folders they leave empty, then the marker."""
+    """Retire the marker (so that one run only goes on), then delete the files it lists and the
+    folders they leave empty."""
+    _retire(out, doc)
     for name in doc["files"]:
         p = out / name
         if p.is_file() or p.is_symlink():
@@ -130,7 +155,6 @@ def _empty(out: Path, doc: dict[str, Any]) -> None:
             (out / d).rmdir()
         except OSError:
             pass
-    (out / MARKER).unlink()
 
 
 def _take_over(out: Path, overwrite: bool, run_id: str | None) -> dict[str, Any]:
@@ -139,6 +163,9 @@ def _take_over(out: Path, overwrite: bool, run_id: str | None) -> dict[str, Any]
     if doc is not None and _alive(doc) and doc.get("pid") == os.getpid() and not doc["files"] \
             and (run_id is None or run_id == doc["run_id"]) and not _foreign(out, doc):
         return doc  # claimed a moment ago by this run (fedray.run checks before the session writes)
+    if doc is not None and not doc["files"] and not _alive(doc) and not _foreign(out, doc):
+        _retire(out, doc)  # only the marker of a run that wrote nothing: the folder is empty
+        return _claim(out, run_id)
     entries = [p.name for p in out.iterdir()]
     if not overwrite:
         raise ConfigError(f"output folder {str(out)!r} is not empty ({len(entries)} entries); choose another "

@@ -7,7 +7,7 @@ from typing import Any
 
 from fedray.api.checkpoint import load
 from fedray.api.config import make_config
-from fedray.api.outputs import prepare
+from fedray.api.outputs import prepare, release
 from fedray.api.results import Result, peak_memory_mb
 from fedray.api.session import Session
 
@@ -37,10 +37,14 @@ def run(config: Any = None, *, overrides: list[str] | dict[str, Any] | None = No
     out = cfg.output.directory if output is None else output
     if out:  # before Ray starts and before any data is read: claims the folder for this run
         prepare(out, cfg.output.overwrite)
-    with Session(cfg) as session:
-        result = session.run(output=output, progress=progress, central_baseline=central_baseline)
-        result.peak_memory_mb = peak_memory_mb()
-        return result
+    try:
+        with Session(cfg) as session:
+            result = session.run(output=output, progress=progress, central_baseline=central_baseline)
+            result.peak_memory_mb = peak_memory_mb()
+            return result
+    finally:
+        if out:  # also when the session could not start: the folder is free again
+            release(out)
 
 
 def resume(directory: str | Path, progress: bool | None = None, output: str | Path | None = None) -> Any:

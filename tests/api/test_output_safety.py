@@ -97,12 +97,12 @@ def test_overwrite_refuses_the_current_and_the_home_folder(tmp_path, monkeypatch
 
 
 # --- two runs into one new folder ---------------------------------------------------------------
-def _claim_many(folders: list[str], barrier, results) -> None:
+def _claim_many(folders: list[str], barrier, results, overwrite: bool = False) -> None:
     outcome = []
     for folder in folders:
         barrier.wait()
         try:
-            outputs.prepare(folder)
+            outputs.prepare(folder, overwrite)
             outcome.append("won")
         except ConfigError as exc:
             outcome.append(str(exc))
@@ -125,6 +125,38 @@ def test_two_runs_claiming_one_new_folder_at_the_same_moment_exactly_one_wins(tm
         loser = other if one == "won" else one
         assert "\n" not in loser and ("claimed by another fedray run" in loser or "is being written by another" in loser
                                       or "is not empty" in loser)
+
+
+def _race(folders: list[str], overwrite: bool) -> None:
+    ctx = mp.get_context("spawn")
+    barrier, results = ctx.Barrier(2), ctx.Queue()
+    procs = [ctx.Process(target=_claim_many, args=(folders, barrier, results, overwrite)) for _ in range(2)]
+    for p in procs:
+        p.start()
+    a, b = results.get(timeout=300), results.get(timeout=300)
+    for p in procs:
+        p.join(timeout=60)
+    for one, other in zip(a, b):
+        assert sorted([one == "won", other == "won"]) == [False, True], (one, other)
+
+
+def test_two_overwriting_runs_of_one_old_folder_never_both_win(tmp_path):
+    folders = [tmp_path / f"old{i}" for i in range(15)]
+    for f in folders:  # a finished run's folder: one file, listed in the marker, released
+        outputs.prepare(f)
+        (f / "rounds.parquet").write_text("old")
+        outputs.record(f, [f / "rounds.parquet"])
+        outputs.release(f)
+    _race([str(f) for f in folders], overwrite=True)
+    assert all(not (f / "rounds.parquet").exists() and (f / outputs.MARKER).is_file() for f in folders)
+
+
+def test_a_folder_holding_only_the_marker_of_a_run_that_wrote_nothing_is_free(tmp_path):
+    out = tmp_path / "out"
+    outputs.prepare(out)
+    outputs.release(out)  # e.g. the data could not be read: nothing was written
+    fedray.run(SMALL, output=out)
+    assert (out / "summary.json").is_file()
 
 
 def test_two_cli_runs_into_one_new_folder_one_wins_the_other_fails_in_one_line(tmp_path):
