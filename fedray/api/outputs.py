@@ -47,6 +47,9 @@ def _read(out: Path) -> dict[str, Any] | None:
     if not isinstance(doc, dict) or doc.get("format") != _FORMAT or not isinstance(doc.get("files"), list):
         raise ConfigError(f"output folder {str(out)!r}: its fedray marker {MARKER} is being written by another run "
                           "or is damaged; choose another folder")
+    # only names inside the folder: an edited marker never makes fedray delete anything outside it
+    doc["files"] = [f for f in doc["files"] if isinstance(f, str) and f and not Path(f).is_absolute()
+                    and ".." not in Path(f).parts and f != MARKER]
     return doc
 
 

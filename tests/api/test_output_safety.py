@@ -3,6 +3,7 @@ folders" and "Checkpoints"): fedray deletes only what its marker says it wrote, 
 folder atomically, and resumes only its own, authenticated, run."""
 from __future__ import annotations
 
+import json
 import multiprocessing as mp
 import os
 import pickle
@@ -264,3 +265,16 @@ def test_resumed_checkpoints_go_to_the_folder_the_user_gives(tmp_path, checkpoin
     assert res.output_dir == tmp_path / "new"
     assert checkpoint.load(tmp_path / "new")["server"]["round"] == 6  # new checkpoints: where the user said
     assert (stored / checkpoint.FILENAME).read_bytes() == before  # the stored folder is left alone
+
+
+def test_an_edited_marker_never_makes_overwrite_delete_outside_the_folder(tmp_path):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    out = tmp_path / "out"
+    outputs.prepare(out)
+    outputs.release(out)
+    doc = json.loads((out / outputs.MARKER).read_text())
+    doc["files"] = ["../victim.txt", str(victim)]
+    (out / outputs.MARKER).write_text(json.dumps(doc))
+    outputs.prepare(out, overwrite=True)
+    assert victim.read_text() == "precious"
