@@ -290,7 +290,8 @@ class Server:
         except Exception as exc:  # noqa: BLE001 - a plug-in's defect, reported in one line
             text = str(exc).strip()
             raise PluginError(f"algorithm {self.algorithm.name!r}: {name} raised {type(exc).__name__}: "
-                              f"{text.splitlines()[0] if text else ''} in round {self.round}") from exc
+                              f"{text.splitlines()[0] if text else ''} in round {self.round} (-v shows its "
+                              "traceback)") from exc
 
     def _capped_reason(self) -> str:
         """Why a run that reached the round cap ended; warns (one line) when the cap cut it short."""

@@ -206,8 +206,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except FedrayError as exc:
-        if args.verbose:
-            log.debug("traceback", exc_info=True)
+        if args.verbose and (exc.__cause__ is not None or args.verbose > 1):  # e.g. a plug-in's own error
+            log.info("traceback", exc_info=True)
         print(f"fedray: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -15,6 +15,7 @@ from fedray.api import checkpoint, outputs
 from fedray.api import run as run_api
 from fedray.core import calls
 from fedray.core.errors import ConfigError
+from fedray.tools.cli import main
 
 CLI = [sys.executable, "-c", "import sys; from fedray.tools.cli import main; sys.exit(main())"]
 
@@ -270,8 +271,25 @@ def test_unexpected_errors_are_one_line_without_v(tmp_path):
         "        return {}\n")
     proc = subprocess.run([*CLI, "run", "--set", "algorithm.name=buggy_plugin:Buggy", "--set", "runtime.backend=local",
                            "--out", str(tmp_path / "o")], cwd=tmp_path, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 1 and "Traceback" not in proc.stderr
-    assert "fedray: internal error: KeyError: 'missing' (run with -v for the traceback)" in proc.stderr
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert ("fedray: error: algorithm 'buggy_plugin:Buggy': configure_round raised KeyError: 'missing' in round 0 "
+            "(-v shows its traceback)") in proc.stderr
+    loud = subprocess.run([*CLI, "-v", "run", "--set", "algorithm.name=buggy_plugin:Buggy", "--set",
+                           "runtime.backend=local", "--out", str(tmp_path / "o2")], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120)
+    assert "Traceback" in loud.stderr and "return {}['missing']" in loud.stderr
+
+
+def test_an_internal_error_is_one_line_without_v(tmp_path, monkeypatch, capsys):
+    # a defect of fedray itself (here: a broken result table) says so, and points to -v
+    def broken(*args, **kwargs):
+        raise KeyError("missing")
+
+    monkeypatch.setattr(run_api.Result, "table", broken)
+    assert main(["run", "--set", "runtime.backend=local", "--set", "data.dataset=sklearn:iris", "--set",
+                 "federation.n_clients=4", "--set", "federation.rounds=2", "--out", str(tmp_path / "o"), "-q"]) == 1
+    err = capsys.readouterr().err
+    assert "fedray: internal error: KeyError: 'missing' (run with -v for the traceback)" in err and "Traceback" not in err
 
 
 def test_dp_noise_never_stops_kmeans_as_converged():

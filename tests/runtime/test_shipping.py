@@ -204,3 +204,15 @@ def test_a_plugin_larger_than_the_cap_is_refused_naming_its_largest_files(tmp_pa
         code_paths(cfg, on_cluster=False)
     assert "\n" not in str(err.value)
     sys.modules.pop(name, None)
+
+
+def test_a_staged_plugin_package_runs_on_ray_workers(ray_session, tmp_path, monkeypatch):
+    name = f"fr_pkgray_{tmp_path.name.replace('-', '_')}"
+    _project_with_secrets(tmp_path, name)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("FEDRAY_CACHE_DIR", str(tmp_path / "cache"))
+    local = fedray.run(_cfg(f"{name}.algo:ShippedMean", backend="local"))
+    shipped = fedray.run(_cfg(f"{name}.algo:ShippedMean", backend="ray"))
+    np.testing.assert_array_equal(shipped.model["mean"], local.model["mean"])
+    sys.modules.pop(name, None)
+    sys.modules.pop(f"{name}.algo", None)
