@@ -41,6 +41,7 @@ import pandas as pd
 from fedray.algorithms.fedfuzzdb import crisp_davies_bouldin, fuzzy_davies_bouldin
 from fedray.analysis.validation import federated_crisp_db, federated_fuzzy_db
 from fedray.api.config import make_config
+from fedray.api.outputs import record
 from fedray.api.session import Session
 from fedray.core import calls
 from fedray.core.contract import Task
@@ -135,6 +136,9 @@ class KSelection:
         np.savez(out / "centers.npz", **{f"federated_k{k}": c for k, c in self.federated_centers.items()},
                  **{f"central_k{k}": c for k, c in self.central_centers.items()})
         plot_k_selection(self, out / "plots" / "k_selection.png")
+        names = ("k_selection.parquet", "k_selection.json", "messages.parquet", "k_selection.md", "centers.npz",
+                 "plots/k_selection.png")
+        record(out, [out / n for n in names if (out / n).is_file()])  # what --overwrite may delete later
         self.output_dir = out
         return out
 

@@ -49,6 +49,7 @@ import pandas as pd
 import yaml
 
 from fedray.api.config import ExperimentConfig, make_config
+from fedray.api.outputs import record
 from fedray.api.overrides import parse_override
 from fedray.api.session import Session
 from fedray.core.errors import ConfigError, FedrayError
@@ -354,6 +355,8 @@ def _write_sweep(df: pd.DataFrame, folder: Path, base: Any, grid: dict[str, list
     (folder / "grid.yaml").write_text(_grid_yaml(base, grid))
     if plot:
         plot_sweep(df, folder / "sweep.png", grid_keys=list(grid))
+    record(folder, [folder / n for n in ("sweep.parquet", "sweep.csv", "grid.yaml", "sweep.png")
+                    if (folder / n).is_file()])  # what --overwrite may delete later
 
 
 def _ray_up() -> bool:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import typing
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -158,6 +159,8 @@ class RuntimeConfig(_Section):
     ship_code: Literal["auto", "always", "never"] = Field(default="auto", description="send fedray and plug-in "
                                                           "modules to the workers with runtime_env (auto: fedray when "
                                                           "joining a cluster, plug-ins not installed here)")
+    ship_max_mb: float = Field(default=50.0, gt=0, description="largest plug-in package shipped to the workers, "
+                               "in MB (only its Python package goes: no dotfiles, keys or .gitignore'd files)")
     runtime_env: dict[str, Any] = Field(default_factory=dict, description="Ray runtime_env, merged with fedray's")
 
     @field_validator("clients_per_actor")
@@ -383,8 +386,11 @@ def make_config(config: ExperimentConfig | dict | str | Path | None = None,
         raw = load_yaml(config)
     elif config is None:
         raw = {}
-    else:
+    elif isinstance(config, Mapping):
         raw = copy.deepcopy(dict(config))
+    else:
+        raise ConfigError(f"config: expected an ExperimentConfig, a mapping or the path of a YAML file; got "
+                          f"{type(config).__name__} {config!r:.60}")
     for k, v in _nest_kwargs(kwargs).items():
         if isinstance(v, dict) and isinstance(raw.get(k), dict):
             merged = copy.deepcopy(raw[k])

@@ -1,11 +1,18 @@
-"""Output folders: checked before any work, never mixed with an earlier run, and written
-even when a run fails.
+"""Output folders: claimed before any work, never mixed with an earlier run, emptied only of
+what fedray wrote, and written even when a run fails.
 
-* :func:`prepare` runs before Ray starts: the folder must be creatable and writable,
-  and an existing non-empty folder is refused unless ``overwrite`` (``--overwrite``,
-  ``output.overwrite: true``), in which case it is emptied first, but only when it
-  looks like a fedray output folder, so a mistyped path never empties a folder of
-  the user's own files.
+A fedray output folder is one that holds fedray's marker, ``.fedray-output.json``: the run's
+id, the process that is writing it (while it runs) and the list of files fedray wrote
+there. File names never decide whether a folder is fedray's: a user's ``config.yaml`` or
+``checkpoint/`` does not make it one.
+
+* :func:`prepare` runs before Ray starts. It claims the folder by creating the marker
+  with ``O_EXCL``, so of two runs started at the same moment into one new folder exactly
+  one wins and the other fails in one line. A non-empty folder is refused unless
+  ``overwrite`` (``--overwrite``, ``output.overwrite: true``); then it is emptied of the
+  files its marker lists, and refused when it holds anything else, has no marker, is
+  being written by a live run, or is the current folder, the home folder or the root.
+* :func:`record` adds files fedray wrote to the marker.
 * :func:`write_partial` saves what a failed run has (configuration, the history so
   far, failures and the error) so that nothing computed is lost.
 """
@@ -13,7 +20,10 @@ from __future__ import annotations
 
 import json
 import logging
-import shutil
+import os
+import secrets
+import socket
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -21,43 +31,261 @@ from fedray.core.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
-#: Files and folders a fedray run writes; a folder holding one of them is a fedray output.
-MARKERS = ("summary.json", "config.yaml", "rounds.parquet", "clients.parquet", "model.npz", "checkpoint",
-           "k_selection.parquet", "sweep.parquet")
+#: fedray's marker: a folder holding it is a fedray output folder.
+MARKER = ".fedray-output.json"
+_FORMAT = "fedray-output-1"
 
 
-def prepare(directory: str | Path, overwrite: bool = False, *, resuming: bool = False) -> Path:
-    """Check (and create) the output folder before a run; returns its path.
+def _read(out: Path) -> dict[str, Any] | None:
+    """The marker of ``out`` (None: no marker; raises when another run is writing it right now)."""
+    try:
+        doc = json.loads((out / MARKER).read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        doc = None
+    if not isinstance(doc, dict) or doc.get("format") != _FORMAT or not isinstance(doc.get("files"), list):
+        raise ConfigError(f"output folder {str(out)!r}: its fedray marker {MARKER} is being written by another run "
+                          "or is damaged; choose another folder")
+    # only names inside the folder: an edited marker never makes fedray delete anything outside it
+    doc["files"] = [f for f in doc["files"] if isinstance(f, str) and f and not Path(f).is_absolute()
+                    and ".." not in Path(f).parts and f != MARKER]
+    return doc
+
+
+def _write(out: Path, doc: dict[str, Any]) -> None:
+    """Replace the marker atomically (a temporary file renamed over it)."""
+    tmp = out / f"{MARKER}.{secrets.token_hex(4)}.tmp"
+    tmp.write_text(json.dumps(doc, indent=1))
+    os.replace(tmp, out / MARKER)
+
+
+def _alive(doc: dict[str, Any]) -> bool:
+    """Whether the run named in a marker is still writing (a process of this machine that lives)."""
+    pid = doc.get("pid")
+    if not pid or doc.get("host") != socket.gethostname():
+        return False
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, ValueError):
+        return True
+    return True
+
+
+def _claim(out: Path, run_id: str | None) -> dict[str, Any]:
+    """Create the marker with ``O_EXCL``: exactly one of two concurrent runs gets it."""
+    doc = {"format": _FORMAT, "run_id": run_id or secrets.token_hex(16), "pid": os.getpid(),
+           "host": socket.gethostname(), "files": []}
+    data = json.dumps(doc, indent=1).encode()
+    try:
+        fd = os.open(out / MARKER, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        raise ConfigError(f"output folder {str(out)!r} was claimed by another fedray run at the same moment; "
+                          "choose another folder") from None
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data)
+    return doc
+
+
+def _protected(out: Path) -> str | None:
+    """Why ``out`` may never be emptied (the current folder, the home folder, the root), or None."""
+    real = out.resolve()
+    if real == Path.cwd().resolve():
+        return "the current folder"
+    if real == Path.home().resolve():
+        return "the home folder"
+    if real == Path(real.anchor):
+        return "the root folder"
+    return None
+
+
+def _foreign(out: Path, doc: dict[str, Any]) -> list[str]:
+    """Entries of ``out`` that fedray did not write (its marker does not list them)."""
+    files = set(doc["files"])
+    dirs = {str(Path(f).parent.as_posix()) for f in files}
+    dirs |= {p.as_posix() for f in files for p in Path(f).parents}
+    extra = []
+    for dirpath, dirnames, filenames in os.walk(out):
+        rel = Path(dirpath).relative_to(out)
+        for d in sorted(dirnames):
+            if (rel / d).as_posix() not in dirs or (Path(dirpath) / d).is_symlink():
+                extra.append((rel / d).as_posix() + "/")
+        dirnames[:] = [d for d in dirnames if (rel / d).as_posix() in dirs and not (Path(dirpath) / d).is_symlink()]
+        for f in sorted(filenames):
+            name = (rel / f).as_posix()
+            if name not in files and not name.startswith(MARKER):  # the marker and its temporary copies
+                extra.append(name)
+    return extra
+
+
+def _retire(out: Path, doc: dict[str, Any]) -> None:
+    """Move the marker ``doc`` was read from out of the way; of concurrent runs doing so, one wins."""
+    stale = out / f"{MARKER}.{secrets.token_hex(4)}.old"
+    try:
+        os.rename(out / MARKER, stale)
+    except FileNotFoundError:
+        raise ConfigError(f"output folder {str(out)!r} was claimed by another fedray run at the same moment; "
+                          "choose another folder") from None
+    try:
+        moved = json.loads(stale.read_text())
+    except (OSError, ValueError):
+        moved = None
+    if not isinstance(moved, dict) or moved.get("run_id") != doc.get("run_id"):  # another run's new claim
+        try:
+            os.link(stale, out / MARKER)  # give it back (never over a marker made meanwhile)
+        except OSError:
+            pass
+        stale.unlink()
+        raise ConfigError(f"output folder {str(out)!r} was claimed by another fedray run at the same moment; "
+                          "choose another folder")
+    stale.unlink()
+
+
+def _empty(out: Path, doc: dict[str, Any]) -> None:
+    """Retire the marker (so that one run only goes on), then delete the files it lists and the
+    folders they leave empty."""
+    _retire(out, doc)
+    for name in doc["files"]:
+        p = out / name
+        if p.is_file() or p.is_symlink():
+            p.unlink()
+    for d in sorted({p for f in doc["files"] for p in Path(f).parents if p.parts}, key=lambda p: -len(p.parts)):
+        try:
+            (out / d).rmdir()
+        except OSError:
+            pass
+
+
+def _take_over(out: Path, overwrite: bool, run_id: str | None) -> dict[str, Any]:
+    """Claim an existing non-empty folder: it must be a finished fedray output (or this run's own claim)."""
+    doc = _read(out)
+    if doc is not None and _alive(doc) and doc.get("pid") == os.getpid() and not doc["files"] \
+            and (run_id is None or run_id == doc["run_id"]) and not _foreign(out, doc):
+        return doc  # claimed a moment ago by this run (fedray.run checks before the session writes)
+    if doc is not None and not doc["files"] and not _alive(doc) and not _foreign(out, doc):
+        _retire(out, doc)  # only the marker of a run that wrote nothing: the folder is empty
+        return _claim(out, run_id)
+    entries = [p.name for p in out.iterdir()]
+    if not overwrite:
+        raise ConfigError(f"output folder {str(out)!r} is not empty ({len(entries)} entries); choose another "
+                          "folder, or pass --overwrite (output.overwrite: true) to replace its contents")
+    if doc is None:
+        raise ConfigError(f"output folder {str(out)!r} is not empty and does not look like a fedray output "
+                          f"folder (no {MARKER}, the marker fedray writes); refusing to empty it, choose another folder")
+    where = _protected(out)
+    if where:
+        raise ConfigError(f"--overwrite: output folder {str(out)!r} is {where}; fedray never empties it, "
+                          "choose a folder of its own")
+    if _alive(doc):
+        raise ConfigError(f"output folder {str(out)!r} is being written by another fedray run (process "
+                          f"{doc.get('pid')}); choose another folder")
+    extra = _foreign(out, doc)
+    if extra:
+        raise ConfigError(f"--overwrite: output folder {str(out)!r} holds {len(extra)} entries fedray did not write "
+                          f"({', '.join(extra[:3])}{', ...' if len(extra) > 3 else ''}); refusing to empty it, "
+                          "choose another folder")
+    _empty(out, doc)
+    log.info("emptied output folder %s of the %d files fedray wrote there (overwrite)", out, len(doc["files"]))
+    return _claim(out, run_id)
+
+
+def prepare(directory: str | Path, overwrite: bool = False, *, resuming: bool = False,
+            run_id: str | None = None) -> Path:
+    """Check, create and claim the output folder before a run; returns its path.
+
+    ``resuming``: the folder may hold the interrupted run's outputs (its marker must name
+    ``run_id``, the checkpoint's run). ``run_id``: the run the folder is claimed for
+    (default: a new random id).
 
     Raises
     ------
     ConfigError
-        The path is a file, cannot be created or written, or is a non-empty folder
-        (without ``overwrite``; with it, when it does not look like a fedray output).
+        The path is a file, cannot be created or written, is claimed by another run, or is
+        a non-empty folder (without ``overwrite``; with it, when it holds anything fedray
+        did not write, or is the current folder, the home folder or the root).
     """
+    if not isinstance(directory, (str, os.PathLike)) or not str(directory):
+        raise ConfigError(f"output: expected the path of a folder (str or Path); got {type(directory).__name__} "
+                          f"{directory!r:.60}")
     out = Path(directory)
     if out.exists() and not out.is_dir():
         raise ConfigError(f"output folder {str(out)!r} is a file; choose a folder (--out)")
-    if out.is_dir() and not resuming:
-        entries = [p.name for p in out.iterdir()]
-        if entries:
-            if not overwrite:
-                raise ConfigError(f"output folder {str(out)!r} is not empty ({len(entries)} entries); choose another "
-                                  "folder, or pass --overwrite (output.overwrite: true) to replace its contents")
-            if not any(m in entries for m in MARKERS):
-                raise ConfigError(f"output folder {str(out)!r} is not empty and does not look like a fedray output "
-                                  f"folder (no {', '.join(MARKERS[:3])}); refusing to empty it, choose another folder")
-            for p in out.iterdir():
-                shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
-            log.info("emptied output folder %s (overwrite)", out)
     try:
         out.mkdir(parents=True, exist_ok=True)
-        probe = out / ".fedray-write-test"
-        probe.write_bytes(b"")
-        probe.unlink()
+        if resuming and _resume_into(out, run_id):
+            return out
+        if any(out.iterdir()):
+            _take_over(out, overwrite, run_id)
+        else:
+            _claim(out, run_id)
     except OSError as exc:
         raise ConfigError(f"output folder {str(out)!r} cannot be written: {exc.strerror or exc}") from None
     return out
+
+
+def _resume_into(out: Path, run_id: str | None) -> bool:
+    """Adopt the interrupted run's own folder (True), or say that a new claim is needed (False)."""
+    doc = _read(out)
+    if doc is None:
+        return False
+    if run_id is not None and doc.get("run_id") != run_id:
+        raise ConfigError(f"--resume: output folder {str(out)!r} belongs to another run than the checkpoint; "
+                          "resume into the checkpoint's own folder, or give a new folder with --out")
+    if _alive(doc) and doc.get("pid") != os.getpid():
+        raise ConfigError(f"output folder {str(out)!r} is being written by another fedray run (process "
+                          f"{doc.get('pid')}); choose another folder")
+    _write(out, {**doc, "pid": os.getpid(), "host": socket.gethostname()})
+    return True
+
+
+def run_id_of(directory: str | Path) -> str | None:
+    """The run id in a folder's marker (None: not a fedray output folder)."""
+    try:
+        doc = _read(Path(directory))
+    except ConfigError:
+        return None
+    return None if doc is None else str(doc.get("run_id"))
+
+
+def record(directory: str | Path, paths: Iterable[str | Path], *, run_id: str | None = None,
+           rebind: bool = False) -> None:
+    """Add files fedray wrote in ``directory`` to its marker (made now if the folder has none).
+
+    Paths outside the folder are ignored. Without a marker (a folder not claimed by
+    :func:`prepare`, e.g. one of ``select-k`` or ``sweep``), one is created that lists only
+    these files, so that ``--overwrite`` later removes them and nothing else. ``rebind``:
+    the folder now belongs to run ``run_id`` (a ``checkpoint.directory`` a new run writes to).
+    """
+    out = Path(directory)
+    root = out.resolve()
+    names = []
+    for p in paths:
+        try:
+            names.append(Path(p).resolve().relative_to(root).as_posix())
+        except ValueError:
+            continue
+    doc = _read(out)
+    if doc is None:
+        doc = {"format": _FORMAT, "run_id": run_id or secrets.token_hex(16), "pid": None, "host": None, "files": []}
+    elif rebind and run_id:
+        doc["run_id"] = run_id
+    doc["files"] = sorted(set(doc["files"]) | set(names))
+    _write(out, doc)
+
+
+def release(directory: str | Path) -> None:
+    """Mark the folder as no longer being written (the run ended, well or not)."""
+    out = Path(directory)
+    try:
+        doc = _read(out)
+        if doc is not None and doc.get("pid") == os.getpid():
+            _write(out, {**doc, "pid": None, "host": None})
+    except (OSError, ConfigError) as exc:
+        log.warning("could not update the marker of output folder %s: %s", out, exc)
 
 
 def write_partial(directory: str | Path, cfg: Any, state: dict[str, Any] | None, error: BaseException) -> Path:
@@ -67,9 +295,11 @@ def write_partial(directory: str | Path, cfg: Any, state: dict[str, Any] | None,
 
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "config.yaml").write_text(cfg.to_yaml())
     history = (state or {}).get("history") or []
     failures = (state or {}).get("failures") or []
+    record(out, [out / n for n, wanted in (("config.yaml", True), ("summary.json", True),
+                                           ("rounds.parquet", history), ("failures.parquet", failures)) if wanted])
+    (out / "config.yaml").write_text(cfg.to_yaml())
     if history:
         pd.DataFrame(history).to_parquet(out / "rounds.parquet", index=False)
     if failures:

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from fedray.api.outputs import record
 from fedray.api.plotdata import PlotData
 from fedray.core.contract import Algorithm
 from fedray.core.metrics import best_permutation_distance
@@ -57,6 +58,10 @@ def peak_memory_mb() -> float:
         return rss / 2**20
     except Exception:  # noqa: BLE001
         return float("nan")
+
+
+#: Figures :meth:`Result.save` writes into ``plots/``.
+_PLOTS = ("convergence.png", "centers.png", "clients.png")
 
 
 @dataclass
@@ -199,6 +204,13 @@ class Result:
         clients."""
         out = Path(directory)
         out.mkdir(parents=True, exist_ok=True)
+        names = ["rounds.parquet", "clients.parquet", "model.npz", "config.yaml", "summary.json"]
+        names += ["failures.parquet"] if "failures" in self.extras else []
+        names += ["messages.parquet"] if self.extras.get("messages") is not None else []
+        names += [f"plots/{n}" for n in _PLOTS] if plots else []
+        # fedray's marker lists what it writes (what --overwrite may delete) before writing, so that a
+        # file half-written when the disk fills up is known as fedray's too
+        record(out, [out / n for n in names])
         self.history.to_parquet(out / "rounds.parquet", index=False)
         self.clients.to_parquet(out / "clients.parquet", index=False)
         arrays = {k: np.asarray(v) for k, v in self.model.items() if _is_arraylike(v)}

@@ -8,7 +8,7 @@ from typing import Any
 
 from fedray.api.checkpoint import load
 from fedray.api.config import make_config
-from fedray.api.outputs import prepare
+from fedray.api.outputs import prepare, release
 from fedray.api.results import Result, peak_memory_mb
 from fedray.api.session import Session
 from fedray.core.registry import make_params
@@ -39,14 +39,17 @@ def run(config: Any = None, *, overrides: list[str] | dict[str, Any] | None = No
     """
     cfg = make_config(config, overrides=overrides, **kwargs)
     out = cfg.output.directory if output is None else output
-    if out:  # before Ray starts and before any data is read
-
+    if out:  # before Ray starts and before any data is read: claims the folder for this run
         prepare(out, cfg.output.overwrite)
-    with Session(cfg) as session:
-        result = session.run(output=output, progress=progress, central_baseline=central_baseline,
-                             on_round=on_round)
-        result.peak_memory_mb = peak_memory_mb()
-        return result
+    try:
+        with Session(cfg) as session:
+            result = session.run(output=output, progress=progress, central_baseline=central_baseline,
+                                 on_round=on_round)
+            result.peak_memory_mb = peak_memory_mb()
+            return result
+    finally:
+        if out:  # also when the session could not start: the folder is free again
+            release(out)
 
 
 def resume(directory: str | Path, progress: bool | None = None, output: str | Path | None = None,
@@ -71,7 +74,10 @@ def resume(directory: str | Path, progress: bool | None = None, output: str | Pa
     blob = load(directory)
     if algorithm_params:
         _replace_params(blob, algorithm_params)
-    cfg = make_config(blob["config"])
+    # New checkpoints go to <output>/checkpoint and nothing is deleted: a folder or an overwrite
+    # read from the file never decides where fedray writes.
+    cfg = make_config(blob["config"], overrides={"checkpoint.directory": None, "output.directory": None,
+                                                 "output.overwrite": False})
     named, folder = Path(directory), Path(blob["path"]).parent
     # The folder the user named (or the one holding the checkpoint folder they named),
     # never a path stored in the file.

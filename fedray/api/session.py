@@ -20,14 +20,14 @@ from fedray.api import plotdata
 from fedray.api.checkpoint import Checkpointer
 from fedray.api.config import ExperimentConfig, make_config
 from fedray.api.drivers import LocalDriver, RayDriver
-from fedray.api.outputs import prepare, write_partial
+from fedray.api.outputs import prepare, release, write_partial
 from fedray.api.progress import Progress
 from fedray.api.results import Result
 from fedray.api.tracking import Trackers
 from fedray.core import calls
 from fedray.core.calls import Call
 from fedray.core.contract import Algorithm, FederationInfo, Task
-from fedray.core.errors import ConfigError, DataError
+from fedray.core.errors import ConfigError, DataError, OutputError
 from fedray.core.extras import requirements
 from fedray.core.registry import check_algorithm_class, get_algorithm, make_params
 from fedray.core.stats import Stats, total
@@ -200,8 +200,20 @@ class Session:
         cfg, kwargs, cap, budget = self._run_config(alg, resume_from)
         out = cfg.output.directory if output is None else (None if output is False else output)
         if out:
-            prepare(out, cfg.output.overwrite, resuming=resume_from is not None)
-        checkpoint = Checkpointer(cfg, out, self) if cfg.checkpoint.every else None
+            prepare(out, cfg.output.overwrite, resuming=resume_from is not None,
+                    run_id=None if resume_from is None else resume_from.get("run_id"))
+        try:
+            return self._run(alg, cfg, kwargs, cap, budget, out, progress, central_baseline, resume_from, t0)
+        finally:
+            if out:
+                release(out)
+
+    def _run(self, alg: Algorithm, cfg: ExperimentConfig, kwargs: dict[str, Any], cap: int, budget: int | None,
+             out: Any, progress: bool | None, central_baseline: bool | None, resume_from: dict[str, Any] | None,
+             t0: float) -> Result:
+        """The run itself, in the output folder ``out`` claimed for it."""
+        checkpoint = Checkpointer(cfg, out, self, None if resume_from is None else resume_from.get("run_id")) \
+            if cfg.checkpoint.every else None
         if resume_from is not None and resume_from.get("clients"):
             self.executor.set_state(resume_from["clients"])
         self._stash_outside_records()
@@ -280,7 +292,12 @@ class Session:
         if out:
             plots = cfg.output.plots
             data = plotdata.gather(self._plot_total, self.info, result.model) if plots else None
-            result.save(out, plots=plots, plot_data=data)
+            try:
+                result.save(out, plots=plots, plot_data=data)
+            except OSError as exc:  # a full disk, a lost mount: one line naming the folder and the cause
+                raise OutputError(f"output folder {str(out)!r} cannot be written: {exc.strerror or exc} "
+                                  f"({Path(exc.filename).name if exc.filename else 'outputs'}); the run itself "
+                                  "finished, free space and run it again") from None
         return result
 
     def _save_partial(self, out: str | Path, exc: BaseException, state_of: Any, cfg: Any = None) -> None:

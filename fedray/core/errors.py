@@ -34,6 +34,14 @@ class RoundFailedError(FedrayError, RuntimeError):
     """Too few clients answered a round, or a client function failed."""
 
 
+class PluginError(FedrayError, RuntimeError):
+    """An algorithm's hook raised, or returned what the contract does not allow."""
+
+
+class OutputError(FedrayError, OSError):
+    """The output folder cannot be written (a full disk, a lost mount, no permission)."""
+
+
 class FedrayWarning(UserWarning):
     """Base class of fedray's warnings."""
 

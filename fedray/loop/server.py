@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -18,7 +19,7 @@ import numpy as np
 from fedray.core import calls
 from fedray.core.calls import Call
 from fedray.core.contract import Algorithm, Reply, RoundContext, Task
-from fedray.core.errors import DataError, FedrayError, RoundFailedError
+from fedray.core.errors import DataError, FedrayError, PluginError, RoundFailedError
 from fedray.core.replies import reply_columns
 from fedray.core.seeding import sample_clients
 from fedray.core.sizes import nbytes_of
@@ -94,7 +95,10 @@ class Server:
         sampled = tuple(int(c) for c in sample_clients(self.seed, self.round, info.n_clients, self.fraction))
         ctx = RoundContext(self.round, self.seed, sampled, info, self.fraction)
         phase = self.algorithm.phase
-        tasks = self.algorithm.configure_round(ctx)
+        tasks = self._hook("configure_round", ctx)
+        if tasks is not None and not (isinstance(tasks, Mapping) and all(isinstance(t, Task) for t in tasks.values())):
+            raise PluginError(f"algorithm {self.algorithm.name!r}: configure_round must return None or a mapping "
+                              f"{{client id: Task}}; got {type(tasks).__name__} {tasks!r:.60} in round {self.round}")
         if tasks is None:
             self.finished = True
             self.stop_reason = "converged" if self.algorithm.converged else "algorithm"
@@ -103,7 +107,10 @@ class Server:
                                       retries=self.round_retries,
                                       ask_missing=int(self.algorithm.retries_for_missing(ctx)))
         ctx = dataclasses.replace(ctx, failed=tuple(res.failed), late=tuple(res.late), attempts=executions)
-        metrics = self.algorithm.aggregate(ctx, res.replies)
+        metrics = self._hook("aggregate", ctx, res.replies)
+        if not isinstance(metrics, Mapping):
+            raise PluginError(f"algorithm {self.algorithm.name!r}: aggregate must return a mapping of metrics; got "
+                              f"{type(metrics).__name__} {metrics!r:.60} in round {self.round}")
         bytes_up = self._count_clients(tasks, res.replies)
         if len(sampled) < info.n_clients and "objective" in metrics:  # a sum over this round's cohort only
             metrics = {("objective_sampled" if k == "objective" else k): v for k, v in metrics.items()}
@@ -273,7 +280,26 @@ class Server:
         return final
 
     def result(self) -> dict[str, Any]:
-        return self.algorithm.result()
+        model = self._hook("result")
+        if not isinstance(model, Mapping):
+            raise PluginError(f"algorithm {self.algorithm.name!r}: result must return a mapping (the model); got "
+                              f"{type(model).__name__} {model!r:.60}")
+        return model
+
+    def _hook(self, name: str, *args: Any) -> Any:
+        """Call the algorithm's hook ``name``; an error it raises becomes one line naming the hook and round.
+
+        fedray's own errors pass as they are; the original exception is chained (shown with ``-v``).
+        """
+        try:
+            return getattr(self.algorithm, name)(*args)
+        except FedrayError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a plug-in's defect, reported in one line
+            text = str(exc).strip()
+            raise PluginError(f"algorithm {self.algorithm.name!r}: {name} raised {type(exc).__name__}: "
+                              f"{text.splitlines()[0] if text else ''} in round {self.round} (-v shows its "
+                              "traceback)") from exc
 
     def _capped_reason(self) -> str:
         """Why a run that reached the round cap ended; warns (one line) when the cap cut it short."""

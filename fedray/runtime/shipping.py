@@ -14,10 +14,15 @@ actor) is created with:
   Ray installs a ``.whl`` in ``py_modules`` with ``pip install`` *including its
   dependencies* on every node, which needs the package index and shadows the
   node's own numpy, scipy, ...
-* **plug-in modules** (a package directory or a single ``.py`` file), each as
-  found on the driver.
+* **plug-in modules**: a single ``.py`` file as it is; a package as a staged copy
+  of its Python package only (:mod:`fedray.runtime.ship_files`: the folders with
+  an ``__init__.py``, no dotfile, no key file, nothing a ``.gitignore`` ignores),
+  refused above ``runtime.ship_max_mb`` with the largest files named. The log
+  says what was shipped and how large it was.
 * the user's own ``runtime.runtime_env`` (``pip``, ``env_vars``, ``working_dir``,
-  ``py_modules``, ...), merged: user entries first, fedray's appended.
+  ``py_modules``, ...), merged: user entries first, fedray's appended. Its local
+  paths are uploaded honouring ``.gitignore``; a ``working_dir`` never sends
+  dotfiles or key files (:data:`NEVER_SHIPPED`).
 
 Local paths are uploaded to the cluster's object store (GCS) here, on the
 driver, so the environment can be given per actor (``.options(runtime_env=...)``):
@@ -56,6 +61,11 @@ from typing import Any
 from fedray.core.errors import ConfigError
 from fedray.core.registry import plugin_modules as from_config
 from fedray.runtime.connect import CLIENT_PREFIX, connect, resolve_address
+from fedray.runtime.ship_files import check_size, plugin_files
+
+#: Patterns (.gitignore syntax) never uploaded from a user's ``working_dir`` either: dotfiles and
+#: dot-folders, private keys and certificates.
+NEVER_SHIPPED = [".*", "id_rsa*", "id_dsa*", "id_ecdsa*", "id_ed25519*", "*.pem", "*.key", "*.p12", "*.pfx"]
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +122,18 @@ def fedray_package_dir() -> Path:
     Keyed by a SHA-256 of every shipped file's path and content, so an edited
     checkout gives a new folder and an unchanged one is reused.
     """
-    files = _package_sources()
+    files = {f"fedray/{rel}": src for rel, src in _package_sources().items()}
+    target = stage(files) / "fedray"
+    log.info("fedray staged for shipping in %s (%d files)", target, len(files))
+    return target
+
+
+def stage(files: dict[str, Path]) -> Path:
+    """A folder ``<cache>/<hash>`` holding exactly ``files`` (relative name -> source), built once.
+
+    Keyed by a SHA-256 of every file's name and content; built in a temporary folder and
+    renamed into place, so a concurrent build or an interruption never leaves a partial copy.
+    """
     h = hashlib.sha256()
     for rel, src in sorted(files.items()):
         h.update(rel.encode())
@@ -120,27 +141,38 @@ def fedray_package_dir() -> Path:
         h.update(src.read_bytes())
         h.update(b"\0")
     digest = h.hexdigest()[:16]
-    target = cache_dir() / digest / "fedray"
-    if target.is_dir() and (target.parent / ".complete").exists():
+    target = cache_dir() / digest
+    if (target / ".complete").exists():
         return target
-    target.parent.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{digest}-", dir=target.parent.parent))
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{digest}-", dir=target.parent))
     try:
         for rel, src in files.items():
-            dst = tmp / "fedray" / rel
+            dst = tmp / rel
             dst.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(src, dst)
         (tmp / ".complete").write_text(digest)
         try:
-            os.replace(tmp, target.parent)
+            os.replace(tmp, target)
         except OSError:  # built concurrently by another process: use theirs
-            if not (target.parent / ".complete").exists():
+            if not (target / ".complete").exists():
                 raise
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
-    log.info("fedray staged for shipping in %s (%d files)", target, len(files))
     return target
+
+
+def stage_plugin(name: str, path: Path, max_mb: float) -> Path:
+    """What is shipped of plug-in ``name`` found at ``path``: a ``.py`` file as it is, a package as a
+    staged copy of its Python package only (see :mod:`fedray.runtime.ship_files`), under ``max_mb``."""
+    files = plugin_files(path)
+    size = check_size(name, files, max_mb)
+    shown = ", ".join(sorted(files)[:8]) + (", ..." if len(files) > 8 else "")
+    log.info("shipping plug-in %r to the Ray workers: %d files, %.1f kB (%s)", name, len(files), size / 1e3, shown)
+    if path.is_file():
+        return path
+    return stage(files) / path.name
 
 
 def shipped_size(path: Path) -> tuple[int, int]:
@@ -212,7 +244,7 @@ def code_paths(cfg: Any, on_cluster: bool) -> list[Path]:
         p = module_path(name)
         if mode == "auto" and not on_cluster and _installed(p):
             continue  # workers on this machine import it from the same site-packages
-        paths.append(p)
+        paths.append(stage_plugin(name, p, cfg.runtime.ship_max_mb))
     return paths
 
 
@@ -240,7 +272,7 @@ def build_runtime_env(cfg: Any, on_cluster: bool) -> dict[str, Any] | None:
         return None
     for p in paths:
         n, size = shipped_size(p)
-        log.info("shipping %s to the Ray workers (%d files, %.0f kB before compression)", p, n, size / 1e3)
+        log.info("shipping %s to the Ray workers (%d files, %.1f kB before compression)", p, n, size / 1e3)
     return upload_local_paths(env)
 
 
@@ -251,8 +283,11 @@ def upload_local_paths(env: dict[str, Any]) -> dict[str, Any]:
 
     scratch = tempfile.mkdtemp(prefix="fedray-upload-")
     try:
-        env = upload_py_modules_if_needed(env, include_gitignore=False, scratch_dir=scratch, logger=log)
-        env = upload_working_dir_if_needed(env, include_gitignore=False, scratch_dir=scratch, logger=log)
+        env = upload_py_modules_if_needed(env, include_gitignore=True, scratch_dir=scratch, logger=log)
+        if env.get("working_dir"):  # fedray's own py_modules are staged clean; a working_dir is the user's
+            theirs = list(env.get("excludes") or [])
+            env["excludes"] = theirs + [p for p in NEVER_SHIPPED if p not in theirs]
+        env = upload_working_dir_if_needed(env, include_gitignore=True, scratch_dir=scratch, logger=log)
     except (OSError, ValueError, TypeError) as exc:
         raise ConfigError(f"runtime.runtime_env: cannot ship {env.get('py_modules') or env.get('working_dir')}: "
                           f"{str(exc).splitlines()[0]}") from None

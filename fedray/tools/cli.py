@@ -16,9 +16,10 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from fedray.api.checkpoint import load
 from fedray.api.config import make_config
 from fedray.api.run import resume, run
-from fedray.core.errors import FedrayError
+from fedray.core.errors import ConfigError, FedrayError
 from fedray.core.plugins import ENTRY_POINT_GROUP, entry_points
 from fedray.core.registry import available_algorithms
 from fedray.data import available_datasets, available_partitions
@@ -47,6 +48,7 @@ def _default_out(name: str) -> Path:
 
 def cmd_run(args: argparse.Namespace) -> int:
     if getattr(args, "resume", None):
+        _check_resume_config(args)
         result = resume(args.resume, progress=not args.quiet, output=args.out)
     else:
         cfg = make_config(args.config, overrides=args.set or [])
@@ -59,6 +61,37 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(result.table(color=sys.stdout.isatty()))
     print(f"outputs: {result.output_dir}")
     return 0
+
+
+def _flat(d: Any, prefix: str = "") -> dict[str, Any]:
+    if not isinstance(d, dict):
+        return {prefix: d}
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        out.update(_flat(v, f"{prefix}.{k}" if prefix else str(k)))
+    return out
+
+
+def _check_resume_config(args: argparse.Namespace) -> None:
+    """``--resume`` continues with the configuration saved in the checkpoint: a configuration or
+    ``--set`` given with it must be that one (output and checkpoint folders aside), else one line."""
+    if args.overwrite:
+        raise ConfigError("--overwrite cannot be given with --resume: a resumed run writes into its own folder "
+                          "(or a new one given with --out) and deletes nothing")
+    if not (args.config or args.set or args.central_baseline):
+        return
+    saved = load(args.resume)["config"]
+    given = make_config(args.config or saved, overrides=args.set or []).to_dict()  # --set alone: on the saved one
+    if args.central_baseline:
+        given["evaluation"]["central_baseline"] = True
+    if given["federation"].get("rounds") is None:  # the saved one holds the round cap the run had
+        given["federation"]["rounds"] = saved["federation"].get("rounds")
+    a, b = _flat(saved), _flat(given)
+    differ = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k) and not k.startswith(("output.", "checkpoint.")))
+    if differ:
+        shown = ", ".join(f"{k} ({a.get(k)!r} in the checkpoint, {b.get(k)!r} given)" for k in differ[:3])
+        raise ConfigError(f"--resume continues the run with the configuration saved in its checkpoint; the one "
+                          f"given differs in {len(differ)} key(s): {shown}; drop it, or start a new run")
 
 
 def cmd_quickstart(args: argparse.Namespace) -> int:
@@ -139,11 +172,19 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _plugins_from_current_folder() -> None:
+    """Let ``package.module:Name`` plug-ins be found in the current folder, after every library.
+
+    The current folder goes last on ``sys.path`` (where ``python -c`` / ``python -m`` put it
+    first), so a ``matplotlib.py`` or ``numpy.py`` lying there never shadows the library.
+    """
+    cwd = os.getcwd()
+    here = {"", ".", cwd}
+    sys.path[:] = [p for p in sys.path if p not in here] + [cwd]
+
+
 def main(argv: list[str] | None = None) -> int:
-    # Plug-ins given as package.module:Name are looked up from the current folder too, as
-    # `python -m` would (the console script's own folder is what Python puts first).
-    if "" not in sys.path and str(Path.cwd()) not in sys.path:
-        sys.path.insert(0, str(Path.cwd()))
+    _plugins_from_current_folder()
     parser = build_parser()
     args = parser.parse_args(argv)
     level = (logging.WARNING, logging.INFO, logging.DEBUG)[min(args.verbose, 2)]  # -v: progress notes, -vv: debug
@@ -169,8 +210,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except FedrayError as exc:
-        if args.verbose:
-            log.debug("traceback", exc_info=True)
+        if args.verbose and (exc.__cause__ is not None or args.verbose > 1):  # e.g. a plug-in's own error
+            log.info("traceback", exc_info=True)
         print(f"fedray: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

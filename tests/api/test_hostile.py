@@ -11,10 +11,11 @@ import numpy as np
 import pytest
 
 import fedray
-from fedray.api import checkpoint
+from fedray.api import checkpoint, outputs
 from fedray.api import run as run_api
 from fedray.core import calls
 from fedray.core.errors import ConfigError
+from fedray.tools.cli import main
 
 CLI = [sys.executable, "-c", "import sys; from fedray.tools.cli import main; sys.exit(main())"]
 
@@ -71,7 +72,7 @@ def test_checkpoint_key_is_secret_and_private(tmp_path, checkpoint_key):
 def test_resume_writes_where_the_user_says_not_where_the_file_says(tmp_path, checkpoint_key):
     out = _checkpointed_run(tmp_path)
     for p in list(out.iterdir()):
-        if p.is_file():
+        if p.is_file() and p.name != outputs.MARKER:  # the outputs are lost; fedray's marker stays
             p.unlink()
     res = run_api.resume(out)
     assert res.output_dir == out and (out / "summary.json").is_file()
@@ -109,8 +110,8 @@ def test_a_non_empty_output_folder_is_refused_before_ray_starts(tmp_path, monkey
 
 def test_overwrite_replaces_the_old_run_entirely(tmp_path):
     out = tmp_path / "out"
-    fedray.run(SMALL, output=out)
-    (out / "messages.parquet").write_bytes(b"left over from an older run")
+    fedray.run(SMALL, output=out, **{"output.messages": True})  # an older run that wrote a message log
+    assert (out / "messages.parquet").is_file()
     fedray.run(SMALL, output=out, **{"output.overwrite": True})
     assert not (out / "messages.parquet").exists()
     assert (out / "summary.json").is_file()
@@ -270,8 +271,25 @@ def test_unexpected_errors_are_one_line_without_v(tmp_path):
         "        return {}\n")
     proc = subprocess.run([*CLI, "run", "--set", "algorithm.name=buggy_plugin:Buggy", "--set", "runtime.backend=local",
                            "--out", str(tmp_path / "o")], cwd=tmp_path, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 1 and "Traceback" not in proc.stderr
-    assert "fedray: internal error: KeyError: 'missing' (run with -v for the traceback)" in proc.stderr
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert ("fedray: error: algorithm 'buggy_plugin:Buggy': configure_round raised KeyError: 'missing' in round 0 "
+            "(-v shows its traceback)") in proc.stderr
+    loud = subprocess.run([*CLI, "-v", "run", "--set", "algorithm.name=buggy_plugin:Buggy", "--set",
+                           "runtime.backend=local", "--out", str(tmp_path / "o2")], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120)
+    assert "Traceback" in loud.stderr and "return {}['missing']" in loud.stderr
+
+
+def test_an_internal_error_is_one_line_without_v(tmp_path, monkeypatch, capsys):
+    # a defect of fedray itself (here: a broken result table) says so, and points to -v
+    def broken(*args, **kwargs):
+        raise KeyError("missing")
+
+    monkeypatch.setattr(run_api.Result, "table", broken)
+    assert main(["run", "--set", "runtime.backend=local", "--set", "data.dataset=sklearn:iris", "--set",
+                 "federation.n_clients=4", "--set", "federation.rounds=2", "--out", str(tmp_path / "o"), "-q"]) == 1
+    err = capsys.readouterr().err
+    assert "fedray: internal error: KeyError: 'missing' (run with -v for the traceback)" in err and "Traceback" not in err
 
 
 def test_dp_noise_never_stops_kmeans_as_converged():

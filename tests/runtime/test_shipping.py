@@ -10,6 +10,7 @@
 """
 from __future__ import annotations
 
+import logging
 import subprocess
 import sys
 import textwrap
@@ -141,3 +142,77 @@ def test_neural_algorithm_without_torch_names_the_extra_before_ray_starts():
         assert line == (f"ERR algorithm.name: {name!r} needs torch, which is not installed; install it with: "
                         "pip install \"fedray[nn]\" (or pip install torch first to choose its build)")
     assert out.returncode == 2 and out.stderr.count("\n") == 1 and "fedray[nn]" in out.stderr, out.stderr
+
+
+# --- what a plug-in ships -----------------------------------------------------------------------
+def _project_with_secrets(root: Path, name: str) -> Path:
+    """A plug-in package in a project folder holding secrets, a repository and large data."""
+    pkg = root / name
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "algo.py").write_text(PLUGIN)
+    (pkg / "sub" / "__init__.py").write_text("")
+    (pkg / "sub" / "helpers.py").write_text("X = 1\n")
+    (pkg / "defaults.json").write_text("{}")  # package data: shipped
+    for where in (root, pkg):
+        (where / ".env").write_text("SECRET=1\n")
+        (where / "id_rsa").write_text("-----BEGIN OPENSSH PRIVATE KEY-----\n")
+        (where / ".ssh").mkdir()
+        (where / ".ssh" / "id_ed25519").write_text("key\n")
+        (where / ".git").mkdir()
+        (where / ".git" / "config").write_text("[core]\n")
+        (where / "data").mkdir()
+        with open(where / "data" / "big.bin", "wb") as fh:  # sparse: 500 MB that take no disk
+            fh.truncate(500 * 2**20)
+    (pkg / "server.pem").write_text("cert")
+    (pkg / "generated.py").write_text("Y = 2\n")
+    (pkg / "scratch").mkdir()
+    (pkg / "scratch" / "__init__.py").write_text("")
+    (root / ".gitignore").write_text(f"{name}/generated.py\nscratch/\n")
+    return pkg
+
+
+def test_a_plugin_ships_only_its_python_package_never_secrets_or_data(tmp_path, monkeypatch, caplog):
+    name = f"fr_pkg_{tmp_path.name.replace('-', '_')}"
+    _project_with_secrets(tmp_path, name)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("FEDRAY_CACHE_DIR", str(tmp_path / "cache"))
+    cfg = fedray.make_config(_cfg(f"{name}.algo:ShippedMean"))
+    with caplog.at_level(logging.INFO, logger="fedray.runtime.shipping"):
+        [shipped] = code_paths(cfg, on_cluster=False)
+    files = sorted(p.relative_to(shipped).as_posix() for p in shipped.rglob("*") if p.is_file())
+    assert shipped.name == name
+    assert files == ["__init__.py", "algo.py", "defaults.json", "sub/__init__.py", "sub/helpers.py"]
+    assert sum((shipped / f).stat().st_size for f in files) < 100_000
+    assert f"shipping plug-in '{name}' to the Ray workers: 5 files" in caplog.text
+    sys.modules.pop(name, None)
+
+
+def test_a_plugin_larger_than_the_cap_is_refused_naming_its_largest_files(tmp_path, monkeypatch):
+    name = f"fr_big_{tmp_path.name.replace('-', '_')}"
+    pkg = tmp_path / name
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "algo.py").write_text(PLUGIN)
+    with open(pkg / "weights.npy", "wb") as fh:  # package data above the cap (sparse)
+        fh.truncate(3 * 10**6)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("FEDRAY_CACHE_DIR", str(tmp_path / "cache"))
+    cfg = fedray.make_config(_cfg(f"{name}.algo:ShippedMean", ship_max_mb=1))
+    with pytest.raises(ConfigError, match=rf"ship_max_mb=1: plug-in '{name}' would ship 3.0 MB .*largest files: "
+                                          rf"{name}/weights.npy \(3.0 MB\)") as err:
+        code_paths(cfg, on_cluster=False)
+    assert "\n" not in str(err.value)
+    sys.modules.pop(name, None)
+
+
+def test_a_staged_plugin_package_runs_on_ray_workers(ray_session, tmp_path, monkeypatch):
+    name = f"fr_pkgray_{tmp_path.name.replace('-', '_')}"
+    _project_with_secrets(tmp_path, name)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("FEDRAY_CACHE_DIR", str(tmp_path / "cache"))
+    local = fedray.run(_cfg(f"{name}.algo:ShippedMean", backend="local"))
+    shipped = fedray.run(_cfg(f"{name}.algo:ShippedMean", backend="ray"))
+    np.testing.assert_array_equal(shipped.model["mean"], local.model["mean"])
+    sys.modules.pop(name, None)
+    sys.modules.pop(f"{name}.algo", None)

@@ -58,3 +58,43 @@ def test_clustering_never_imports_torch():
             "fedray.available_algorithms()\n"
             "assert 'torch' not in sys.modules, 'torch was imported'\n")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+CWD_PLUGIN = '''
+import numpy as np
+import fedray
+
+
+def moments(payload, shared, client):
+    return fedray.Stats(s=client.data.X.sum(axis=0), n=np.array(float(client.data.X.shape[0])))
+
+
+class Mean(fedray.Algorithm):
+    def configure_round(self, ctx):
+        return None if ctx.round >= 2 else {c: fedray.Task(moments) for c in ctx.sampled}
+
+    def aggregate(self, ctx, replies):
+        t = fedray.total(r.update for r in replies)
+        self.mean = t["s"] / t["n"]
+        return {"n": float(t["n"])}
+
+    def result(self):
+        return {"mean": self.mean}
+'''
+
+
+def test_the_current_folder_gives_plugins_but_never_shadows_a_library(tmp_path):
+    """`fedray run` finds module:Class plug-ins in the current folder, yet a matplotlib.py there never runs."""
+    from pathlib import Path
+
+    script = Path(sys.executable).with_name("fedray")
+    assert script.is_file(), "the console script is installed with the package"
+    (tmp_path / "matplotlib.py").write_text("open('SHADOWED', 'w').close()\nraise SystemExit('shadowed')\n")
+    (tmp_path / "fr_cwd_plugin.py").write_text(CWD_PLUGIN)
+    proc = subprocess.run([str(script), "run", "--set", "algorithm.name=fr_cwd_plugin:Mean", "--set",
+                           "runtime.backend=local", "--set", "data.dataset=sklearn:iris", "--set",
+                           "federation.n_clients=4", "--out", "out", "-q"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert not (tmp_path / "SHADOWED").exists()
+    assert (tmp_path / "out" / "plots" / "convergence.png").is_file()  # drawn by the real matplotlib
