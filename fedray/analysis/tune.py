@@ -130,8 +130,9 @@ def run_trial(config: Mapping[str, Any], *, base: Any, checkpoint_every: int = 5
         result = run(trial_config(base, config, checkpoint_every), output=out, progress=False, on_round=hooks)
     else:
         with checkpoint.as_directory() as folder:
-            params = _mutated_params(trial_config(base, config, checkpoint_every), load(folder)["config"])
-            result = resume(folder, output=out, progress=False, on_round=hooks, algorithm_params=params)
+            params = _mutated_params(trial_config(base, config, checkpoint_every),
+                                     load(folder, bound=False)["config"])
+            result = resume(folder, output=out, progress=False, on_round=hooks, algorithm_params=params, adopt=True)
     final = {f"final_{k}": v for k, v in numeric_items(result.final).items()}
     tune.report({**reporter.last, **final})
     return result

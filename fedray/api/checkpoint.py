@@ -229,8 +229,14 @@ def find(directory: str | Path) -> Path:
                       "was the run started with checkpoint.every > 0?")
 
 
-def load(directory: str | Path) -> dict[str, Any]:
-    """Read a checkpoint (see :func:`find` for where it is looked for)."""
+def load(directory: str | Path, *, bound: bool = True) -> dict[str, Any]:
+    """Read a checkpoint (see :func:`find` for where it is looked for).
+
+    ``bound``: the checkpoint must sit in the output folder of its own run (see
+    :func:`_check_run`). Only a caller that keeps its own record of which checkpoint
+    belongs to which run (:mod:`fedray.analysis.tune`: Ray Tune's checkpoints) passes False;
+    the signature is checked either way.
+    """
     path = find(directory)
     try:
         raw = path.read_bytes()
@@ -249,7 +255,8 @@ def load(directory: str | Path) -> dict[str, Any]:
         raise ConfigError(f"--resume: {str(path)!r} is not a readable checkpoint ({type(exc).__name__})") from None
     if not isinstance(blob, dict) or blob.get("version") != VERSION:
         raise ConfigError(f"--resume: {str(path)!r} is not a fedray checkpoint of version {VERSION}")
-    _check_run(path, blob)
+    if bound:
+        _check_run(path, blob)
     blob["path"] = str(path)
     return blob
 

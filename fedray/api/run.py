@@ -2,15 +2,17 @@
 from __future__ import annotations
 
 import logging
+import secrets
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from fedray.api.checkpoint import load
 from fedray.api.config import make_config
-from fedray.api.outputs import prepare, release
+from fedray.api.outputs import prepare, release, run_id_of
 from fedray.api.results import Result, peak_memory_mb
 from fedray.api.session import Session
+from fedray.core.errors import ConfigError
 from fedray.core.registry import make_params
 
 log = logging.getLogger(__name__)
@@ -54,7 +56,7 @@ def run(config: Any = None, *, overrides: list[str] | dict[str, Any] | None = No
 
 def resume(directory: str | Path, progress: bool | None = None, output: str | Path | None = None,
            on_round: Sequence[Callable[[dict[str, Any]], None]] = (),
-           algorithm_params: dict[str, Any] | None = None) -> Any:
+           algorithm_params: dict[str, Any] | None = None, adopt: bool = False) -> Any:
     """Continue an interrupted run from its checkpoint; returns its :class:`~fedray.api.results.Result`.
 
     Parameters
@@ -69,9 +71,19 @@ def resume(directory: str | Path, progress: bool | None = None, output: str | Pa
         Algorithm parameters that replace the checkpoint's from the next round on (validated;
         e.g. a hyperparameter a population-based search mutates). The rest of the state is the
         checkpoint's.
+    adopt : bool
+        For callers that keep their own checkpoint lineage (:mod:`fedray.analysis.tune`: Ray
+        Tune restores a trial, or PBT hands it another trial's checkpoint, from a copy outside
+        any fedray output folder): the checkpoint need not sit in its run's folder, and the run
+        goes on under the run id of ``output`` (a new one for a new folder). Default False:
+        the checkpoint must be the one of the folder that holds it.
     """
 
-    blob = load(directory)
+    blob = load(directory, bound=not adopt)
+    if adopt:
+        if output is None:
+            raise ConfigError("resume(adopt=True) needs output=: the folder the adopted run writes to")
+        blob["run_id"] = run_id_of(output) or secrets.token_hex(16)
     if algorithm_params:
         _replace_params(blob, algorithm_params)
     # New checkpoints go to <output>/checkpoint and nothing is deleted: a folder or an overwrite

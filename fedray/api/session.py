@@ -203,14 +203,14 @@ class Session:
             prepare(out, cfg.output.overwrite, resuming=resume_from is not None,
                     run_id=None if resume_from is None else resume_from.get("run_id"))
         try:
-            return self._run(alg, cfg, kwargs, cap, budget, out, progress, central_baseline, resume_from, t0)
+            return self._run(alg, cfg, kwargs, cap, budget, out, progress, central_baseline, resume_from, t0, on_round)
         finally:
             if out:
                 release(out)
 
     def _run(self, alg: Algorithm, cfg: ExperimentConfig, kwargs: dict[str, Any], cap: int, budget: int | None,
              out: Any, progress: bool | None, central_baseline: bool | None, resume_from: dict[str, Any] | None,
-             t0: float) -> Result:
+             t0: float, on_round: Sequence[Callable[[dict[str, Any]], None]] = ()) -> Result:
         """The run itself, in the output folder ``out`` claimed for it."""
         checkpoint = Checkpointer(cfg, out, self, None if resume_from is None else resume_from.get("run_id")) \
             if cfg.checkpoint.every else None
