@@ -226,8 +226,9 @@ class FaultsConfig(_Section):
 class DPConfig(_Section):
     """Gaussian mechanism on clients' statistics: clip to L2 norm ``clip``, noise std ``noise_multiplier * clip``."""
 
-    clip: float = Field(gt=0, description="L2 norm C each client's statistics are clipped to")
-    noise_multiplier: float = Field(gt=0, description="z: Gaussian noise of standard deviation z C is added")
+    clip: float = Field(gt=0, allow_inf_nan=False, description="L2 norm C each client's statistics are clipped to")
+    noise_multiplier: float = Field(gt=0, allow_inf_nan=False,
+                                    description="z: Gaussian noise of standard deviation z C is added")
     delta: float = Field(default=1e-5, gt=0, lt=1, description="delta of the (epsilon, delta) guarantee reported")
     seeded_noise: bool = Field(default=False, description="debugging only: noise from the seed, not private")
     adjacency: Literal["replace-one", "add-remove"] = Field(
