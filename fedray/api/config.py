@@ -198,7 +198,7 @@ class OutputConfig(_Section):
     @classmethod
     def _distinct_trackers(cls, v: list[str]) -> list[str]:
         if len(set(v)) != len(v):
-            raise ValueError(f"each tracker at most once; got {v}")
+            raise ValueError("each tracker at most once")
         return v
 
 

@@ -139,6 +139,9 @@ def test_trackers_need_an_output_folder_and_are_named_once(tmp_path):
         fedray.make_config(**BASE, output={"trackers": ["tensorboard", "tensorboard"]})
     with pytest.raises(ConfigError, match="output.trackers"):
         fedray.make_config(**BASE, output={"trackers": ["wandb"]})
+    with pytest.raises(ConfigError) as info:  # the value once, not twice ("...; got [...]; got [...]")
+        fedray.make_config(**BASE, output={"trackers": ["mlflow", "mlflow"]})
+    assert str(info.value).count("['mlflow', 'mlflow']") == 1
 
 
 def test_describe_output_lists_the_tracking_options(capsys):
