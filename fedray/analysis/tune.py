@@ -152,6 +152,17 @@ def _mutated_params(cfg: ExperimentConfig, saved: dict[str, Any]) -> dict[str, A
             if k.startswith(prefix) and "." not in k[len(prefix):] and k[len(prefix):] in cfg.algorithm.params}
 
 
+def _check_arguments(checkpoint_every: Any, client_cpus: Any, driver_cpus: Any, metrics: Any) -> None:
+    """One-line ConfigErrors for :func:`trainable`'s arguments (no string or float silently taken apart or cut)."""
+    if isinstance(checkpoint_every, bool) or not isinstance(checkpoint_every, int) or checkpoint_every < 1:
+        raise ConfigError(f"checkpoint_every: must be >= 1, an integer; got {checkpoint_every!r}")
+    cpus = (client_cpus, driver_cpus)
+    if not all(isinstance(c, (int, float)) and not isinstance(c, bool) and 0 < c < math.inf for c in cpus):
+        raise ConfigError(f"client_cpus, driver_cpus: must be > 0; got {client_cpus!r}, {driver_cpus!r}")
+    if isinstance(metrics, str) or not all(isinstance(m, str) and m for m in metrics):
+        raise ConfigError(f"metrics: must be a list of metric names, e.g. ['accuracy']; got {metrics!r}")
+
+
 def trainable(base: Any, *, checkpoint_every: int = 5, client_cpus: float = 1.0, driver_cpus: float = 1.0,
               metrics: Sequence[str] = DEFAULT_METRICS) -> Any:
     """A Tune function trainable running ``base`` (a configuration, mapping or YAML path) per trial.
@@ -177,10 +188,7 @@ def trainable(base: Any, *, checkpoint_every: int = 5, client_cpus: float = 1.0,
     """
     from ray import tune
 
-    if int(checkpoint_every) < 1:
-        raise ConfigError(f"checkpoint_every: must be >= 1; got {checkpoint_every!r}")
-    if not (client_cpus > 0 and driver_cpus > 0):
-        raise ConfigError(f"client_cpus, driver_cpus: must be > 0; got {client_cpus!r}, {driver_cpus!r}")
+    _check_arguments(checkpoint_every, client_cpus, driver_cpus, metrics)
     cfg = make_config(base)
     key = os.environ.get(KEY_ENV) or signing_key(create=True).hex()
 

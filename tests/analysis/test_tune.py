@@ -165,6 +165,15 @@ def test_trainable_checks_its_arguments():
         trainable(BASE, client_cpus=0)
     with pytest.raises(ConfigError, match="algorithm.params"):
         trainable({**BASE, "algorithm": {"name": "kmeans", "params": {"n_clusters": 0}}})
+    # a string is not taken apart into one metric per character, nor a float or a text cut to an integer
+    with pytest.raises(ConfigError, match=r"metrics: must be a list of metric names, e.g. \['accuracy'\]; got 'ari'"):
+        trainable(BASE, metrics="ari")
+    for bad in (2.5, "3", True):
+        with pytest.raises(ConfigError, match="checkpoint_every: must be >= 1, an integer"):
+            trainable(BASE, checkpoint_every=bad)
+    for bad in ("1", float("inf"), True):
+        with pytest.raises(ConfigError, match="client_cpus, driver_cpus: must be > 0"):
+            trainable(BASE, client_cpus=bad)
 
 
 def test_reports_carry_the_scheduler_metric_in_every_round():
