@@ -137,7 +137,7 @@ class RuntimeConfig(_Section):
                                                  "(PACK) or spread over all nodes of the cluster (SPREAD)")
     queue_timeout: float | None = Field(default=None, gt=0, description="seconds to wait for the cluster to "
                                         "have room for all the client actors at once (other runs hold it); past it "
-                                        "the run fails in one line (None: wait, saying so every minute)")
+                                        "the run fails in one line (None: wait, saying so at intervals doubling from 5 s to 60 s)")
     wait_for_nodes: bool = Field(default=False, description="the cluster grows on demand (an autoscaler): a "
                                  "request larger than its current resources waits for nodes instead of failing")
     actor_batch: int = Field(default=64, ge=1, description="actors created at once while starting (bounds the "
