@@ -13,7 +13,10 @@
     results = tuner.fit()
 
 * **Search space.** A trial's configuration is a mapping of dotted keys applied to the
-  base configuration like ``--set`` (nested mappings are flattened to dotted keys).
+  base configuration like ``--set``: the value of a dotted key replaces the base's
+  (``"data.partition": {"name": "iid"}`` drops the base's partition options); nested
+  mappings under plain keys (``{"algorithm": {"params": {"lr": ...}}}``) are walked
+  down to their leaves, each leaf a dotted key.
 * **Reports.** Every round's history row is reported to Tune (its numeric columns, and
   ``phase``); the keys in ``metrics`` (default: fedray's headline metrics) are in every
   report, NaN in a round without them, so a scheduler's metric is never missing. ASHA or
@@ -69,10 +72,23 @@ OUTPUT = "fedray"
 def trial_config(base: Any, config: Mapping[str, Any], checkpoint_every: int) -> ExperimentConfig:
     """The validated configuration of one trial: ``base`` with the trial's dotted keys, its checkpoints
     every ``checkpoint_every`` rounds in its own output folder."""
-    overrides = flatten(dict(config))
+    overrides = search_keys(config)
     overrides.update({"checkpoint.every": int(checkpoint_every), "checkpoint.directory": None,
                       "output.directory": None, "output.overwrite": True, "runtime.progress": False})
     return make_config(base, overrides=overrides)
+
+
+def search_keys(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A trial's configuration as ``--set`` overrides: a dotted key's value as it is (it replaces the
+    base's, mappings included); a mapping under a plain key walked down to its leaves."""
+    out: dict[str, Any] = {}
+    for k, v in config.items():
+        key = f"{prefix}{k}"
+        if "." not in str(k) and isinstance(v, Mapping) and v:
+            out.update(search_keys(v, key + "."))
+        else:
+            out[key] = v
+    return out
 
 
 def trial_bundles(cfg: ExperimentConfig, client_cpus: float = 1.0, driver_cpus: float = 1.0

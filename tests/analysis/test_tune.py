@@ -229,3 +229,19 @@ def test_a_restore_takes_the_algorithm_params_pbt_mutated(tmp_path):
     pd.testing.assert_frame_equal(same.history.drop(columns=list(WALL)), ref.history.drop(columns=list(WALL)))
     with pytest.raises(ConfigError, match="algorithm.params"):
         fedray.resume(out, algorithm_params={"tol": -1.0})
+
+
+def test_a_dotted_search_key_replaces_its_value_as_set_does_and_nested_keys_reach_their_leaves():
+    """`"data.partition": {"name": "iid"}` in a trial gives the partition `fedray run --set
+    'data.partition={name: iid}'` gives (the base's dirichlet alpha is not merged into it: iid would
+    refuse it); `{"algorithm": {"params": {...}}}` still changes one parameter and keeps the others."""
+    from fedray.analysis.tune import trial_config
+    from fedray.api.config import make_config
+
+    base = make_config({**BASE, "data": {"dataset": "sklearn:iris", "partition": {"name": "dirichlet", "alpha": 0.5}}})
+    as_set = make_config(base, overrides=["data.partition={name: iid}"])
+    assert trial_config(base, {"data.partition": {"name": "iid"}}, 5).data.partition == as_set.data.partition
+    nested = trial_config(base, {"algorithm": {"params": {"n_clusters": 4}}}, 5)
+    assert nested.algorithm.params["n_clusters"] == 4
+    assert {k: v for k, v in nested.algorithm.params.items() if k != "n_clusters"} == {
+        k: v for k, v in base.algorithm.params.items() if k != "n_clusters"}
