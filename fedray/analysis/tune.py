@@ -13,7 +13,10 @@
     results = tuner.fit()
 
 * **Search space.** A trial's configuration is a mapping of dotted keys applied to the
-  base configuration like ``--set`` (nested mappings are flattened to dotted keys).
+  base configuration like ``--set``: the value of a dotted key replaces the base's
+  (``"data.partition": {"name": "iid"}`` drops the base's partition options); nested
+  mappings under plain keys (``{"algorithm": {"params": {"lr": ...}}}``) are walked
+  down to their leaves, each leaf a dotted key.
 * **Reports.** Every round's history row is reported to Tune (its numeric columns, and
   ``phase``); the keys in ``metrics`` (default: fedray's headline metrics) are in every
   report, NaN in a round without them, so a scheduler's metric is never missing. ASHA or
@@ -69,10 +72,23 @@ OUTPUT = "fedray"
 def trial_config(base: Any, config: Mapping[str, Any], checkpoint_every: int) -> ExperimentConfig:
     """The validated configuration of one trial: ``base`` with the trial's dotted keys, its checkpoints
     every ``checkpoint_every`` rounds in its own output folder."""
-    overrides = flatten(dict(config))
+    overrides = search_keys(config)
     overrides.update({"checkpoint.every": int(checkpoint_every), "checkpoint.directory": None,
                       "output.directory": None, "output.overwrite": True, "runtime.progress": False})
     return make_config(base, overrides=overrides)
+
+
+def search_keys(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A trial's configuration as ``--set`` overrides: a dotted key's value as it is (it replaces the
+    base's, mappings included); a mapping under a plain key walked down to its leaves."""
+    out: dict[str, Any] = {}
+    for k, v in config.items():
+        key = f"{prefix}{k}"
+        if "." not in str(k) and isinstance(v, Mapping) and v:
+            out.update(search_keys(v, key + "."))
+        else:
+            out[key] = v
+    return out
 
 
 def trial_bundles(cfg: ExperimentConfig, client_cpus: float = 1.0, driver_cpus: float = 1.0
@@ -153,6 +169,17 @@ def _mutated_params(cfg: ExperimentConfig, saved: dict[str, Any]) -> dict[str, A
             if k.startswith(prefix) and "." not in k[len(prefix):] and k[len(prefix):] in cfg.algorithm.params}
 
 
+def _check_arguments(checkpoint_every: Any, client_cpus: Any, driver_cpus: Any, metrics: Any) -> None:
+    """One-line ConfigErrors for :func:`trainable`'s arguments (no string or float silently taken apart or cut)."""
+    if isinstance(checkpoint_every, bool) or not isinstance(checkpoint_every, int) or checkpoint_every < 1:
+        raise ConfigError(f"checkpoint_every: must be >= 1, an integer; got {checkpoint_every!r}")
+    cpus = (client_cpus, driver_cpus)
+    if not all(isinstance(c, (int, float)) and not isinstance(c, bool) and 0 < c < math.inf for c in cpus):
+        raise ConfigError(f"client_cpus, driver_cpus: must be > 0; got {client_cpus!r}, {driver_cpus!r}")
+    if isinstance(metrics, str) or not all(isinstance(m, str) and m for m in metrics):
+        raise ConfigError(f"metrics: must be a list of metric names, e.g. ['accuracy']; got {metrics!r}")
+
+
 def trainable(base: Any, *, checkpoint_every: int = 5, client_cpus: float = 1.0, driver_cpus: float = 1.0,
               metrics: Sequence[str] = DEFAULT_METRICS) -> Any:
     """A Tune function trainable running ``base`` (a configuration, mapping or YAML path) per trial.
@@ -178,10 +205,7 @@ def trainable(base: Any, *, checkpoint_every: int = 5, client_cpus: float = 1.0,
     """
     from ray import tune
 
-    if int(checkpoint_every) < 1:
-        raise ConfigError(f"checkpoint_every: must be >= 1; got {checkpoint_every!r}")
-    if not (client_cpus > 0 and driver_cpus > 0):
-        raise ConfigError(f"client_cpus, driver_cpus: must be > 0; got {client_cpus!r}, {driver_cpus!r}")
+    _check_arguments(checkpoint_every, client_cpus, driver_cpus, metrics)
     cfg = make_config(base)
     key = os.environ.get(KEY_ENV) or signing_key(create=True).hex()
 

@@ -138,7 +138,7 @@ class RuntimeConfig(_Section):
                                                  "(PACK) or spread over all nodes of the cluster (SPREAD)")
     queue_timeout: float | None = Field(default=None, gt=0, description="seconds to wait for the cluster to "
                                         "have room for all the client actors at once (other runs hold it); past it "
-                                        "the run fails in one line (None: wait, saying so every minute)")
+                                        "the run fails in one line (None: wait, saying so at intervals doubling from 5 s to 60 s)")
     wait_for_nodes: bool = Field(default=False, description="the cluster grows on demand (an autoscaler): a "
                                  "request larger than its current resources waits for nodes instead of failing")
     actor_batch: int = Field(default=64, ge=1, description="actors created at once while starting (bounds the "
@@ -201,7 +201,7 @@ class OutputConfig(_Section):
     @classmethod
     def _distinct_trackers(cls, v: list[str]) -> list[str]:
         if len(set(v)) != len(v):
-            raise ValueError(f"each tracker at most once; got {v}")
+            raise ValueError("each tracker at most once")
         return v
 
 
@@ -229,8 +229,9 @@ class FaultsConfig(_Section):
 class DPConfig(_Section):
     """Gaussian mechanism on clients' statistics: clip to L2 norm ``clip``, noise std ``noise_multiplier * clip``."""
 
-    clip: float = Field(gt=0, description="L2 norm C each client's statistics are clipped to")
-    noise_multiplier: float = Field(gt=0, description="z: Gaussian noise of standard deviation z C is added")
+    clip: float = Field(gt=0, allow_inf_nan=False, description="L2 norm C each client's statistics are clipped to")
+    noise_multiplier: float = Field(gt=0, allow_inf_nan=False,
+                                    description="z: Gaussian noise of standard deviation z C is added")
     delta: float = Field(default=1e-5, gt=0, lt=1, description="delta of the (epsilon, delta) guarantee reported")
     seeded_noise: bool = Field(default=False, description="debugging only: noise from the seed, not private")
     adjacency: Literal["replace-one", "add-remove"] = Field(

@@ -24,13 +24,14 @@ run (its server gone) is named in a warning and left out; the run goes on.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
 import os
 import struct
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,9 @@ log = logging.getLogger(__name__)
 TRACKERS = {"tensorboard": ("tensorboard", "tracking"), "mlflow": ("mlflow", "tracking")}
 STATE_FILE = "tracking.json"
 TB_FOLDER = "tensorboard"
+#: While a tracker opens, MLflow tries an HTTP tracking server this many times, this many seconds each
+#: (its defaults retry a server that is not there for about four minutes); a user's own setting wins.
+OPEN_REQUESTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
 
 
 def check_available(names: Iterable[str]) -> None:
@@ -166,6 +170,18 @@ def _metric_key(k: str) -> str:
     return "".join(c if c.isalnum() or c in "_-./ " else "_" for c in k)
 
 
+@contextlib.contextmanager
+def _quick_requests() -> Iterator[None]:
+    """MLflow's HTTP retries set to :data:`OPEN_REQUESTS` inside the block (where not set by the user)."""
+    added = [k for k in OPEN_REQUESTS if k not in os.environ]
+    os.environ.update({k: OPEN_REQUESTS[k] for k in added})
+    try:
+        yield
+    finally:
+        for k in added:
+            os.environ.pop(k, None)
+
+
 class MLflowTracker:
     """Logs one run to MLflow with :class:`mlflow.tracking.MlflowClient` (no global active run)."""
 
@@ -176,13 +192,14 @@ class MLflowTracker:
 
         self.client = MlflowClient(uri)
         self.uri = uri
-        if run_id is not None:  # a resumed run goes on in the run it started
-            self.run_id = run_id
-            self.client.update_run(run_id, status="RUNNING")
-            return
-        exp = self.client.get_experiment_by_name(experiment)
-        exp_id = exp.experiment_id if exp is not None else self.client.create_experiment(experiment)
-        self.run_id = self.client.create_run(exp_id, run_name=run_name, tags={"fedray": "1"}).info.run_id
+        with _quick_requests():  # an unreachable server fails in seconds, not after minutes of retries
+            if run_id is not None:  # a resumed run goes on in the run it started
+                self.run_id = run_id
+                self.client.update_run(run_id, status="RUNNING")
+                return
+            exp = self.client.get_experiment_by_name(experiment)
+            exp_id = exp.experiment_id if exp is not None else self.client.create_experiment(experiment)
+            self.run_id = self.client.create_run(exp_id, run_name=run_name, tags={"fedray": "1"}).info.run_id
 
     def _metrics(self, step: int, metrics: dict[str, float], prefix: str = "") -> None:
         from mlflow.entities import Metric

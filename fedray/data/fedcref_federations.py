@@ -26,7 +26,7 @@ import numpy as np
 from fedray.core.errors import ConfigError, DataError, SharedSamplesWarning
 from fedray.core.seeding import CLASS_SUBSETS_STREAM, data_rng
 from fedray.data.datasets import Dataset, resolve_data_dir
-from fedray.data.federation import ClientSpec, Federation, register_federation_builder
+from fedray.data.federation import ClientSpec, Federation, federation_builder
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +88,7 @@ def class_subsets_indices(y: np.ndarray, n_clients: int, rng: np.random.Generato
     return [np.sort(np.concatenate(p)) for p in parts], chosen, repeats
 
 
-@register_federation_builder("class-subsets")
+@federation_builder("class-subsets")
 def class_subsets(ds: Dataset, data: Any, n_clients: int | None, seed: int, classes: Any = (2, 5),
                   samples_per_class: int = 500, overlap: float = 0.0) -> Federation:
     """Each client holds a random subset of the classes, S samples of each (FedCRef, Section 5.2).

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import inspect
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -87,6 +88,53 @@ BLOBS_OPTIONS = {
 # ``fn(dataset, data_cfg, n_clients, seed, **options) -> Federation``.
 def register_federation_builder(name: str) -> Any:
     return FEDERATION_BUILDERS.register(name)
+
+
+#: Option annotations whose values :func:`federation_builder` checks (the others are the builder's to check).
+_OPTION_KINDS = {"int": "an integer", "float": "a finite number", "bool": "true or false"}
+
+
+def _is_kind(value: Any, kind: str) -> bool:
+    if kind == "bool" or isinstance(value, bool):
+        return kind == "bool" and isinstance(value, bool)
+    if kind == "int":
+        return isinstance(value, (int, np.integer))
+    return isinstance(value, (int, float, np.integer, np.floating)) and bool(np.isfinite(value))
+
+
+def _check_option(builder: str, key: str, value: Any, annotation: str) -> None:
+    kind, _, rest = str(annotation).partition(" | ")
+    if kind not in _OPTION_KINDS or rest not in ("", "None") or (rest and value is None):
+        return
+    if not _is_kind(value, kind):
+        none = " or null" if rest else ""
+        raise ConfigError(f"data.partition.{key}: must be {_OPTION_KINDS[kind]}{none} for {builder!r}; "
+                          f"got {value!r}")
+
+
+def federation_builder(name: str) -> Any:
+    """Register a federation builder ``fn(ds, data, n_clients, seed, **options)``; before it runs, unknown
+    ``data.partition`` keys, and values of its ``int``, ``float`` and ``bool`` options of another type, are
+    a ConfigError naming them (never a TypeError, nor a string or float silently cut to an integer)."""
+
+    def deco(fn: Any) -> Any:
+        params = {k: p.annotation for k, p in inspect.signature(fn).parameters.items()
+                  if k not in ("ds", "data", "n_clients", "seed")}
+        allowed = list(params)
+
+        @functools.wraps(fn)
+        def wrapper(ds: Any, data: Any, n_clients: int | None, seed: int, **options: Any) -> Federation:
+            unknown = sorted(set(options) - set(allowed))
+            if unknown:
+                raise ConfigError(f"data.partition: unknown option(s) {unknown} for {name!r}; allowed: {allowed}")
+            for key, value in options.items():
+                _check_option(name, key, value, params[key])
+            return fn(ds, data, n_clients, seed, **options)
+
+        register_federation_builder(name)(wrapper)
+        return wrapper
+
+    return deco
 
 
 def register_transform(name: str) -> Any:

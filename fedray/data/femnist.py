@@ -83,11 +83,17 @@ def _read_part(folder: Path) -> dict[str, tuple[list, list]]:
 def _to_arrays(x: list, y: list, where: str) -> tuple[np.ndarray, np.ndarray]:
     try:
         X = np.asarray(x, dtype=np.float64).reshape(len(x), -1) if x else np.zeros((0, 784))
-        labels = np.asarray(y, dtype=np.int64)
+        raw = np.asarray(y)
+        if raw.size and (raw.dtype.kind not in "iu" or raw.ndim != 1):  # no 1.5 cut to 1, no "3" read as 3
+            raise ValueError(f"labels of type {raw.dtype} (e.g. {raw.ravel()[0]!r})")
+        labels = raw.astype(np.int64).reshape(-1)
     except (TypeError, ValueError) as exc:
         raise DataError(f"{where}: images must be lists of 784 numbers and labels integers ({exc})") from None
     if X.shape[1] != 784:
         raise DataError(f"{where}: images of {X.shape[1]} values; FEMNIST images have 784 (28x28)")
+    if X.size and not (np.all(np.isfinite(X)) and X.min() >= 0.0 and X.max() <= 1.0):
+        bad = float(X[~(np.isfinite(X) & (X >= 0.0) & (X <= 1.0))].ravel()[0])
+        raise DataError(f"{where}: pixel value {bad!r}; LEAF's FEMNIST pixels lie in [0, 1] (background 1)")
     if labels.size and (labels.min() < 0 or labels.max() > 61):
         raise DataError(f"{where}: labels must lie in 0-61; got {int(labels.min())} to {int(labels.max())}")
     return X, labels

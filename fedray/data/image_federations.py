@@ -37,12 +37,9 @@ Rotations and label swaps are applied in the client when the shard is built
 """
 from __future__ import annotations
 
-import functools
-import inspect
 import logging
 import math
 import warnings
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -53,7 +50,7 @@ from fedray.data.datasets import Dataset, resolve_data_dir
 from fedray.data.federation import (
     ClientSpec,
     Federation,
-    register_federation_builder,
+    federation_builder,
     register_transform,
 )
 
@@ -241,26 +238,7 @@ def _n(n_clients: int | None) -> int:
 
 
 # --- builders ------------------------------------------------------------------------
-def _builder(name: str) -> Callable:
-    """Register a builder; unknown ``data.partition`` keys raise a ConfigError naming them."""
-
-    def deco(fn: Callable) -> Callable:
-        allowed = [p for p in inspect.signature(fn).parameters if p not in ("ds", "data", "n_clients", "seed")]
-
-        @functools.wraps(fn)
-        def wrapper(ds: Dataset, data: Any, n_clients: int | None, seed: int, **options: Any) -> Federation:
-            unknown = sorted(set(options) - set(allowed))
-            if unknown:
-                raise ConfigError(f"data.partition: unknown option(s) {unknown} for {name!r}; allowed: {allowed}")
-            return fn(ds, data, n_clients, seed, **options)
-
-        register_federation_builder(name)(wrapper)
-        return wrapper
-
-    return deco
-
-
-@_builder("rotated")
+@federation_builder("rotated")
 def rotated(ds: Dataset, data: Any, n_clients: int | None, seed: int, rotations: list[int] = (0, 90, 180, 270),
             proportions: list[float] = (0.1, 0.2, 0.3, 0.4), samples: Any = COMMON["samples"],
             test_fraction: float = COMMON["test_fraction"]) -> Federation:
@@ -294,7 +272,7 @@ def rotated(ds: Dataset, data: Any, n_clients: int | None, seed: int, rotations:
                        samples, tf, rng, "rotated")
 
 
-@_builder("grouped")
+@federation_builder("grouped")
 def grouped(ds: Dataset, data: Any, n_clients: int | None, seed: int, n_groups: int = 5, labels_per_group: int = 2,
             samples: Any = COMMON["samples"], test_fraction: float = COMMON["test_fraction"]) -> Federation:
     """Label skew: the clients of group g hold only the labels of group g.
@@ -324,7 +302,7 @@ def grouped(ds: Dataset, data: Any, n_clients: int | None, seed: int, n_groups: 
                        ["labels " + ",".join(map(str, s)) for s in sets], samples, tf, rng, "grouped")
 
 
-@_builder("label-swapped")
+@federation_builder("label-swapped")
 def label_swapped(ds: Dataset, data: Any, n_clients: int | None, seed: int, n_groups: int = 5,
                   samples: Any = COMMON["samples"], test_fraction: float = COMMON["test_fraction"]) -> Federation:
     """Concept shift: the clients of group g have two labels swapped.
@@ -390,7 +368,7 @@ def _label_sets(ds: Dataset, label_sets: Any, n_groups: int, classes: np.ndarray
     return sets
 
 
-@_builder("grouped+rotated")
+@federation_builder("grouped+rotated")
 def grouped_rotated(ds: Dataset, data: Any, n_clients: int | None, seed: int, n_groups: int = 2,
                     rotated_fraction: float = 0.3, rotation: int = 90, samples: Any = COMMON["samples"],
                     test_fraction: float = COMMON["test_fraction"], label_sets: str | list[list[int]] = "random",

@@ -44,6 +44,14 @@ def _part(options: dict[str, Any]) -> tuple[str, ...]:
     return ("train", "test") if part == "all" else (part,)
 
 
+def _verify(options: dict[str, Any]) -> bool:
+    """``data.options.verify_md5``: true or false (a string such as "no" is not taken as true)."""
+    flag = options.get("verify_md5", False)
+    if not isinstance(flag, bool):
+        raise ConfigError(f"data.options.verify_md5: must be true or false; got {flag!r}")
+    return flag
+
+
 def _images(images: np.ndarray, labels: np.ndarray, name: str, class_names: tuple[str, ...],
             meta: dict[str, Any] | None = None) -> Dataset:
     """A Dataset of uint8 images (n, H, W) or (n, C, H, W) scaled to [0, 1]."""
@@ -103,7 +111,7 @@ def _idx_parts(folder: Path, names: dict[str, tuple[str, str]], dataset: str,
     Xs, ys = [], []
     for part in _part(options):
         img, lab = folder / names[part][0], folder / names[part][1]
-        if options.get("verify_md5"):
+        if _verify(options):
             files.verify_md5(dataset, [img, lab])
         X, y = files.read_idx_pair(img, lab)
         Xs.append(X)
@@ -191,7 +199,7 @@ def _kuzushiji(prefix: str, n_classes: int, ddir: Path | None, options: dict[str
             if (cand / idx_probe).is_file():
                 return _idx_parts(cand, names, "kmnist", options)
         raise
-    if options.get("verify_md5"):
+    if _verify(options):
         raise ConfigError(f"data.options.verify_md5: md5 values are published for KMNIST's IDX files only, not for "
                           f"{prefix}'s .npz files")
     Xs, ys = [], []
@@ -252,7 +260,7 @@ def load_cifar10(arg: str, ddir: Path | None, options: dict[str, Any]) -> Datase
         raise ConfigError(f"data.options.format: must be 'auto', 'bin' or 'python'; got {fmt!r}")
     folder, fmt = _cifar_folder(require_dir(ddir, "cifar10"), fmt)
     paths = [folder / (f"{n}.bin" if fmt == "bin" else n) for part in _part(options) for n in CIFAR_FILES[part]]
-    if options.get("verify_md5"):
+    if _verify(options):
         if fmt == "bin":
             raise ConfigError("data.options.verify_md5: md5 values are published for the Python batches only")
         files.verify_md5("cifar10", paths)

@@ -17,7 +17,7 @@ import numpy as np
 from fedray.core.errors import ConfigError, DataError
 from fedray.core.seeding import WRITERS_STREAM, data_rng
 from fedray.data.datasets import Dataset, resolve_data_dir
-from fedray.data.federation import ClientSpec, Federation, register_federation_builder
+from fedray.data.federation import ClientSpec, Federation, federation_builder
 
 log = logging.getLogger(__name__)
 
@@ -42,22 +42,7 @@ def _choose(n_eligible: int, n_clients: int | None, writer_seed: int) -> np.ndar
     return np.sort(data_rng(int(writer_seed), WRITERS_STREAM).choice(n_eligible, size=n_clients, replace=False))
 
 
-def _checked(fn: Any) -> Any:
-    """Unknown ``data.partition`` keys are a ConfigError naming them (not a TypeError)."""
-    allowed = ("min_samples", "writer_seed")
-
-    def wrapper(ds: Dataset, data: Any, n_clients: int | None, seed: int, **options: Any) -> Federation:
-        unknown = sorted(set(options) - set(allowed))
-        if unknown:
-            raise ConfigError(f"data.partition: unknown option(s) {unknown} for 'by_writer'; allowed: {list(allowed)}")
-        return fn(ds, data, n_clients, seed, **options)
-
-    wrapper.__doc__, wrapper.__wrapped__ = fn.__doc__, fn  # type: ignore[attr-defined]
-    return wrapper
-
-
-@register_federation_builder("by_writer")
-@_checked
+@federation_builder("by_writer")
 def by_writer(ds: Dataset, data: Any, n_clients: int | None, seed: int, min_samples: int = 0,
               writer_seed: int | None = None) -> Federation:
     """One client per writer, with the writer's own training and test rows (femnist; FLACC's FEMNIST case).

@@ -40,14 +40,18 @@ _DIGEST = re.compile(r"@sha256:[0-9a-f]{64}$")
 DOCKERIGNORE_MUST = (".git", ".venv", ".env")
 
 
+def _items(value: Any) -> list[Any]:
+    """A YAML value as a list: a list as it is, nothing for null, one item for anything else."""
+    return value if isinstance(value, list) else [] if value is None or value == "" else [value]
+
+
 def _launcher_commands(doc: dict, keys: tuple[str, ...]) -> list[str]:
     out: list[str] = []
     for key in keys:
-        cmds = doc.get(key) or []
-        out.extend(str(c) for c in (cmds if isinstance(cmds, list) else [cmds]))
+        out.extend(str(c) for c in _items(doc.get(key)))
     docker = doc.get("docker") if isinstance(doc.get("docker"), dict) else {}
     for key in ("run_options", "head_run_options", "worker_run_options"):
-        out.extend(str(o) for o in (docker.get(key) or []))
+        out.extend(str(o) for o in _items(docker.get(key)))
     return out
 
 
@@ -98,7 +102,7 @@ def _containers(group: Any) -> list[dict]:
 
 def _env_auth(c: dict) -> bool:
     return any(isinstance(e, dict) and e.get("name") == "RAY_AUTH_MODE" and str(e.get("value")) == "token"
-               for e in c.get("env") or [])
+               for e in _items(c.get("env")))
 
 
 def check_raycluster(r: _Report, spec: dict) -> None:
@@ -173,14 +177,18 @@ def validate_dockerfile(path: Path) -> list[Issue]:
             k, _, v = rest.strip().partition("=")
             args[k] = v.strip().strip("'\"")
         elif word == "FROM":
-            image = re.sub(r"\$\{?(\w+)\}?", lambda m: args.get(m.group(1), m.group(0)), rest.split()[0])
+            names = [t for t in rest.split() if not t.startswith("--")]  # --platform=... is not the image
+            if not names:
+                r.error(f"line {n}", "FROM names no base image")
+                continue
+            image = re.sub(r"\$\{?(\w+)\}?", lambda m: args.get(m.group(1), m.group(0)), names[0])
             if "@" not in image:
                 r.warn(f"line {n}", f"base image {image!r} is taken by tag only, which can change under you; pin "
                                     "it by digest (`image@sha256:...`, from `docker buildx imagetools inspect`)")
             elif not _DIGEST.search(image):
                 r.warn(f"line {n}", f"base image digest of {image!r} is a placeholder; fill in the real one "
                                     "(`docker buildx imagetools inspect IMAGE`)")
-        elif word in ("COPY", "ADD"):
+        elif word in ("COPY", "ADD") and "--from=" not in rest:  # --from copies out of a stage, not the context
             srcs = [t for t in rest.split()[:-1] if not t.startswith("--")]
             copies_all = copies_all or any(s.rstrip("/") in (".", "") or s == "./" for s in srcs)
     if copies_all:

@@ -80,6 +80,8 @@ def _bounds(field: Any) -> str:
             v = getattr(m, attr, None)
             if v is not None:
                 parts.append(f"{sym} {v}")
+        if getattr(m, "allow_inf_nan", None) is False:
+            parts.append("finite")
     return ", ".join(parts)
 
 

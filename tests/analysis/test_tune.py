@@ -165,6 +165,15 @@ def test_trainable_checks_its_arguments():
         trainable(BASE, client_cpus=0)
     with pytest.raises(ConfigError, match="algorithm.params"):
         trainable({**BASE, "algorithm": {"name": "kmeans", "params": {"n_clusters": 0}}})
+    # a string is not taken apart into one metric per character, nor a float or a text cut to an integer
+    with pytest.raises(ConfigError, match=r"metrics: must be a list of metric names, e.g. \['accuracy'\]; got 'ari'"):
+        trainable(BASE, metrics="ari")
+    for bad in (2.5, "3", True):
+        with pytest.raises(ConfigError, match="checkpoint_every: must be >= 1, an integer"):
+            trainable(BASE, checkpoint_every=bad)
+    for bad in ("1", float("inf"), True):
+        with pytest.raises(ConfigError, match="client_cpus, driver_cpus: must be > 0"):
+            trainable(BASE, client_cpus=bad)
 
 
 def test_reports_carry_the_scheduler_metric_in_every_round():
@@ -220,3 +229,19 @@ def test_a_restore_takes_the_algorithm_params_pbt_mutated(tmp_path):
     pd.testing.assert_frame_equal(same.history.drop(columns=list(WALL)), ref.history.drop(columns=list(WALL)))
     with pytest.raises(ConfigError, match="algorithm.params"):
         fedray.resume(out, algorithm_params={"tol": -1.0})
+
+
+def test_a_dotted_search_key_replaces_its_value_as_set_does_and_nested_keys_reach_their_leaves():
+    """`"data.partition": {"name": "iid"}` in a trial gives the partition `fedray run --set
+    'data.partition={name: iid}'` gives (the base's dirichlet alpha is not merged into it: iid would
+    refuse it); `{"algorithm": {"params": {...}}}` still changes one parameter and keeps the others."""
+    from fedray.analysis.tune import trial_config
+    from fedray.api.config import make_config
+
+    base = make_config({**BASE, "data": {"dataset": "sklearn:iris", "partition": {"name": "dirichlet", "alpha": 0.5}}})
+    as_set = make_config(base, overrides=["data.partition={name: iid}"])
+    assert trial_config(base, {"data.partition": {"name": "iid"}}, 5).data.partition == as_set.data.partition
+    nested = trial_config(base, {"algorithm": {"params": {"n_clusters": 4}}}, 5)
+    assert nested.algorithm.params["n_clusters"] == 4
+    assert {k: v for k, v in nested.algorithm.params.items() if k != "n_clusters"} == {
+        k: v for k, v in base.algorithm.params.items() if k != "n_clusters"}

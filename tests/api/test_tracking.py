@@ -1,6 +1,7 @@
 """output.trackers: what TensorBoard's EventAccumulator and MLflow's client read back from a run's files."""
 from __future__ import annotations
 
+import os
 import sys
 
 import numpy as np
@@ -138,6 +139,9 @@ def test_trackers_need_an_output_folder_and_are_named_once(tmp_path):
         fedray.make_config(**BASE, output={"trackers": ["tensorboard", "tensorboard"]})
     with pytest.raises(ConfigError, match="output.trackers"):
         fedray.make_config(**BASE, output={"trackers": ["wandb"]})
+    with pytest.raises(ConfigError) as info:  # the value once, not twice ("...; got [...]; got [...]")
+        fedray.make_config(**BASE, output={"trackers": ["mlflow", "mlflow"]})
+    assert str(info.value).count("['mlflow', 'mlflow']") == 1
 
 
 def test_describe_output_lists_the_tracking_options(capsys):
@@ -182,3 +186,31 @@ def test_a_tracker_that_fails_during_a_run_is_named_and_the_run_goes_on(tmp_path
                for r in caplog.records)
     steps = [e.step for e in _scalars(tmp_path / "run" / "tensorboard").Scalars("objective")]
     assert steps == list(range(1, ROUNDS))
+
+
+def test_an_unreachable_mlflow_server_fails_the_run_after_one_retry_not_minutes_of_them(tmp_path, monkeypatch):
+    """Opening the MLflow tracker on an HTTP server that is not there asks MLflow for one retry (its default,
+    seven with exponential back-off, kept a typo in the port waiting about four minutes), then fails in one
+    line naming the URI; the user's own MLFLOW_HTTP_REQUEST_MAX_RETRIES is left as it was."""
+    import mlflow.store.tracking.rest_store as rest_store
+    import mlflow.utils.rest_utils as rest_utils
+    from mlflow.environment_variables import MLFLOW_HTTP_REQUEST_MAX_RETRIES, MLFLOW_HTTP_REQUEST_TIMEOUT
+
+    seen = []
+
+    def refused(*args, **kwargs):
+        seen.append((MLFLOW_HTTP_REQUEST_MAX_RETRIES.get(), MLFLOW_HTTP_REQUEST_TIMEOUT.get()))
+        raise ConnectionError("connection refused")
+
+    monkeypatch.delenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", raising=False)
+    monkeypatch.delenv("MLFLOW_HTTP_REQUEST_TIMEOUT", raising=False)
+    monkeypatch.setattr(rest_utils, "http_request", refused)
+    monkeypatch.setattr(rest_store, "http_request", refused)
+    uri = "http://127.0.0.1:9"
+    with pytest.raises(ConfigError, match=r"output.mlflow_tracking_uri: MLflow cannot use 'http://127.0.0.1:9'"
+                       ) as info:
+        fedray.run(fedray.make_config(**BASE, output={"trackers": ["mlflow"], "mlflow_tracking_uri": uri}),
+                   output=tmp_path / "run")
+    assert "\n" not in str(info.value)
+    assert seen and all(retries <= 1 and timeout <= 10 for retries, timeout in seen)
+    assert "MLFLOW_HTTP_REQUEST_MAX_RETRIES" not in os.environ

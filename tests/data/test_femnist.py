@@ -108,6 +108,22 @@ def test_bad_leaf_files_are_one_line_data_errors(tmp_path):
         build_federation(make_config(data={"dataset": "sklearn:digits", "partition": {"name": "by_writer"}}).data, 3, 0)
 
 
+@pytest.mark.parametrize(("x", "y", "message"), [
+    (np.full((2, 784), 0.5), [1.5, 2], r"labels integers \(labels of type float64"),
+    (np.full((2, 784), 0.5), ["3", "4"], r"labels integers \(labels of type <U1"),
+    (np.full((2, 784), 255.0), [1, 2], r"pixel value 255.0; LEAF's FEMNIST pixels lie in \[0, 1\]"),
+    (np.where(np.arange(784) == 3, np.nan, 0.5)[None].repeat(2, 0), [1, 2], r"pixel value nan"),
+])
+def test_labels_that_are_not_integers_and_pixels_outside_0_1_are_refused_naming_the_writer(tmp_path, x, y, message):
+    """A label 1.5 was cut to 1 and "3" read as 3; pixels on a 0-255 scale became negative ink (1 - x)
+    and a NaN pixel surfaced only later, in one client: each is a DataError naming the writer at load."""
+    _leaf(tmp_path)
+    _shard(tmp_path / "femnist" / "test" / "all_data_0_niid_05_keep_0_test_9.json", {"w1": (x, y)})
+    _load_cached.cache_clear()
+    with pytest.raises(DataError, match=r"femnist test/ writer 'w1': .*" + message):
+        load_dataset("femnist", str(tmp_path))
+
+
 FEMNIST = SHARED_DATA / "femnist"
 
 

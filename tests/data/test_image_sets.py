@@ -51,6 +51,11 @@ def test_fashion_mnist_reads_the_idx_pair_of_each_part(tmp_path):
     assert np.array_equal(both.X, np.concatenate([tr, te]).reshape(10, -1) / 255.0)
     with pytest.raises(DataError, match="md5 .* differs from the published bef4ecab"):
         _load("fashion-mnist", tmp_path, verify_md5=True)
+    # a string is not taken for true ("no" verified, "yes" too): only a boolean
+    for flag in ("no", "yes", 1):
+        with pytest.raises(ConfigError, match=f"data.options.verify_md5: must be true or false; got {flag!r}"):
+            _load("fashion-mnist", tmp_path, verify_md5=flag)
+    assert _load("fashion-mnist", tmp_path, verify_md5=False).n_samples == 4
 
 
 def test_emnist_images_are_transposed_back_and_byclass_letters_are_the_papers_52(tmp_path):

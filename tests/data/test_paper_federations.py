@@ -99,3 +99,21 @@ def test_class_subsets_run_on_kuzushiji(tmp_path):
     for spec, chosen in zip(fed.specs, fed.extras["client_classes"]):
         _, y, _ = materialize(spec)
         assert sorted(set(y.tolist())) == chosen and 2 <= len(chosen) <= 3
+
+
+@pytest.mark.parametrize(("partition", "message"), [
+    ({"name": "by_writer", "min_samples": "abc"}, r"data.partition.min_samples: must be an integer for 'by_writer'"),
+    ({"name": "by_writer", "min_samples": 1.5}, r"min_samples: must be an integer .*got 1.5"),
+    ({"name": "by_writer", "writer_seed": "x"}, r"writer_seed: must be an integer or null for 'by_writer'"),
+    ({"name": "grouped", "n_groups": "abc"}, r"data.partition.n_groups: must be an integer for 'grouped'"),
+    ({"name": "grouped", "n_groups": True}, r"n_groups: must be an integer"),
+    ({"name": "rotated", "test_fraction": "a"}, r"test_fraction: must be a finite number for 'rotated'"),
+    ({"name": "class-subsets", "bogus": 1}, r"unknown option\(s\) \['bogus'\] for 'class-subsets'"),
+    ({"name": "class-subsets", "overlap": float("inf")}, r"overlap: must be a finite number"),
+])
+def test_federation_builder_options_of_the_wrong_type_are_one_config_error(partition, message):
+    """Every federation builder checks its options' names and types before it runs: a string, a float for an
+    integer, a boolean or a non-finite number is a ConfigError naming the key (not a ValueError or TypeError
+    from inside the builder, nor a value silently cut to an integer)."""
+    with pytest.raises(ConfigError, match=message):
+        _fed("sklearn:digits", None, partition)

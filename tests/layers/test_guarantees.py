@@ -235,6 +235,21 @@ def test_dp_without_the_privacy_extra_fails_at_once_naming_the_pip_command(monke
         fedray.make_config(privacy={"dp": {"clip": 1.0, "noise_multiplier": 1.0}})
 
 
+@pytest.mark.parametrize("dp", [{"clip": float("inf"), "noise_multiplier": 1.0},
+                                {"clip": 1.0, "noise_multiplier": float("inf")}])
+def test_an_infinite_clip_or_noise_multiplier_is_refused_not_run_as_nan_statistics_with_an_epsilon(dp):
+    """clip = inf clips nothing and makes the noise infinite (the statistics turn NaN, yet the summary
+    reported a finite epsilon and private: true); the configuration refuses it, naming the key."""
+    from fedray.core.errors import ConfigError
+
+    key = next(k for k, v in dp.items() if v == float("inf"))
+    with pytest.raises(ConfigError, match=rf"privacy.dp.{key}: Input should be a finite number"):
+        fedray.make_config(privacy={"dp": dp})
+    from fedray.tools.describe import describe
+
+    assert "> 0, finite" in next(line for line in describe("privacy").splitlines() if f"privacy.dp.{key}" in line)
+
+
 # --- item 4: validation and hide_n through the one secure sum -------------------------------------
 def test_hide_n_and_fedfuzzdb_under_privacy_go_through_the_secure_sum_and_no_seeded_mask(monkeypatch):
     """The values go through PrivacyLayer.secure_sum (recorded), the server receives masked vectors

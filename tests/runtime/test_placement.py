@@ -152,3 +152,13 @@ def test_inside_a_trials_group_no_new_group_is_made():
             ray.get(too_small.remote({"clients_per_actor": 3, "client_resources": {"num_cpus": 1}}), timeout=300)
     finally:
         remove_placement_group(trial)
+
+
+def test_queue_timeout_says_how_often_a_waiting_run_reports_as_the_code_does():
+    """`fedray describe runtime` gives the intervals of the "waiting for resources" lines that
+    placement.py uses (it said "every minute" while the first line comes after 5 s)."""
+    from fedray.runtime.placement import WAIT_FIRST_S, WAIT_MAX_S
+    from fedray.tools.describe import describe
+
+    line = next(x for x in describe("runtime").splitlines() if "runtime.queue_timeout" in x)
+    assert f"doubling from {WAIT_FIRST_S:g} s to {WAIT_MAX_S:g} s" in line, line

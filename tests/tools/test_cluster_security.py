@@ -135,3 +135,30 @@ def test_open_dockerfiles_are_flagged(tmp_path, capsys):
     assert warnings(validate_file(df)) == []
     assert main(["cluster", "validate", str(tmp_path / "ctx")]) == 0  # folders include their Dockerfiles
     assert "Dockerfile: ok" in capsys.readouterr().out
+
+
+def test_malformed_files_are_reported_not_a_traceback(tmp_path, capsys):
+    """A bare FROM is an error on its line; FROM --platform=... names the image after the flag (its digest
+    counts); COPY --from=STAGE . copies out of a stage, not the build context; a launcher file whose
+    docker.run_options or start commands are a scalar, or a RayCluster whose env is not a list, get the
+    schema's errors, not an IndexError or TypeError."""
+    (tmp_path / "ctx").mkdir()
+    df = tmp_path / "ctx" / "Dockerfile"
+    df.write_text("FROM\nRUN true\n")
+    assert [(i.level, i.where, i.message) for i in validate_file(df)] == [
+        ("error", "line 1", "FROM names no base image")]
+    df.write_text(f"FROM --platform=linux/amd64 rayproject/ray:2.60.0-py311@{DIGEST} AS build\n"
+                  "FROM --platform=$BUILDPLATFORM rayproject/ray:2.60.0-py311\nCOPY --from=build . /src\n")
+    got = warnings(validate_file(df))
+    assert len(got) == 1 and got[0].startswith("line 2: base image 'rayproject/ray:2.60.0-py311' is taken by tag"), got
+    launcher = yaml.safe_load((FOLDER / "aws.yaml").read_text())
+    launcher["docker"] = {"image": "rayproject/ray:2.60.0", "run_options": 5}
+    launcher["head_start_ray_commands"] = "ray start --head"
+    (tmp_path / "l.yaml").write_text(yaml.safe_dump(launcher))
+    assert main(["cluster", "validate", str(tmp_path / "l.yaml")]) == 1
+    assert "docker.run_options: 5 is not of type 'array'" in capsys.readouterr().out
+    rc = [d for d in yaml.safe_load_all((FOLDER / "kuberay.yaml").read_text()) if d.get("kind") == "RayCluster"][0]
+    rc["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0]["env"] = 5
+    (tmp_path / "rc.yaml").write_text(yaml.safe_dump(rc))
+    assert main(["cluster", "validate", str(tmp_path / "rc.yaml")]) == 0  # authOptions still turn tokens on
+    assert "rc.yaml: ok" in capsys.readouterr().out
