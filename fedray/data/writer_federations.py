@@ -60,6 +60,8 @@ def by_writer(ds: Dataset, data: Any, n_clients: int | None, seed: int, min_samp
                         f"train/test rows (femnist); {ds.name or 'this data set'} does not")
     if int(min_samples) < 0:
         raise ConfigError(f"data.partition.min_samples: must be >= 0; got {min_samples!r}")
+    if writer_seed is not None and int(writer_seed) < 0:
+        raise ConfigError(f"data.partition.writer_seed: must be >= 0 (as the run's seed); got {writer_seed!r}")
     writers, rows, n_test = writer_rows(ds.groups, ds.is_test)
     sizes = np.array([len(r) for r in rows], dtype=np.int64)
     ok = (n_test > 0) & (sizes - n_test > 0) & (sizes >= int(min_samples))

@@ -85,6 +85,8 @@ def test_writer_choice_is_seeded_and_bounded(tmp_path):
         _fed(tmp_path, n_clients=3)
     with pytest.raises(ConfigError, match="unknown option"):
         _fed(tmp_path, partition={"name": "by_writer", "writers": 3})
+    with pytest.raises(ConfigError, match="writer_seed: must be >= 0"):  # as the run's seed: no negative seeds
+        _fed(tmp_path, n_clients=1, partition={"name": "by_writer", "writer_seed": -1})
 
 
 def test_bad_leaf_files_are_one_line_data_errors(tmp_path):
