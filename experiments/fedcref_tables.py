@@ -52,11 +52,12 @@ QUICK = {"hidden": [32, 16], "local_epochs": 10, "batch_size": 8, "fed_rounds": 
 
 
 def make_session(dataset: str, data_dir: str | None, n_clients: int, S: int, classes: list[int], overlap: float,
-                 seed: int, params: dict[str, Any]) -> Session:
+                 seed: int, params: dict[str, Any], options: dict[str, Any] | None = None) -> Session:
+    data_options = {"options": options} if options else {}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", SharedSamplesWarning)
         return Session(algorithm={"name": "fedcref", "params": params},
-                       data={"dataset": dataset, "data_dir": data_dir,
+                       data={"dataset": dataset, "data_dir": data_dir, **data_options,
                              "partition": {"name": "class-subsets", "classes": classes, "samples_per_class": S,
                                            "overlap": overlap}},
                        federation={"n_clients": n_clients, "rounds": 100_000}, runtime={"backend": "local"}, seed=seed)
@@ -73,7 +74,7 @@ def run_setting(args: argparse.Namespace, table: str, setting: Any, seed: int, v
         n_clients = setting
     rows, finals = [], {}
     with make_session(args.dataset, args.data_dir, n_clients, args.samples_per_class, args.classes, overlap, seed,
-                      params) as s:
+                      params, json.loads(args.data_options)) as s:
         for v in variants:
             t0 = time.perf_counter()
             res = s.run("fedcref", {**params, **VARIANTS[v]}, output=False)
@@ -126,6 +127,8 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dataset", default="mnist")
     ap.add_argument("--data-dir", default=None)
+    ap.add_argument("--data-options", default="{}", help="JSON of data.options, e.g. '{\"classes\": \"digits\"}' "
+                    "for femnist")
     ap.add_argument("--tables", nargs="+", default=["main", "dirtiness", "overlap", "clients"],
                     choices=["main", *SWEEPS])
     ap.add_argument("--settings", nargs="+", type=float, default=None, help="only these values of a sweep")
