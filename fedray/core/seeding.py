@@ -28,6 +28,7 @@ BLOB_CENTERS_STREAM = 2  #: the centres of generated blobs
 BLOB_ROWS_STREAM = 3  #: the rows of each client's generated blobs
 CLASS_SUBSETS_STREAM = 11  #: FedCRef's class-subset federations
 IMAGE_FEDERATIONS_STREAM = 60  #: the image federations of Mehta & Shao (groups, rotations, swaps)
+WRITERS_STREAM = 61  #: the writers chosen as clients of a natural federation (by_writer)
 MOTIVATIONAL_STREAM = 101  #: the scenario stallmann-motivational
 TRIEBE_1D_STREAM = 102  #: the scenario triebe-1d
 CENTRAL_STARTS_STREAM = 7001  #: the central baseline's starts in K selection

@@ -55,10 +55,21 @@ class Dataset:
     name: str = ""
     groups: np.ndarray | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+    #: Rows that are their writer's test rows in the distributed split (``femnist``), else None.
+    is_test: np.ndarray | None = None
 
     @property
     def n_samples(self) -> int:
         return int(self.X.shape[0])
+
+    @property
+    def n_classes(self) -> int | None:
+        """Classes of the data set: its declared class names where it has them (a class may have no row in a
+        subset of writers), else the distinct labels."""
+        if self.y is None:
+            return None
+        names = self.meta.get("class_names")
+        return len(names) if names else int(len(np.unique(self.y)))
 
 
 def resolve_data_dir(data_dir: str | os.PathLike | None) -> Path | None:
@@ -68,6 +79,41 @@ def resolve_data_dir(data_dir: str | os.PathLike | None) -> Path | None:
     env = os.environ.get(DATA_DIR_ENV)
     return Path(env).expanduser() if env else None
 
+
+@dataclass(frozen=True)
+class ImageSet:
+    """A data set in its authors' distribution format, read from ``data.data_dir`` (never downloaded).
+
+    Attributes
+    ----------
+    load : callable
+        ``load(arg, data_dir, options) -> Dataset``; ``arg`` is what follows ``NAME:`` (``""`` if nothing).
+    summary, files, source : str
+        What it is, the files it reads, where its authors distribute it (``fedray describe NAME``).
+    options : dict of str to str
+        ``data.options`` it accepts and their meaning.
+    arg : str or None
+        The placeholder of the part after ``NAME:`` (``"SPLIT"``, ``"FOLDER"``), None when it takes none.
+    check : callable or None
+        ``check(arg)`` raises :class:`ConfigError` for a bad ``arg`` before anything is read.
+    """
+
+    load: Callable[[str, Path | None, dict[str, Any]], Dataset]
+    summary: str
+    files: str
+    source: str
+    options: dict[str, str] = field(default_factory=dict)
+    arg: str | None = None
+    check: Callable[[str], None] | None = None
+
+    def key(self, name: str) -> str:
+        return f"{name}:{self.arg}" if self.arg else name
+
+
+#: Image data sets in their distribution formats (``femnist``, ``cifar10``, ``emnist:SPLIT``...).
+IMAGE_SETS: Registry[ImageSet] = Registry("image data set", modules=("fedray.data.image_sets",))
+#: The partition a data set is split by when ``data.partition.name`` is unset (its natural clients).
+NATURAL_PARTITIONS = {"femnist": "by_writer"}
 
 #: Named scenarios (``scenario:NAME``): ``fn(seed, **options) -> Dataset``.
 SCENARIOS: Registry[Callable[..., Dataset]] = Registry("scenario", modules=("fedray.data.scenarios",))
@@ -83,6 +129,7 @@ def available_datasets() -> list[str]:
         ["blobs"]
         + [f"sklearn:{n}" for n in SKLEARN_SETS]
         + ["benchmark:BATTERY/NAME", "csv:PATH", "parquet:PATH", "mnist"]
+        + [IMAGE_SETS[n].key(n) for n in IMAGE_SETS.names()]
         + [f"scenario:{n}" for n in SCENARIOS.names()]
     )
 
@@ -102,6 +149,15 @@ def check_dataset_name(name: str) -> None:
         if rest in SCENARIOS:
             return
         raise ConfigError(f"data.dataset: unknown scenario {rest!r}; choose one of {', '.join(SCENARIOS.names()) or 'none'}")
+    image_set = IMAGE_SETS.get(kind)
+    if image_set is not None:
+        if image_set.arg and not rest:
+            raise ConfigError(f"data.dataset: {kind!r} needs {image_set.key(kind)!r}")
+        if not image_set.arg and rest:
+            raise ConfigError(f"data.dataset: {kind!r} takes nothing after the name; got {name!r}")
+        if image_set.check is not None:
+            image_set.check(rest)
+        return
     if kind == "arrays":
         raise ConfigError(f"data.dataset: {name!r} describes arrays passed from Python, which a configuration file "
                           "cannot hold; pass data=fedray.from_arrays(...) to fedray.run or fedray.Session")
@@ -141,6 +197,13 @@ def _load_cached(name: str, data_dir: str, seed: int, key: tuple) -> Dataset:
         if rest not in SCENARIOS:
             raise ConfigError(f"data.dataset: unknown scenario {rest!r}")
         return SCENARIOS[rest](seed=seed, **options)
+    image_set = IMAGE_SETS.get(kind)
+    if image_set is not None:
+        unknown = sorted(set(options) - set(image_set.options))
+        if unknown:
+            raise ConfigError(f"data.options: unknown option(s) {unknown} for {kind}; allowed: "
+                              f"{sorted(image_set.options) or 'none'}")
+        return image_set.load(rest, ddir, options)
     raise ConfigError(f"data.dataset: {name!r} cannot be loaded as a pooled data set")
 
 
@@ -158,7 +221,7 @@ def _load_sklearn(name: str) -> Dataset:
     return Dataset(X, np.asarray(bunch.target, dtype=np.int64), names, shape, f"sklearn:{name}")
 
 
-def _require_dir(ddir: Path | None, what: str) -> Path:
+def require_dir(ddir: Path | None, what: str) -> Path:
     if ddir is None:
         raise DataError(
             f"data.data_dir: {what} needs a data directory; pass data.data_dir=... or set ${DATA_DIR_ENV}"
@@ -169,7 +232,7 @@ def _require_dir(ddir: Path | None, what: str) -> Path:
 
 
 def _load_benchmark(rest: str, ddir: Path | None) -> Dataset:
-    root = _require_dir(ddir, f"benchmark:{rest}")
+    root = require_dir(ddir, f"benchmark:{rest}")
     battery, _, name = rest.partition("/")
     data_file = root / battery / f"{name}.data.gz"
     if not data_file.exists():
@@ -195,7 +258,7 @@ def _read_idx(path: Path) -> np.ndarray:
 
 def load_mnist(ddir: Path | None) -> Dataset:
     """MNIST test images (scaled to [0, 1]) and labels from the IDX files."""
-    root = _require_dir(ddir, "mnist")
+    root = require_dir(ddir, "mnist")
     for cand in (root / "mnist", root):
         img = cand / "t10k-images-idx3-ubyte.gz"
         if img.exists():

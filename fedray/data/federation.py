@@ -19,6 +19,7 @@ from fedray.core.errors import ConfigError, DataError
 from fedray.core.seeding import BLOB_CENTERS_STREAM, BLOB_ROWS_STREAM, PARTITION_STREAM, data_rng
 from fedray.core.sizes import CLIENT_BYTES, RECIPE_BYTES
 from fedray.data.datasets import (
+    NATURAL_PARTITIONS,
     _is_numeric,
     check_columns,
     check_dataset_name,
@@ -106,6 +107,8 @@ def build_federation(data: Any, n_clients: int | None, seed: int) -> Federation:
     options = dict(data.options or {})
     part = dict(data.partition or {})
     pname = part.pop("name", None)
+    if pname is None:
+        pname = NATURAL_PARTITIONS.get(name)
     rng = data_rng(seed, PARTITION_STREAM)
     if pname in FEDERATION_BUILDERS:
         ddir = str(resolve_data_dir(data.data_dir) or "") or None

@@ -23,7 +23,8 @@ from fedray.core.errors import ConfigError, DataError
 from fedray.core.registry import Registry, near_names
 
 # Modules that register federation builders and shard transforms (imported on demand).
-_BUILDER_MODULES = ("fedray.data.image_federations", "fedray.data.fedcref_federations")
+_BUILDER_MODULES = ("fedray.data.image_federations", "fedray.data.fedcref_federations",
+                    "fedray.data.writer_federations")
 
 PartitionFn = Callable[..., list[np.ndarray]]
 #: Index partitions: ``fn(n_samples, labels, n_clients, rng, **options) -> list of index arrays``.
