@@ -118,5 +118,5 @@ def class_subsets(ds: Dataset, data: Any, n_clients: int | None, seed: int, clas
     source = {"kind": "pooled", "dataset": data.dataset, "data_dir": str(resolve_data_dir(data.data_dir) or "") or None, "seed": seed,
               "options": dict(data.options or {})}
     specs = [ClientSpec(i, source, p, f"client-{i}", {"classes": chosen[i]}) for i, p in enumerate(parts)]
-    return Federation(specs, ds.feature_names, ds.sample_shape, True, int(len(np.unique(ds.y))), notes,
+    return Federation(specs, ds.feature_names, ds.sample_shape, True, ds.n_classes, notes,
                       extras={**dict(ds.meta), "client_classes": chosen, "shared_draws": repeats})

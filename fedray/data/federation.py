@@ -140,7 +140,7 @@ def build_federation(data: Any, n_clients: int | None, seed: int) -> Federation:
     source = {"kind": "pooled", "dataset": name, "data_dir": ddir, "seed": seed, "options": options}
     names = [str(v) for v in np.unique(ds.groups)] if pname == "by_column" else [f"client-{i}" for i in range(len(parts))]
     specs = [ClientSpec(i, source, p, names[i]) for i, p in enumerate(parts)]
-    n_classes = int(len(np.unique(ds.y))) if ds.y is not None else None
+    n_classes = ds.n_classes
     return Federation(specs, ds.feature_names, ds.sample_shape, ds.y is not None, n_classes,
                       extras=dict(ds.meta))
 

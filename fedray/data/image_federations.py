@@ -229,7 +229,7 @@ def _federation(ds: Dataset, data: Any, seed: int, groups: np.ndarray, group_lab
         warnings.warn(f"{kind} federation of {data.dataset}: {note}", SharedSamplesWarning, stacklevel=3)
     extras = {**ds.meta, "true_groups": [int(g) for g in groups], "group_names": group_names, "partition": kind,
               "shared_samples": any(n.startswith("clients share") for n in notes)}
-    return Federation(specs, ds.feature_names, ds.sample_shape, True, int(len(np.unique(ds.y))),
+    return Federation(specs, ds.feature_names, ds.sample_shape, True, ds.n_classes,
                       notes=tuple(notes), extras=extras)
 
 
@@ -354,10 +354,47 @@ def label_swapped(ds: Dataset, data: Any, n_clients: int | None, seed: int, n_gr
                        [f"swap {a}<->{b}" for a, b in pairs], samples, tf, rng, "label-swapped")
 
 
+def _case_sets(ds: Dataset) -> list[list[int]]:
+    """Upper-case labels against lower-case labels (by the data set's class names)."""
+    names = list(ds.meta.get("class_names") or [])
+    sets = [[i for i, c in enumerate(names) if len(c) == 1 and c.isupper()],
+            [i for i, c in enumerate(names) if len(c) == 1 and c.islower()]]
+    if not all(sets):
+        what = ds.name or "the data set"
+        raise ConfigError(f"data.partition.label_sets: 'case' needs upper and lower case letters; {what} has none "
+                          "of one case (use femnist or emnist:byclass, e.g. with data.options.classes: letters)")
+    return sets
+
+
+def _label_sets(ds: Dataset, label_sets: Any, n_groups: int, classes: np.ndarray, n: int,
+                rng: np.random.Generator) -> list[list[int]]:
+    """The disjoint label sets of ``grouped+rotated``: random, by case, or given."""
+    if isinstance(label_sets, str) and label_sets == "random":
+        if not 1 <= n_groups <= min(len(classes), n):
+            raise ConfigError(f"data.partition.n_groups: must lie in [1, {min(len(classes), n)}]; got {n_groups!r}")
+        return [sorted(int(c) for c in part) for part in np.array_split(rng.permutation(classes), n_groups)]
+    if isinstance(label_sets, str) and label_sets == "case":
+        sets = _case_sets(ds)
+    elif isinstance(label_sets, (list, tuple)) and label_sets and all(isinstance(g, (list, tuple)) and g
+                                                                      for g in label_sets):
+        sets = [sorted(int(c) for c in g) for g in label_sets]
+        flat = [c for g in sets for c in g]
+        if len(set(flat)) != len(flat) or not set(flat) <= {int(c) for c in classes}:
+            raise ConfigError(f"data.partition.label_sets: disjoint lists of the data set's labels "
+                              f"({int(classes.min())}-{int(classes.max())}); got {label_sets!r}")
+    else:
+        raise ConfigError(f"data.partition.label_sets: 'random', 'case' or a list of label lists; got {label_sets!r}")
+    if n_groups not in (2, len(sets)) or len(sets) > n:
+        raise ConfigError(f"data.partition.n_groups: {len(sets)} label sets given, so n_groups is {len(sets)} (and "
+                          f"n_clients at least that); got n_groups={n_groups!r}, n_clients={n}")
+    return sets
+
+
 @_builder("grouped+rotated")
 def grouped_rotated(ds: Dataset, data: Any, n_clients: int | None, seed: int, n_groups: int = 2,
                     rotated_fraction: float = 0.3, rotation: int = 90, samples: Any = COMMON["samples"],
-                    test_fraction: float = COMMON["test_fraction"]) -> Federation:
+                    test_fraction: float = COMMON["test_fraction"], label_sets: Any = "random",
+                    rotated_clients: int | None = None) -> Federation:
     """Disjoint label sets, and within each a share of clients with rotated images.
 
     Parameters
@@ -372,31 +409,51 @@ def grouped_rotated(ds: Dataset, data: Any, n_clients: int | None, seed: int, n_
         Each client draws its number of samples uniformly from this range (paper: 200-800).
     test_fraction : float
         Share of each client's shard kept as its test rows (never used for training).
+    label_sets : 'random', 'case' or list of label lists
+        How labels are split: at random into n_groups sets; 'case': upper case against lower case (the paper's
+        EMNIST letters; femnist or emnist:byclass); or the given disjoint lists.
+    rotated_clients : int or None
+        Clients of each label set whose images are rotated (paper: 15 of 50); overrides rotated_fraction.
     """
     samples, tf = _check_common(samples, test_fraction)
     shape = _square_image(ds, "grouped+rotated")
     n = _n(n_clients)
     classes = np.unique(ds.y) if ds.y is not None else np.zeros(0, np.int64)
-    if not 1 <= int(n_groups) <= min(len(classes), n):
-        raise ConfigError(f"data.partition.n_groups: must lie in [1, {min(len(classes), n)}]; got {n_groups!r}")
     if not 0.0 <= float(rotated_fraction) <= 1.0:
         raise ConfigError(f"data.partition.rotated_fraction: must lie in [0, 1]; got {rotated_fraction!r}")
     if int(rotation) % 90 or int(rotation) % 360 == 0:
         raise ConfigError(f"data.partition.rotation: a multiple of 90 degrees other than 0; got {rotation!r}")
     rng = data_rng(seed, IMAGE_FEDERATIONS_STREAM, 4)
-    label_sets = [sorted(int(c) for c in part) for part in np.array_split(rng.permutation(classes), int(n_groups))]
-    base = _groups_of(n, _counts_from_proportions(n, [1.0] * int(n_groups)), rng)
-    groups = np.empty(n, dtype=np.int64)
-    for g in range(int(n_groups)):
+    sets = _label_sets(ds, label_sets, int(n_groups), classes, n, rng)
+    groups = _rotated_groups(_groups_of(n, _counts_from_proportions(n, [1.0] * len(sets)), rng), len(sets),
+                             float(rotated_fraction), rotated_clients, rng)
+    k = (int(rotation) // 90) % 4
+    group_labels, transforms, names = [], [], []
+    for g in range(len(sets)):
+        group_labels += [sets[g], sets[g]]
+        transforms += [[], [["rotate", {"k": k, "shape": list(shape)}]]]
+        label = _set_name(ds, sets[g], label_sets)
+        names += [label, f"{label} rot{rotation}"]
+    return _federation(ds, data, seed, groups, group_labels, transforms, names, samples, tf, rng, "grouped+rotated")
+
+
+def _set_name(ds: Dataset, labels: list[int], label_sets: Any) -> str:
+    if isinstance(label_sets, str) and label_sets == "case":
+        return "upper case" if ds.meta["class_names"][labels[0]].isupper() else "lower case"
+    return f"labels {','.join(map(str, labels))}"
+
+
+def _rotated_groups(base: np.ndarray, n_sets: int, fraction: float, count: int | None,
+                    rng: np.random.Generator) -> np.ndarray:
+    """True group 2g (label set g) or 2g + 1 (label set g, rotated) of each client."""
+    groups = np.empty(len(base), dtype=np.int64)
+    for g in range(n_sets):
         members = np.flatnonzero(base == g)
-        n_rot = int(round(float(rotated_fraction) * len(members)))
+        n_rot = int(round(fraction * len(members))) if count is None else int(count)
+        if not 0 <= n_rot <= len(members):
+            raise ConfigError(f"data.partition.rotated_clients: label set {g} has {len(members)} clients; got "
+                              f"{count!r}")
         rot = set(rng.choice(members, size=n_rot, replace=False).tolist()) if n_rot else set()
         for c in members:
             groups[c] = 2 * g + (1 if int(c) in rot else 0)
-    k = (int(rotation) // 90) % 4
-    group_labels, transforms, names = [], [], []
-    for g in range(int(n_groups)):
-        group_labels += [label_sets[g], label_sets[g]]
-        transforms += [[], [["rotate", {"k": k, "shape": list(shape)}]]]
-        names += [f"labels {','.join(map(str, label_sets[g]))}", f"labels {','.join(map(str, label_sets[g]))} rot{rotation}"]
-    return _federation(ds, data, seed, groups, group_labels, transforms, names, samples, tf, rng, "grouped+rotated")
+    return groups

@@ -56,6 +56,7 @@ LAZY_LIBRARIES = {
     "networkx": "optional: the community graph figure only",
     "tqdm": "progress bars only",
     "cycler": "matplotlib's, with the figure style",
+    "PIL": "Pillow: only images:FOLDER reads image files with it",
 }
 
 # (importing module, imported module) -> why the fedray module is imported inside a function. Only for
