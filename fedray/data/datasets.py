@@ -110,6 +110,8 @@ class ImageSet:
         return f"{name}:{self.arg}" if self.arg else name
 
 
+#: Defaults of the ``data.options`` the image data sets share (``fedray describe NAME``).
+IMAGE_OPTION_DEFAULTS: dict[str, Any] = {"part": "test", "classes": "all", "format": "auto", "verify_md5": False}
 #: Image data sets in their distribution formats (``femnist``, ``cifar10``, ``emnist:SPLIT``...).
 IMAGE_SETS: Registry[ImageSet] = Registry("image data set", modules=("fedray.data.image_sets",))
 #: The partition a data set is split by when ``data.partition.name`` is unset (its natural clients).

@@ -285,4 +285,4 @@ def load_image_folder(arg: str, ddir: Path | None, options: dict[str, Any]) -> D
 IMAGE_SETS.register("images", ImageSet(
     load_image_folder, "a user's images: one sub-folder of PNG or JPEG files per class (as torchvision's "
     "ImageFolder); greyscale stays one channel, otherwise RGB; all images of one size",
-    "FOLDER/CLASS/*.png|*.jpg|*.jpeg", "your own images (read with Pillow)", {}, arg="FOLDER"))
+    "FOLDER/CLASS/*.png|*.jpg|*.jpeg", "the user (read with Pillow)", {}, arg="FOLDER"))

@@ -17,14 +17,22 @@ Model names (``algorithm.params.model``):
 ==========  =================================================================
 ``cnn28``   the paper's CNN for 28x28 images: two 5x5 conv layers (32, 64
             channels), each followed by 2x2 max pooling, a 512-unit dense layer
+``cnn32``   the same CNN on 32x32 colour images (the paper's CIFAR-10 network):
+            3 input channels, 4096 features into the dense layer
 ``cnn8``    a small CNN for 8x8 digits: one 3x3 conv layer (16 channels),
             2x2 max pooling, a 64-unit dense layer
 ``mlp``     a multilayer perceptron for tabular data (or flattened images)
 ``cnn1d``   the paper's 1-D CNN for signals (Section VI): three conv layers
             (64, 128, 256 filters of size 5) with max pooling, dense 128 and 64
-``auto``    ``cnn28`` for images of 16 pixels or more a side, ``cnn8`` for
-            smaller images, ``mlp`` for tabular data
+``auto``    ``cnn32`` for colour images of 32 pixels or more a side, ``cnn28`` for
+            other images of 16 pixels or more, ``cnn8`` for smaller images,
+            ``mlp`` for tabular data
 ==========  =================================================================
+
+Every network ends in a dense head with one output per class of the data set:
+10 for MNIST and CIFAR-10, 62 for FEMNIST and EMNIST byclass, 52 for their
+letters (``data.options.classes: letters``), 47 for EMNIST balanced, 49 for
+Kuzushiji-49.
 
 A user's model: ``algorithm.params.model: package.module:function``, where
 ``function(input_shape, n_classes) -> torch.nn.Module`` takes the shape of one
@@ -50,17 +58,20 @@ from fedray.core.plugins import load_reference
 _REFERENCE = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*$")
 
 #: name -> kind of input it accepts: "image" (C, H, W), "signal" (C, L) or (L,), "any".
-MODEL_KINDS: dict[str, str] = {"cnn28": "image", "cnn8": "image", "mlp": "any", "cnn1d": "signal"}
+MODEL_KINDS: dict[str, str] = {"cnn28": "image", "cnn32": "image", "cnn8": "image", "mlp": "any", "cnn1d": "signal"}
 #: One line on each model (``fedray describe NAME``; no torch needed to read it).
 MODEL_DESCRIPTIONS: dict[str, str] = {
     "cnn28": "images of 16 px and more (the papers' MNIST network): two 5x5 convolutions (32, 64 channels), 2x2 "
              "max pooling after each, dense 512",
+    "cnn32": "32x32 colour images (the FLACC paper's CIFAR-10 network): cnn28's layers on 3 input channels, 64 x 8 x 8 "
+             "= 4096 features into the dense 512; the head has one output per class",
     "cnn8": "small images such as the 8x8 digits: one 3x3 convolution (16 channels), 2x2 max pooling, dense 64",
     "mlp": "any input, flattened: two dense layers of 64 units with ReLU",
     "cnn1d": "signals (C, L) or (L,): three 1-D convolutions (64, 128, 256 filters of size 5) with max pooling, "
              "dense 128 and 64 (the FLACC paper's network for vibration signals)",
-    "auto": "picked by the data's sample shape: cnn28 for images of 16 px and more, cnn8 for smaller images, "
-            "mlp otherwise",
+    "auto": "picked by the data's sample shape: cnn32 for colour (3-channel) images of 32 px and more, cnn28 for "
+            "other images of 16 px and more, cnn8 for smaller images, mlp otherwise; the head has one output per "
+            "class of the data (10, 62 for FEMNIST, 52 for its letters...)",
 }
 
 
@@ -114,6 +125,8 @@ def resolve_model_name(name: str, sample_shape: tuple[int, ...]) -> str:
     if name != "auto":
         return name
     if sample_kind(sample_shape) == "image":
+        if len(sample_shape) == 3 and sample_shape[0] == 3 and min(sample_shape[-2:]) >= 32:
+            return "cnn32"
         return "cnn28" if min(sample_shape[-2:]) >= 16 else "cnn8"
     return "mlp"
 

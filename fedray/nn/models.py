@@ -77,6 +77,14 @@ def cnn28(sample_shape: tuple[int, ...], n_classes: int) -> nn.Module:
     return nn.Sequential(features, nn.Linear(d, 512), nn.ReLU(), nn.Linear(512, n_classes))
 
 
+@register_model("cnn32", "image")
+def cnn32(sample_shape: tuple[int, ...], n_classes: int) -> nn.Module:
+    """The FLACC paper's CNN on 32x32 colour images (CIFAR-10, Section V-B): the layers of :func:`cnn28`
+    (5x5 convolutions of 32 and 64 channels, 'same' padding, 2x2 max pooling after each, dense 512) on 3 input
+    channels, so a flattened 64 x 8 x 8 = 4096 features feed the dense layer."""
+    return cnn28(sample_shape, n_classes)
+
+
 @register_model("cnn8", "image")
 def cnn8(sample_shape: tuple[int, ...], n_classes: int) -> nn.Module:
     """One 3x3 convolution (16 channels, 'same' padding), 2x2 max pooling, dense 64 (for 8x8 digits).

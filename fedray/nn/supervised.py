@@ -109,7 +109,7 @@ from fedray.nn.supervised_client import ClientContext, client_round
 class SupervisedParams(Params):
     """Local training and evaluation of supervised clustered FL (paper defaults for MNIST)."""
 
-    model: str = Field(default="auto", description="network trained by each client: cnn28, cnn8, mlp, cnn1d, "
+    model: str = Field(default="auto", description="network trained by each client: cnn28, cnn32, cnn8, mlp, cnn1d, "
                        "auto (by the data's shape) or package.module:function")
     optimizer: Literal["sgd", "adam"] = Field(default="sgd", description="local optimiser (paper: plain SGD)")
     lr: float = Field(default=0.1, gt=0, description="η, the clients' local learning rate")

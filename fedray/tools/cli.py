@@ -22,6 +22,7 @@ from fedray.core.errors import FedrayError
 from fedray.core.plugins import ENTRY_POINT_GROUP, entry_points
 from fedray.core.registry import available_algorithms
 from fedray.data import available_datasets, available_partitions
+from fedray.data.datasets import IMAGE_SETS
 from fedray.data.federation import available_federations
 from fedray.nn import available_models
 
@@ -82,9 +83,12 @@ def cmd_list(args: argparse.Namespace) -> int:
         print("  (none installed)")
     for name, ep in sorted(installed.items()):
         print(f"  {name:<16} {ep.value}")
-    print("datasets:")
+    print("datasets (image sets: the files they read under data.data_dir, and where their authors distribute them):")
     for d in available_datasets():
         print(f"  {d}")
+        image_set = IMAGE_SETS.get(d.partition(":")[0])
+        if image_set is not None:
+            print(f"      files: {image_set.files}\n      from:  {image_set.source}")
 
     builders = set(available_federations())
     print("partitions (data.partition.name; * builds a federation with hidden groups):")

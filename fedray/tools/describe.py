@@ -25,7 +25,7 @@ from fedray.core.errors import ConfigError
 from fedray.core.plugins import entry_points
 from fedray.core.registry import ALGORITHMS, available_algorithms, get_algorithm
 from fedray.data import available_datasets, available_partitions
-from fedray.data.datasets import SCENARIOS
+from fedray.data.datasets import IMAGE_OPTION_DEFAULTS, IMAGE_SETS, SCENARIOS, check_dataset_name
 from fedray.data.federation import BLOBS_DEFAULTS, BLOBS_OPTIONS, available_federations
 from fedray.data.partitions import FEDERATION_BUILDERS, PARTITIONS
 from fedray.nn import MODEL_DESCRIPTIONS, available_models
@@ -208,6 +208,21 @@ def _describe_config(name: str) -> Description | None:
     return None
 
 
+def _describe_image_set(name: str) -> Description | None:
+    """An image data set read from its authors' files (``cifar10``, ``emnist:SPLIT``, ``images:FOLDER``...)."""
+    kind, _, rest = name.partition(":")
+    image_set = IMAGE_SETS.get(kind)
+    if image_set is None:
+        return None
+    if rest and rest != image_set.arg:
+        check_dataset_name(name)  # a bad split: one line naming the choices
+    doc = (f"{image_set.summary}\n  files under data.data_dir: {image_set.files}\n  distributed by: "
+           f"{image_set.source} (fedray reads the files; it never downloads them)")
+    rows = [Row(f"data.options.{k}", type(IMAGE_OPTION_DEFAULTS.get(k, "")).__name__,
+                repr(IMAGE_OPTION_DEFAULTS.get(k)), "", meaning) for k, meaning in image_set.options.items()]
+    return Description(f"data set {name!r} (read from files under data.data_dir)", doc, rows)
+
+
 def _describe_data_set(name: str, datasets: list[str]) -> Description | None:
     """A scenario, a data set named by kind (benchmark, csv, parquet) or a listed data set other than blobs.
 
@@ -218,6 +233,9 @@ def _describe_data_set(name: str, datasets: list[str]) -> Description | None:
         fn = scenarios[name[len("scenario:"):]]
         return Description(f"data set {name!r} (generated from the run's seed)", _first_line(fn.__doc__),
                            _signature_rows(fn, 0, "data.options.", hidden=("seed",)))
+    image_set = _describe_image_set(name)
+    if image_set is not None:
+        return image_set
     kind, _, rest = name.partition(":")
     if kind in ("sklearn", "scenario", "benchmark", "csv", "parquet") and name not in datasets:
         if kind == "benchmark" and rest:

@@ -9,7 +9,7 @@ import pytest
 
 from fedray.api.config import make_config
 from fedray.core.errors import ConfigError, DataError
-from fedray.data.datasets import load_dataset
+from fedray.data.datasets import _load_cached, load_dataset
 from fedray.data.federation import build_federation, materialize
 from tests.conftest import SHARED_DATA
 
@@ -93,9 +93,11 @@ def test_bad_leaf_files_are_one_line_data_errors(tmp_path):
     _leaf(tmp_path)
     bad = tmp_path / "femnist" / "test" / "all_data_0_niid_05_keep_0_test_9.json"
     bad.write_text('{"users": [')
+    _load_cached.cache_clear()
     with pytest.raises(DataError, match="not a LEAF JSON shard"):
         load_dataset("femnist", str(tmp_path))
     _shard(bad, {"w1": (np.zeros((1, 10)), [1])})
+    _load_cached.cache_clear()
     with pytest.raises(DataError, match="784"):
         load_dataset("femnist", str(tmp_path))
     with pytest.raises(ConfigError, match="unknown option"):
