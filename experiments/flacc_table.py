@@ -31,6 +31,7 @@ Examples::
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import time
 import warnings
@@ -130,8 +131,8 @@ def run_table(args: argparse.Namespace) -> tuple[pd.DataFrame, pd.DataFrame, dic
     for fed in args.federations:
         for seed in args.seeds:
             cfg = {"seed": seed, "algorithm": {"name": "fedavg", "params": train},
-                   "data": {"dataset": args.dataset, "data_dir": args.data_dir,
-                            "partition": {"name": fed, "samples": list(args.samples)}},
+                   "data": {"dataset": args.dataset, "data_dir": args.data_dir, "options": args.data_options,
+                            "partition": {"name": fed, "samples": list(args.samples), **args.partition_options}},
                    "federation": {"n_clients": args.n_clients, "fraction": args.fraction, "rounds": args.rounds},
                    "runtime": {"backend": args.backend, "progress": False, "num_cpus": args.num_cpus,
                                "batched": not args.per_client, "clients_per_actor": args.clients_per_actor}}
@@ -273,7 +274,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--dataset", default="sklearn:digits", help="sklearn:digits (embedded) or mnist")
     p.add_argument("--data-dir", default=None, help="folder holding mnist/ (default $FEDRAY_DATA_DIR)")
+    p.add_argument("--data-options", type=json.loads, default={},
+                   help="JSON of data.options, e.g. '{\"classes\": \"letters\"}' for femnist")
     p.add_argument("--federations", nargs="+", default=FEDERATIONS, choices=FEDERATIONS)
+    p.add_argument("--partition-options", type=json.loads, default={},
+                   help="JSON of further data.partition options, e.g. '{\"label_sets\": \"case\"}'")
     p.add_argument("--methods", nargs="+", default=METHODS,
                    help=f"built-in ({' '.join(METHODS)}) or a plug-in package.module:ClassName")
     p.add_argument("--plugin-params", nargs="+", default=[], metavar="KEY=V1[,V2]",

@@ -9,7 +9,9 @@ import pytest
 from fedray.api.session import Session
 from fedray.core.errors import ConfigError, DataError, SharedSamplesWarning
 
-TINY = {"hidden": [16, 8], "local_epochs": 2, "fed_rounds": 2, "max_iterations": 2, "batch_size": 32}
+# preset "paper": these tests exercise the paper's rules (a tiny tau links nothing, a client may stop after one
+# refinement); test_fedcref_preset.py covers the tuned defaults.
+TINY = {"preset": "paper", "hidden": [16, 8], "local_epochs": 2, "fed_rounds": 2, "max_iterations": 2, "batch_size": 32}
 
 
 def _session(n_clients: int = 4, S: int = 30, classes=(2, 3), overlap: float = 0.0, **algo) -> Session:

@@ -1,0 +1,47 @@
+"""experiments/flacc_femnist.py --quick: FLACC and FedAvg on a few FEMNIST writers, with the outputs the
+reproduction reads (the clusters of every writer, the accuracy over rounds, the table), and runs already
+done are skipped when the script is started again."""
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "experiments" / "flacc_femnist.py"
+
+
+@pytest.fixture
+def femnist_dir(data_dir: Path) -> Path:
+    if not (data_dir / "femnist" / "train").is_dir():
+        pytest.skip("LEAF's FEMNIST shards not found under the data directory")
+    return data_dir
+
+
+def _main():
+    spec = importlib.util.spec_from_file_location("_exp_flacc_femnist", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.main
+
+
+def test_quick_run_reports_clusters_accuracy_and_resumes(tmp_path, femnist_dir):
+    out = tmp_path / "ff"
+    main = _main()
+    runs = main(["--quick", "--data-dir", str(femnist_dir), "--out", str(out)])
+    assert sorted(runs["method"]) == ["fedavg", "flacc"] and (runs["writers"] == 12).all()
+    assert runs["accuracy"].between(0, 100).all()
+    flacc = runs.set_index("method").loc["flacc"]
+    clusters = pd.read_csv(out / "clusters_seed0.csv")
+    # one row per writer, FLACC's cluster count is the number of distinct clusters of the writers
+    assert len(clusters) == 12 and clusters["cluster"].nunique() == flacc["n_clusters"]
+    assert (clusters["n_samples"] > 0).all()
+    assert runs.set_index("method").loc["fedavg", "n_clusters"] == 1
+    rounds = pd.read_csv(out / "rounds.csv")
+    assert set(rounds["method"]) == {"fedavg", "flacc"} and rounds["accuracy"].between(0, 1).all()
+    text = (out / "table.md").read_text()
+    assert "| FLACC |" in text and "| FedAvg |" in text and "12 writers" in text
+    assert (out / "accuracy.png").read_bytes()[:4] == b"\x89PNG"
+    again = main(["--quick", "--data-dir", str(femnist_dir), "--out", str(out)])   # nothing left to run
+    assert len(again) == 2 and len(pd.read_csv(out / "runs.csv")) == 2
