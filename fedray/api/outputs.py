@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from fedray.core.errors import ConfigError
+from fedray.layers.privacy.accountant import privacy_summary
 
 log = logging.getLogger(__name__)
 
@@ -308,5 +309,8 @@ def write_partial(directory: str | Path, cfg: Any, state: dict[str, Any] | None,
     summary = {"status": "failed", "error": f"{type(error).__name__}: {text.splitlines()[0] if text else ''}",
                "rounds": len(history), "algorithm": cfg.algorithm.name, "dataset": str(cfg.data.dataset),
                "config": cfg.to_dict()}
+    account = ((state or {}).get("report") or {}).get("privacy")
+    if account:  # what the server was shown before the failure, and what the release rule refused
+        summary["privacy"] = privacy_summary(account)
     (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
     return out

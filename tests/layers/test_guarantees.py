@@ -5,6 +5,7 @@ values are never silently lost. Each test plays the server or reads what it held
 from __future__ import annotations
 
 import itertools
+import json
 import logging
 
 import numpy as np
@@ -92,13 +93,18 @@ def test_the_issue_run_evaluates_over_the_trained_cohort_and_says_who_is_missing
     assert res.final["evaluation_coverage"]["missing"] == [1]
 
 
-def test_partial_participation_without_dp_refuses_sums_a_few_clients_apart():
+def test_partial_participation_without_dp_refuses_sums_a_few_clients_apart(tmp_path):
     """kmeans, 6 clients, fraction 0.84 (5 a round): rounds 1 and 2 sample cohorts two clients apart,
-    so the second sum is refused with a one-line error naming the rule and what to change."""
+    so the second sum is refused with a one-line error naming the rule and what to change; the failed
+    run's summary still counts the release it made and the one the rule refused."""
     with pytest.raises(RoundFailedError, match=r"differs from the sum already released .* fewer than "
                                                r"privacy.min_cohort=3.*privacy.dp"):
         fedray.run(algorithm=KM, data=DATA, federation={"n_clients": 6, "fraction": 0.84}, runtime=LOCAL, seed=5,
-                   privacy={"secure_aggregation": True})
+                   privacy={"secure_aggregation": True}, output=tmp_path / "out")
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["status"] == "failed"
+    rule = summary["privacy"]["release_rule"]
+    assert (rule["release"], rule["refused"]) == (1, 1)
 
 
 def test_partial_participation_with_dp_releases_only_pairs_that_dp_covers_and_the_summary_counts_them():
