@@ -53,9 +53,12 @@ QUICK = {"hidden": [32, 16], "local_epochs": 10, "batch_size": 8, "fed_rounds": 
 
 def make_session(dataset: str, data_dir: str | None, n_clients: int, S: int, classes: list[int], overlap: float,
                  seed: int, params: dict[str, Any], options: dict[str, Any] | None = None) -> Session:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", SharedSamplesWarning)
-        return Session(**session_config(dataset, data_dir, n_clients, S, classes, overlap, seed, params, options))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", SharedSamplesWarning)
+        session = Session(**session_config(dataset, data_dir, n_clients, S, classes, overlap, seed, params, options))
+    for note in sorted({str(w.message) for w in caught if issubclass(w.category, SharedSamplesWarning)}):
+        log.warning("seed %d: %s", seed, note)  # once a session, in the run's log
+    return session
 
 
 def session_config(dataset: str, data_dir: str | None, n_clients: int, S: int, classes: list[int], overlap: float,
