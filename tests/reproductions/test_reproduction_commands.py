@@ -93,6 +93,16 @@ def _check_fedcref_tables(argv: list[str]) -> None:
                 make_params(get_algorithm("fedcref"), {**params, **fc.VARIANTS[variant]})
 
 
+def _check_flacc_femnist(argv: list[str]) -> None:
+    """Its flags parse (the FEMNIST writers' federation is checked with FEMNIST's own section)."""
+    ff = _module("flacc_femnist")
+    args = ff.parse_args(argv)
+    train = {"epochs": args.epochs, "lr": args.lr, "batch_size": args.batch_size, "eval_every": args.eval_every,
+             "model": args.model}
+    for method in args.methods:
+        make_params(get_algorithm(method), {**train, **ff.extra(method, args)})
+
+
 def _check_fedray_run(argv: list[str]) -> None:
     sets = [argv[i + 1] for i, a in enumerate(argv) if a == "--set"]
     make_config(None, overrides=sets)
@@ -107,8 +117,7 @@ def test_each_command_of_the_section_is_accepted(command, tmp_path):
         _check_fedray_run(argv[2:])
         return
     script = Path(argv[1]).stem
-    if script == "flacc_femnist":
-        pytest.skip("FEMNIST's commands are checked with their own section")
-    checks = {"flacc_table": _check_flacc_table, "fedcref_tables": _check_fedcref_tables}
+    checks = {"flacc_table": _check_flacc_table, "fedcref_tables": _check_fedcref_tables,
+              "flacc_femnist": _check_flacc_femnist}
     assert script in checks, f"no check for {argv[1]}"
     checks[script](argv[2:])
