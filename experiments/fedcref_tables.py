@@ -53,18 +53,28 @@ QUICK = {"hidden": [32, 16], "local_epochs": 10, "batch_size": 8, "fed_rounds": 
 
 def make_session(dataset: str, data_dir: str | None, n_clients: int, S: int, classes: list[int], overlap: float,
                  seed: int, params: dict[str, Any], options: dict[str, Any] | None = None) -> Session:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", SharedSamplesWarning)
+        session = Session(**session_config(dataset, data_dir, n_clients, S, classes, overlap, seed, params, options))
+    for note in sorted({str(w.message) for w in caught if issubclass(w.category, SharedSamplesWarning)}):
+        log.warning("seed %d: %s", seed, note)  # once a session, in the run's log
+    return session
+
+
+def session_config(dataset: str, data_dir: str | None, n_clients: int, S: int, classes: list[int], overlap: float,
+                   seed: int, params: dict[str, Any], options: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The configuration (sections as keyword arguments) of one setting's session."""
     data_options = {"options": options} if options else {}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", SharedSamplesWarning)
-        return Session(algorithm={"name": "fedcref", "params": params},
-                       data={"dataset": dataset, "data_dir": data_dir, **data_options,
-                             "partition": {"name": "class-subsets", "classes": classes, "samples_per_class": S,
-                                           "overlap": overlap}},
-                       federation={"n_clients": n_clients, "rounds": 100_000}, runtime={"backend": "local"}, seed=seed)
+    return dict(algorithm={"name": "fedcref", "params": params},
+                data={"dataset": dataset, "data_dir": data_dir, **data_options,
+                      "partition": {"name": "class-subsets", "classes": classes, "samples_per_class": S,
+                                    "overlap": overlap}},
+                federation={"n_clients": n_clients, "rounds": 100_000}, runtime={"backend": "local"}, seed=seed)
 
 
-def run_setting(args: argparse.Namespace, table: str, setting: Any, seed: int, variants: list[str],
-                base: dict[str, Any], central: bool, plots: Path | None) -> list[dict[str, Any]]:
+def setting_values(args: argparse.Namespace, table: str, setting: Any, base: dict[str, Any]
+                   ) -> tuple[int, float, dict[str, Any]]:
+    """(clients, overlap, FedCRef parameters) of one setting of ``table``."""
     n_clients, overlap, params = args.clients, 0.0, dict(base)
     if table == "dirtiness":
         params["dirtiness"] = setting
@@ -72,6 +82,12 @@ def run_setting(args: argparse.Namespace, table: str, setting: Any, seed: int, v
         overlap = setting
     elif table == "clients":
         n_clients = setting
+    return n_clients, overlap, params
+
+
+def run_setting(args: argparse.Namespace, table: str, setting: Any, seed: int, variants: list[str],
+                base: dict[str, Any], central: bool, plots: Path | None) -> list[dict[str, Any]]:
+    n_clients, overlap, params = setting_values(args, table, setting, base)
     rows, finals = [], {}
     with make_session(args.dataset, args.data_dir, n_clients, args.samples_per_class, args.classes, overlap, seed,
                       params, json.loads(args.data_options)) as s:
@@ -123,7 +139,8 @@ def summarize(df: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> pd.DataFrame:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line (also checked against docs/reproductions.md's commands by the tests)."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dataset", default="mnist")
     ap.add_argument("--data-dir", default=None)
@@ -144,7 +161,11 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     ap.add_argument("--no-central", action="store_true")
     ap.add_argument("--out", default="results/fedcref")
     ap.add_argument("--quick", action="store_true", help="tiny settings on sklearn:digits (for tests)")
-    args = ap.parse_args(argv)
+    return ap.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> pd.DataFrame:
+    args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     base = {"preset": args.preset, **json.loads(args.params)}
     if args.quick:

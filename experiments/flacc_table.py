@@ -121,21 +121,32 @@ def variants(method: str, federation: str, quick: bool, n_merge: int = 2,
     return [("", {})]
 
 
-def run_table(args: argparse.Namespace) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]:
-    """Run every (federation, seed, method, variant); returns runs, rounds and FLACC details."""
+def train_params(args: argparse.Namespace) -> dict[str, Any]:
+    """The training parameters every method of the table shares."""
     train = {"epochs": args.epochs, "lr": args.lr, "batch_size": args.batch_size, "eval_every": args.eval_every,
              "model": args.model}
     if args.stack_clients != "gpu":
         train["stack_clients"] = args.stack_clients
+    return train
+
+
+def session_config(args: argparse.Namespace, fed: str, seed: int) -> dict[str, Any]:
+    """The configuration of the session that runs every method on federation ``fed`` with ``seed``."""
+    return {"seed": seed, "algorithm": {"name": "fedavg", "params": train_params(args)},
+            "data": {"dataset": args.dataset, "data_dir": args.data_dir, "options": args.data_options,
+                     "partition": {"name": fed, "samples": list(args.samples), **args.partition_options}},
+            "federation": {"n_clients": args.n_clients, "fraction": args.fraction, "rounds": args.rounds},
+            "runtime": {"backend": args.backend, "progress": False, "num_cpus": args.num_cpus,
+                        "batched": not args.per_client, "clients_per_actor": args.clients_per_actor}}
+
+
+def run_table(args: argparse.Namespace) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]:
+    """Run every (federation, seed, method, variant); returns runs, rounds and FLACC details."""
+    train = train_params(args)
     runs, rounds, details = [], [], {}
     for fed in args.federations:
         for seed in args.seeds:
-            cfg = {"seed": seed, "algorithm": {"name": "fedavg", "params": train},
-                   "data": {"dataset": args.dataset, "data_dir": args.data_dir, "options": args.data_options,
-                            "partition": {"name": fed, "samples": list(args.samples), **args.partition_options}},
-                   "federation": {"n_clients": args.n_clients, "fraction": args.fraction, "rounds": args.rounds},
-                   "runtime": {"backend": args.backend, "progress": False, "num_cpus": args.num_cpus,
-                               "batched": not args.per_client, "clients_per_actor": args.clients_per_actor}}
+            cfg = session_config(args, fed, seed)
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always", SharedSamplesWarning)
                 session = Session(cfg)

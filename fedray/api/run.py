@@ -12,6 +12,7 @@ from fedray.api.config import make_config
 from fedray.api.outputs import prepare, release, run_id_of
 from fedray.api.results import Result, peak_memory_mb
 from fedray.api.session import Session
+from fedray.api.tracking import Trackers
 from fedray.core.errors import ConfigError
 from fedray.core.registry import make_params
 
@@ -41,6 +42,7 @@ def run(config: Any = None, *, overrides: list[str] | dict[str, Any] | None = No
     """
     cfg = make_config(config, overrides=overrides, **kwargs)
     out = cfg.output.directory if output is None else output
+    Trackers(cfg, out).check()  # the trackers' options and MLflow's store, before anything is written
     if out:  # before Ray starts and before any data is read: claims the folder for this run
         prepare(out, cfg.output.overwrite)
     try:
@@ -94,6 +96,7 @@ def resume(directory: str | Path, progress: bool | None = None, output: str | Pa
     # The folder the user named (or the one holding the checkpoint folder they named),
     # never a path stored in the file.
     out = output or (named if folder != named and not named.is_file() else folder.parent)
+    Trackers(cfg, out).check()
     done = int(blob["server"]["round"])
     log.info("resuming %s after round %d from %s", cfg.algorithm.name, done - 1, blob["path"])
     with Session(cfg) as session:

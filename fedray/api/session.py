@@ -199,6 +199,7 @@ class Session:
             alg = algorithm if isinstance(algorithm, Algorithm) else self.make_algorithm(algorithm, params)
         cfg, kwargs, cap, budget = self._run_config(alg, resume_from)
         out = cfg.output.directory if output is None else (None if output is False else output)
+        Trackers(cfg, out).check()  # a bad tracking URI fails before the folder is written
         if out:
             prepare(out, cfg.output.overwrite, resuming=resume_from is not None,
                     run_id=None if resume_from is None else resume_from.get("run_id"))

@@ -18,8 +18,11 @@ event-file writer (no torch, no TensorFlow). MLflow: the tracking URI is
 experiment is ``output.mlflow_experiment``.
 
 A resumed run (``fedray run --resume``) continues the same TensorBoard run (same folder) and
-the same MLflow run (its id is kept in ``<output>/tracking.json``); rounds the resumed run
-computes again (after its last checkpoint) are not sent twice. A tracker that fails during a
+the same MLflow run (its id is kept in ``<output>/tracking.json``, written when the trackers
+open and again when they close, with the last round sent); rounds the resumed run computes
+again (after its last checkpoint) are not sent twice. A run killed without the chance to close
+(SIGKILL, a lost machine) leaves the round of the opening there: its resumed run sends the
+rounds after its last checkpoint again, at the same steps. A tracker that fails during a
 run (its server gone) is named in a warning and left out; the run goes on.
 """
 from __future__ import annotations
@@ -230,6 +233,27 @@ class MLflowTracker:
         self.client.set_terminated(self.run_id, status)
 
 
+def probe_mlflow(uri: str, experiment: str) -> None:
+    """Ask the MLflow store at ``uri`` for ``experiment`` (creating no run): MLflow's own error when
+    the URI is bad or its server unreachable."""
+    if uri.startswith("file:"):
+        os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+    from mlflow.tracking import MlflowClient
+
+    with _quick_requests():
+        MlflowClient(uri).get_experiment_by_name(experiment)
+
+
+@contextlib.contextmanager
+def _uri_error(uri: str) -> Iterator[None]:
+    """MLflow's errors inside the block (a bad URI, an unreachable server) as one :class:`ConfigError` line."""
+    try:
+        yield
+    except Exception as exc:  # noqa: BLE001 - MLflow's own errors, of many classes
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise ConfigError(f"output.mlflow_tracking_uri: MLflow cannot use {uri!r}: {first}") from None
+
+
 def mlflow_uri(option: str | None) -> str:
     """``output.mlflow_tracking_uri``, else ``$MLFLOW_TRACKING_URI``, else ``file:`` + ``./mlruns`` (absolute)."""
     if option:
@@ -257,6 +281,8 @@ class Trackers:
         self.items: list[Any] = []
         self.last_round = -1
         self.cfg, self.resume_round = cfg, resume_round
+        self.state: dict[str, Any] = {}
+        self._written: int | None = None  # the last_round that tracking.json holds
         if not self.names:
             return
         if not output:
@@ -276,15 +302,21 @@ class Trackers:
             self.items.append(TensorBoardTracker(self.out / TB_FOLDER))
         if "mlflow" in self.names:
             uri = mlflow_uri(self.cfg.output.mlflow_tracking_uri)
-            try:
+            with _uri_error(uri):
                 tracker = MLflowTracker(uri, self.cfg.output.mlflow_experiment, self.out.name or
                                         self.cfg.algorithm.name, None if self.new else state.get("mlflow_run_id"))
-            except Exception as exc:  # noqa: BLE001 - MLflow's own errors: a bad URI, an unreachable server
-                first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-                raise ConfigError(f"output.mlflow_tracking_uri: MLflow cannot use {uri!r}: {first}") from None
             self.state.update(mlflow_run_id=tracker.run_id, mlflow_tracking_uri=uri)
             self.items.append(tracker)
         self._write_state()
+
+    def check(self) -> None:
+        """Reach the MLflow tracking store (reading only) before the run writes anything or builds
+        its clients: a bad URI or an unreachable server is the run's first and only error."""
+        if "mlflow" not in self.names:
+            return
+        uri = mlflow_uri(self.cfg.output.mlflow_tracking_uri)
+        with _uri_error(uri):
+            probe_mlflow(uri, self.cfg.output.mlflow_experiment)
 
     def _read_state(self) -> dict[str, Any]:
         try:
@@ -294,6 +326,7 @@ class Trackers:
 
     def _write_state(self) -> None:
         (self.out / STATE_FILE).write_text(json.dumps(self.state, indent=2))
+        self._written = self.state.get("last_round")
 
     def _each(self, method: str, *args: Any) -> None:
         """Call ``method`` on every tracker; one that fails (a tracking server gone, a full disk) is
@@ -326,7 +359,6 @@ class Trackers:
         metrics = {k: v for k, v in numeric_items(row).items() if k != "round"}
         self._each("log_round", step, metrics)
         self.last_round = self.state["last_round"] = step
-        self._write_state()
 
     def finish(self, result: Any) -> None:
         """The final metrics, ``summary.json`` and the plots of the output folder."""
@@ -338,7 +370,11 @@ class Trackers:
         self._each("finish", max(self.last_round, 0), final, summary_json, plots)
 
     def close(self, status: str = "FINISHED") -> None:
-        """``FINISHED``, ``FAILED`` or ``KILLED`` (an interrupted run)."""
+        """``FINISHED``, ``FAILED`` or ``KILLED`` (an interrupted run); ``tracking.json`` gets the last
+        round sent, which a resumed run does not send again."""
+        if self.state and self.state.get("last_round") != self._written:
+            with contextlib.suppress(OSError):  # the run's own outcome comes first
+                self._write_state()
         for t in self.items:
             try:
                 t.close(status)

@@ -213,4 +213,54 @@ def test_an_unreachable_mlflow_server_fails_the_run_after_one_retry_not_minutes_
                    output=tmp_path / "run")
     assert "\n" not in str(info.value)
     assert seen and all(retries <= 1 and timeout <= 10 for retries, timeout in seen)
+    assert not (tmp_path / "run").exists()  # the error comes before the output folder is made
     assert "MLFLOW_HTTP_REQUEST_MAX_RETRIES" not in os.environ
+
+
+@pytest.mark.parametrize("entry", ["run", "session"])
+def test_a_bad_mlflow_uri_fails_before_the_clients_are_built_and_writes_nothing(tmp_path, monkeypatch, entry):
+    """A tracking URI MLflow cannot use is a one-line ConfigError raised before the clients are built
+    (fedray.run) or before the output folder is claimed (Session.run): no output folder, no partial
+    outputs, no tracking.json."""
+    import fedray.api.run as api_run
+    from fedray.api.session import Session
+
+    cfg = fedray.make_config(**BASE, output={"trackers": ["tensorboard", "mlflow"],
+                                             "mlflow_tracking_uri": "nosuchscheme://x/y"})
+    out = tmp_path / "run"
+    if entry == "run":
+        def no_clients(*a, **k):
+            raise AssertionError("the clients were built before the tracking URI was checked")
+
+        monkeypatch.setattr(api_run, "Session", no_clients)
+        with pytest.raises(ConfigError, match=r"^output.mlflow_tracking_uri: MLflow cannot use 'nosuchscheme") as info:
+            fedray.run(cfg, output=out)
+    else:
+        with Session(cfg) as session, pytest.raises(ConfigError, match=r"^output.mlflow_tracking_uri") as info:
+            session.run(output=out)
+    assert "\n" not in str(info.value)
+    assert not out.exists()
+
+
+def test_tracking_json_is_written_when_the_trackers_open_and_close_not_every_round(tmp_path, monkeypatch):
+    """tracking.json is written twice in a run (when the trackers open: the MLflow run's id; when they
+    close: the last round sent), not once per round, and ends with the last round and the run's id."""
+    import json
+
+    from fedray.api.tracking import STATE_FILE, Trackers
+
+    writes = []
+    original = Trackers._write_state
+
+    def counted(self):
+        writes.append(dict(self.state))
+        original(self)
+
+    monkeypatch.setattr(Trackers, "_write_state", counted)
+    out = tmp_path / "run"
+    res = fedray.run(_cfg(tmp_path), output=out)
+    assert len(writes) == 2
+    state = json.loads((out / STATE_FILE).read_text())
+    assert state["last_round"] == int(res.history["round"].max())
+    _, runs = _runs(tmp_path)
+    assert state["mlflow_run_id"] == runs[0].info.run_id
