@@ -49,6 +49,9 @@ STATE_FILE = "tracking.json"
 TB_FOLDER = "tensorboard"
 #: While a tracker opens, MLflow tries an HTTP tracking server this many times, this many seconds each
 #: (its defaults retry a server that is not there for about four minutes); a user's own setting wins.
+# (tracking URI, experiment) pairs whose store answered in this process: fedray.run checks before its
+# session is built and Session.run before it writes, so the store is probed once, not twice, per run.
+_REACHED: set[tuple[str, str]] = set()
 OPEN_REQUESTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
 
 
@@ -315,8 +318,12 @@ class Trackers:
         if "mlflow" not in self.names:
             return
         uri = mlflow_uri(self.cfg.output.mlflow_tracking_uri)
+        key = (uri, self.cfg.output.mlflow_experiment)
+        if key in _REACHED:
+            return
         with _uri_error(uri):
-            probe_mlflow(uri, self.cfg.output.mlflow_experiment)
+            probe_mlflow(*key)
+        _REACHED.add(key)
 
     def _read_state(self) -> dict[str, Any]:
         try:
