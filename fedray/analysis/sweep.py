@@ -24,6 +24,7 @@ column             meaning
 ``bytes_down``, ``bytes_up``  bytes sent to and received from clients, all rounds
 ``actors``         client actors (ray runtime)
 ``wall_s``         seconds of the whole run (rounds and evaluation)
+``eval_s``         seconds of the final evaluation passes over every client
 ``objective``      final objective; ``error`` — why a run failed (else empty)
 =================  ==========================================================
 
@@ -227,6 +228,7 @@ def measure_run(config: ExperimentConfig, *, memory_interval: float = 0.25) -> d
         "round_s_median": float(train["wall_s"].median()) if len(train) else float("nan"),
         "first_round_s": float(train["wall_s"].iloc[0]) if len(train) else float("nan"),
         "init_s": float(init["wall_s"].sum()) if len(init) else 0.0,
+        "eval_s": float(result.summary.get("evaluation_s", float("nan"))),
         "startup_s": float(startup_s),
         "ray_init_s": float(ray_init_s),
         "peak_mem_mb": float(mem.peak_pss_mb),

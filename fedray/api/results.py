@@ -123,6 +123,7 @@ class Result:
             "stop_reason": str(state.get("stop_reason", "")),
             "wall_time_s": float(wall_s),
             "startup_s": float(session.startup_s),
+            "evaluation_s": float(state.get("evaluation_s", 0.0)),
             "failures": {"failed": failures, "late": late, "late_spillover": spill, "in_evaluation": in_eval},
             "bytes": {"down": int(history["bytes_down"].sum()) if len(history) else 0,
                       "up": int(history["bytes_up"].sum()) if len(history) else 0},

@@ -79,6 +79,7 @@ class Server:
         self._bytes_up = np.zeros(n, dtype=np.int64)
         self._compute_s = np.zeros(n, dtype=np.float64)
         self.finished = False
+        self.evaluation_s = 0.0  # seconds of the final evaluation passes (Result.summary["evaluation_s"])
         # "converged", "algorithm" (its own budget or rule), "rounds done" (an algorithm that
         # trains for federation.rounds reached it) or "round cap" (the cap cut the run short)
         self.stop_reason = ""
@@ -260,6 +261,7 @@ class Server:
         ``evaluation_coverage`` gives the clients and samples they cover and the missing
         clients (the session warns about them), so a shrunken evaluation is never silent.
         """
+        t0 = time.perf_counter()
         stages: list[list[Reply]] = []
         prev: list[Reply] | None = None
         info = self.algorithm.info
@@ -277,6 +279,7 @@ class Server:
                    "samples": int(sum(int(n[c]) for c in covered)), "of_samples": int(np.sum(n))}
             cov["missing"] = sorted(set(range(info.n_clients)) - covered)
             final["evaluation_coverage"] = cov
+        self.evaluation_s = time.perf_counter() - t0
         return final
 
     def result(self) -> dict[str, Any]:
@@ -319,7 +322,7 @@ class Server:
     def state(self) -> dict[str, Any]:
         return {"round": self.round, "history": self.history, "client_rows": self.client_rows,
                 "finished": self.finished, "converged": self.algorithm.converged, "stop_reason": self.stop_reason, "phase": self.algorithm.phase,
-                "failures": self.failures, "report": self.executor.report()}
+                "failures": self.failures, "report": self.executor.report(), "evaluation_s": self.evaluation_s}
 
     # --- checkpoints (see fedray.api.checkpoint) ----------------------------------------
     def snapshot(self) -> dict[str, Any]:
