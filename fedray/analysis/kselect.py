@@ -323,7 +323,7 @@ def _local_curves(sess: Any, local_k_range: tuple[int, int] | None, k_min: int, 
     sess.disclosures["local_index_curves"] = sess.disclosures.get("local_index_curves", 0) + len(res.replies)
     if len(res.replies) < info.n_clients:
         raise DataError(f"select-k: the local-only baseline failed on {info.n_clients - len(res.replies)} clients")
-    names = [d.get("name") or f"client-{d['client_id']}" for d in sess.descriptions]
+    names = sess.descriptions.all_names()
     out = {}
     for r in res.replies:
         curve = dict(zip(r.update["ks"], r.update["index"]))

@@ -94,14 +94,14 @@ class Result:
     def build(cls, cfg: Any, alg: Any, session: Any, state: dict[str, Any], model: dict[str, Any],
               final: dict[str, Any], wall_s: float) -> Result:
         history = pd.DataFrame(state["history"])
-        rows = []
-        for d in session.descriptions:
-            cr = state["client_rows"].get(d["client_id"], {})
-            rows.append({"client_id": d["client_id"], "name": d.get("name", ""), "n_samples": d["n"],
-                         "rounds_participated": int(cr.get("rounds", 0)),
-                         "rounds_evaluated": int(cr.get("evaluated", 0)), "bytes_up": int(cr.get("bytes_up", 0)),
-                         "compute_s": float(cr.get("compute_s", 0.0))})
-        clients = _with_client_results(pd.DataFrame(rows), model, final, session.info.extras or {})
+        desc = session.descriptions
+        cols = state.get("client_columns")
+        if cols is None:  # a server of an earlier version: one row per client that answered
+            cols = _columns_of_rows(state.get("client_rows", {}), len(desc))
+        rows = pd.DataFrame({"client_id": desc.ids, "name": desc.all_names(), "n_samples": desc.n,
+                             **{k: cols[k][desc.ids] for k in ("rounds_participated", "rounds_evaluated", "bytes_up",
+                                                              "compute_s")}})
+        clients = _with_client_results(rows, model, final, session.info.extras or {})
         # Counted from the same rows as failures.parquet: every attempt of every round, and
         # the evaluation passes (negative rounds).
         fail_rows = state.get("failures", [])
@@ -277,6 +277,20 @@ class Result:
                     text = f"\033[31m{text}\033[0m"
             lines.append(text)
         return "\n".join(lines)
+
+
+def _columns_of_rows(rows: dict[Any, dict[str, Any]], n: int) -> dict[str, np.ndarray]:
+    """Per-client counters as arrays indexed by client id, from the per-client rows of a saved state."""
+    n = max([n] + [int(k) + 1 for k in rows])
+    out = {"rounds_participated": np.zeros(n, dtype=np.int64), "rounds_evaluated": np.zeros(n, dtype=np.int64),
+           "bytes_up": np.zeros(n, dtype=np.int64), "compute_s": np.zeros(n)}
+    for k, v in rows.items():
+        c = int(k)
+        out["rounds_participated"][c] = int(v.get("rounds", 0))
+        out["rounds_evaluated"][c] = int(v.get("evaluated", 0))
+        out["bytes_up"][c] = int(v.get("bytes_up", 0))
+        out["compute_s"][c] = float(v.get("compute_s", 0.0))
+    return out
 
 
 def _with_client_results(clients: pd.DataFrame, model: dict[str, Any], final: dict[str, Any],

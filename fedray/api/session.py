@@ -31,7 +31,7 @@ from fedray.core.errors import ConfigError, DataError, OutputError
 from fedray.core.extras import requirements
 from fedray.core.registry import check_algorithm_class, get_algorithm, make_params
 from fedray.core.stats import Stats, total
-from fedray.data.checks import check_descriptions, check_magnitude, column_moments
+from fedray.data.checks import Descriptions, check_descriptions, check_magnitude, column_moments
 from fedray.data.federation import Federation, build_federation, check_memory
 from fedray.layers.privacy import PrivacyLayer
 from fedray.layers.stack import build_stack, find_layer, secure_layer
@@ -82,7 +82,7 @@ class Session:
             # K selection, validation, plots); each run starts its records afresh.
             self.layers: Executor = build_stack(self.executor, cfg, self.disclosures)
             self._secure: PrivacyLayer | None = None
-            self.descriptions = self.executor.describe(private=True) if cfg.privacy.active else self.executor.describe()
+            self.descriptions: Descriptions = self.executor.describe(private=True) if cfg.privacy.active else self.executor.describe()
             self.info, self.scaler = self._check_and_scale(self.descriptions)
         except BaseException:
             self.close()
@@ -91,18 +91,16 @@ class Session:
         log.info("session ready: %d clients on %s in %.2f s", self.info.n_clients, rt.backend, self.startup_s)
 
     # --- data checks and scaling --------------------------------------------
-    def _check_and_scale(self, desc: list[dict[str, Any]]) -> tuple[FederationInfo, tuple[np.ndarray, np.ndarray] | None]:
+    def _check_and_scale(self, desc: Descriptions) -> tuple[FederationInfo, tuple[np.ndarray, np.ndarray] | None]:
         names = self.federation.feature_names
         n_features = check_descriptions(desc)
-        n = np.array([d["n"] for d in desc], dtype=np.int64)
+        n = desc.n
         N = float(n.sum())
         if self.config.privacy.active:
             s, ss, lo, hi = self._private_moments(n_features, N, names)
-        else:
-            s = np.sum([d["sum"] for d in desc], axis=0)
-            ss = np.sum([d["sumsq"] for d in desc], axis=0)
-            lo = np.min([d["min"] for d in desc], axis=0)
-            hi = np.max([d["max"] for d in desc], axis=0)
+        else:  # per-client moments as rows, summed over clients in id order
+            s, ss = desc.sum.sum(axis=0), desc.sumsq.sum(axis=0)
+            lo, hi = desc.min.min(axis=0), desc.max.max(axis=0)
             check_magnitude(lo, hi, N, names)
         scaler = None
         mode = self.config.data.scale
@@ -118,10 +116,7 @@ class Session:
         if scaler is not None:
             self.executor.apply_scaler(*scaler)
             lo, hi = (lo - scaler[0]) / scaler[1], (hi - scaler[0]) / scaler[1]
-        classes = set()
-        for d in desc:
-            classes.update(int(c) for c in d.get("classes", ()))
-        n_classes = self.federation.n_classes or (max(classes) + 1 if classes else None)
+        n_classes = self.federation.n_classes or (int(desc.classes.max()) + 1 if desc.classes.size else None)
         info = FederationInfo(n_clients=len(desc), n_features=n_features, sample_shape=self.federation.sample_shape,
                               n_samples=n, feature_min=lo, feature_max=hi, n_classes=n_classes,
                               has_labels=self.federation.has_labels, extras={**self.federation.extras, "feature_names": names})
@@ -132,7 +127,7 @@ class Session:
         extreme reaches the server), and a box for the federation: ``privacy.feature_bounds`` if
         given, else mean +- 3 standard deviations (not the data's extremes)."""
         p = self.config.privacy
-        tasks = {c: Task(column_moments, None, None) for c in range(len(self.federation.specs))}
+        tasks = dict.fromkeys(range(len(self.federation.specs)), Task(column_moments, None, None))
         if self._can_secure_sum():
             t = self._secure_layer().secure_sum(calls.setup("moments"), tasks)
         else:  # too few clients for a secure sum: per-client moments reach the server (counted)
@@ -375,7 +370,7 @@ class Session:
         """The plots' sums (None under privacy when the federation is too small for a secure sum)."""
         if self.config.privacy.active and not self._can_secure_sum():
             return None
-        return self.total(calls.adhoc("plots"), {c: Task(fn, None, shared) for c in range(self.info.n_clients)})
+        return self.total(calls.adhoc("plots"), dict.fromkeys(range(self.info.n_clients), Task(fn, None, shared)))
 
     def projection_2d(self) -> tuple[np.ndarray, np.ndarray]:
         """Mean (d,) and top-2 principal axes (d, 2) of the union (:func:`fedray.api.plotdata.projection_2d`)."""

@@ -2,6 +2,7 @@
 non-finite shards, mismatched feature counts, values too large for float64 sums."""
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -35,6 +36,141 @@ def describe_shard(client_id: int, name: str, X: np.ndarray, y: np.ndarray | Non
     return d
 
 
+@dataclass
+class Descriptions:
+    """Per-client facts of many shards, column-wise (what hosts report at set-up; nothing per client
+    is a Python object, so 10^7 clients cost their arrays only).
+
+    Attributes
+    ----------
+    ids, n, n_features : ndarray of int, shape (n_clients,)
+        Client ids (ascending), rows, features (-1: not a table).
+    names : list of str or None
+        Display names; None means ``client-<id>`` for every client.
+    errors, bad_values : dict
+        Client id -> why its shard could not be built / its first non-finite value (only the clients concerned).
+    sum, sumsq, min, max : ndarray (n_clients, d) or None
+        Per-client column moments (None under privacy, or when a shard is empty or has a bad value).
+    classes : ndarray
+        The labels seen on any client (sorted, unique).
+    """
+
+    ids: np.ndarray
+    n: np.ndarray
+    n_features: np.ndarray
+    names: list[str] | None = None
+    errors: dict[int, str] = field(default_factory=dict)
+    bad_values: dict[int, str] = field(default_factory=dict)
+    sum: np.ndarray | None = None
+    sumsq: np.ndarray | None = None
+    min: np.ndarray | None = None
+    max: np.ndarray | None = None
+    classes: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def name(self, position: int) -> str:
+        return self.names[position] if self.names is not None else f"client-{int(self.ids[position])}"
+
+    def all_names(self) -> list[str]:
+        return list(self.names) if self.names is not None else [f"client-{c}" for c in self.ids.tolist()]
+
+    @classmethod
+    def concat(cls, parts: list[Descriptions]) -> Descriptions:
+        """The descriptions of several hosts as one, in client-id order."""
+        parts = sorted((p for p in parts if len(p)), key=lambda p: int(p.ids[0])) or [cls.empty()]
+        if len(parts) == 1:
+            return parts[0]
+        names = None
+        if any(p.names is not None for p in parts):
+            names = [nm for p in parts for nm in p.all_names()]
+        moments = {}
+        for key in ("sum", "sumsq", "min", "max"):
+            arrs = [getattr(p, key) for p in parts]
+            moments[key] = np.concatenate(arrs) if all(a is not None for a in arrs) else None
+        out = cls(np.concatenate([p.ids for p in parts]), np.concatenate([p.n for p in parts]),
+                  np.concatenate([p.n_features for p in parts]), names,
+                  {k: v for p in parts for k, v in p.errors.items()},
+                  {k: v for p in parts for k, v in p.bad_values.items()}, **moments,
+                  classes=np.unique(np.concatenate([p.classes for p in parts])))
+        if np.any(np.diff(out.ids) <= 0):
+            raise ValueError("hosts describe overlapping clients")
+        return out
+
+    @classmethod
+    def empty(cls) -> Descriptions:
+        z = np.zeros(0, dtype=np.int64)
+        return cls(z, z.copy(), z.copy())
+
+    @classmethod
+    def from_rows(cls, rows: list[dict[str, Any]]) -> Descriptions:
+        """From per-client dicts (:func:`describe_shard`'s form)."""
+        rows = sorted(rows, key=lambda d: d["client_id"])
+        ids = np.array([d["client_id"] for d in rows], dtype=np.int64)
+        moments = {}
+        for key in ("sum", "sumsq", "min", "max"):
+            arrs = [np.asarray(d[key], dtype=np.float64) for d in rows if key in d]
+            same = len(arrs) == len(rows) and len({a.shape for a in arrs}) == 1
+            moments[key] = np.stack(arrs) if rows and same else None
+        classes = [np.asarray(d["classes"]) for d in rows if "classes" in d]
+        return cls(ids, np.array([d["n"] for d in rows], dtype=np.int64),
+                   np.array([d["n_features"] for d in rows], dtype=np.int64), [d.get("name", "") for d in rows],
+                   {d["client_id"]: d["error"] for d in rows if "error" in d},
+                   {d["client_id"]: d["bad_value"] for d in rows if "bad_value" in d}, **moments,
+                   classes=np.unique(np.concatenate(classes)) if classes else np.zeros(0, dtype=np.int64))
+
+    def rows(self) -> list[dict[str, Any]]:
+        """One dict per client (``client_id``, ``name``, ``n``, ``n_features``; errors where any)."""
+        out = []
+        for i, cid in enumerate(self.ids.tolist()):
+            d = {"client_id": cid, "name": self.name(i), "n": int(self.n[i]), "n_features": int(self.n_features[i])}
+            if cid in self.errors:
+                d["error"] = self.errors[cid]
+            if cid in self.bad_values:
+                d["bad_value"] = self.bad_values[cid]
+            out.append(d)
+        return out
+
+
+def describe_block(ids: np.ndarray, names: list[str] | None, X: np.ndarray, y: np.ndarray | None,
+                   offsets: np.ndarray, feature_names: Any = (), moments: bool = True) -> Descriptions:
+    """:class:`Descriptions` of the shards ``X[offsets[i]:offsets[i + 1]]`` of clients ``ids``, vectorised.
+
+    The per-client moments are the same bits as :func:`describe_shard`'s ``X.sum(axis=0)`` (clients
+    of one size are summed as one (clients, rows, d) array, which numpy reduces row after row
+    for every client, as it does one client's (rows, d) array)."""
+    ids = np.asarray(ids, dtype=np.int64)
+    sizes = np.diff(offsets)
+    d = int(X.shape[1]) if X.ndim == 2 else -1
+    out = Descriptions(ids, sizes.astype(np.int64), np.full(len(ids), d, dtype=np.int64), names)
+    if y is not None and y.size:
+        out.classes = np.unique(y)
+    finite = bool(np.isfinite(X).all()) if X.size else True
+    if not finite:
+        owner = np.repeat(np.arange(len(ids)), sizes)
+        bad_rows = np.flatnonzero(~np.isfinite(X.reshape(X.shape[0], -1)).all(axis=1))
+        for pos in np.unique(owner[bad_rows]).tolist():
+            rows = X[offsets[pos]:offsets[pos + 1]]
+            out.bad_values[int(ids[pos])] = describe_shard(int(ids[pos]), "", rows, None, feature_names,
+                                                           moments=False)["bad_value"]
+    if moments and finite and len(ids) and np.all(sizes > 0):
+        trail = X.shape[1:]
+        out.sum, out.sumsq = np.empty((len(ids), *trail)), np.empty((len(ids), *trail))
+        out.min, out.max = np.empty((len(ids), *trail)), np.empty((len(ids), *trail))
+        for size in np.unique(sizes).tolist():
+            pos = np.flatnonzero(sizes == size)
+            if len(pos) == len(ids):
+                rows = X.reshape(len(ids), size, *trail)
+            else:
+                rows = X[(offsets[pos][:, None] + np.arange(size)).ravel()].reshape(len(pos), size, *trail)
+            out.sum[pos] = rows.sum(axis=1)
+            out.sumsq[pos] = (rows * rows).sum(axis=1)
+            out.min[pos] = rows.min(axis=1)
+            out.max[pos] = rows.max(axis=1)
+    return out
+
+
 def check_magnitude(lo: np.ndarray, hi: np.ndarray, n_samples: float, names: Any = ()) -> None:
     """Raise :class:`DataError` when values are so large that sums of squared distances overflow float64."""
     big = np.maximum(np.abs(lo), np.abs(hi))
@@ -48,20 +184,28 @@ def check_magnitude(lo: np.ndarray, hi: np.ndarray, n_samples: float, names: Any
                         "distances would overflow float64); rescale the data, e.g. divide by a power of ten")
 
 
-def check_descriptions(desc: list[dict[str, Any]]) -> int:
-    """Raise :class:`DataError` for unusable shards; returns the common number of features."""
-    for d in desc:
-        who = f"client {d['client_id']}" + (f" ({d['name']})" if d.get("name") and d["name"] != f"client-{d['client_id']}" else "")
-        if "error" in d:
-            raise DataError(f"{who}: {d['error']}")
-        if "bad_value" in d:
-            raise DataError(f"{who}: non-finite value {d['bad_value']}; clean or impute the data first "
+def check_descriptions(desc: Descriptions | list[dict[str, Any]]) -> int:
+    """Raise :class:`DataError` for unusable shards (the first client in id order that has one); returns
+    the common number of features."""
+    if not isinstance(desc, Descriptions):
+        desc = Descriptions.from_rows(desc)
+    empty = desc.ids[desc.n == 0]
+    firsts = [c for c in (min(desc.errors, default=None), min(desc.bad_values, default=None),
+                          int(empty[0]) if empty.size else None) if c is not None]
+    if firsts:
+        cid = min(firsts)
+        pos = int(np.searchsorted(desc.ids, cid))
+        name = desc.name(pos)
+        who = f"client {cid}" + (f" ({name})" if name and name != f"client-{cid}" else "")
+        if cid in desc.errors:
+            raise DataError(f"{who}: {desc.errors[cid]}")
+        if cid in desc.bad_values:
+            raise DataError(f"{who}: non-finite value {desc.bad_values[cid]}; clean or impute the data first "
                             "(NaN and inf are not allowed)")
-        if d["n"] == 0:
-            raise DataError(f"{who} has no samples; remove it or change the partition")
-    dims = sorted({d["n_features"] for d in desc})
+        raise DataError(f"{who} has no samples; remove it or change the partition")
+    dims = np.unique(desc.n_features).tolist()
     if len(dims) > 1:
-        by = {dim: [d["client_id"] for d in desc if d["n_features"] == dim][:5] for dim in dims}
+        by = {dim: desc.ids[desc.n_features == dim][:5].tolist() for dim in dims}
         raise DataError(f"clients have different numbers of features: {by} (feature count: client ids)")
     return int(dims[0])
 

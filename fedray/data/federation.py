@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,33 +31,12 @@ from fedray.data.datasets import (
     table_feature_columns,
 )
 from fedray.data.partitions import FEDERATION_BUILDERS, TRANSFORMS, partition_indices
-
-
-@dataclass(frozen=True)
-class ClientSpec:
-    """Recipe for one client's shard.
-
-    Attributes
-    ----------
-    client_id : int
-    source : dict
-        ``{"kind": "blobs" | "pooled" | "table", ...}`` — how to build the shard.
-    indices : ndarray or None
-        Rows of the pooled data set (kind ``pooled``).
-    name : str
-        A display name (the value of the client column for ``by_column``).
-    """
-
-    client_id: int
-    source: dict[str, Any]
-    indices: np.ndarray | None = None
-    name: str = ""
-    meta: dict[str, Any] = field(default_factory=dict)
+from fedray.data.recipes import ClientSpec, RecipeRange, recipe_kinds
 
 
 @dataclass(frozen=True)
 class Federation:
-    specs: list[ClientSpec]
+    specs: Sequence[ClientSpec]  # a list, or a RecipeRange (generated data: nothing per client)
     feature_names: tuple[str, ...]
     sample_shape: tuple[int, ...]
     has_labels: bool
@@ -207,7 +187,7 @@ def _blobs_federation(options: dict, n_clients: int, seed: int, pname: str | Non
         raise ConfigError(f"data.partition.name: blobs supports 'iid' and 'dirichlet'; got {pname!r}")
     alpha = float(part.get("alpha", 0.5)) if pname == "dirichlet" else None
     source = {"kind": "blobs", "seed": seed, "alpha": alpha, **{k: opts[k] for k in BLOBS_DEFAULTS}}
-    specs = [ClientSpec(i, source, None, f"client-{i}") for i in range(n_clients)]
+    specs = RecipeRange(source, 0, n_clients)  # one object for the whole population
     d = int(opts["n_features"])
     return Federation(specs, tuple(f"x{i}" for i in range(d)), (d,), True, int(opts["n_centers"]))
 
@@ -242,6 +222,28 @@ def _generate_blobs(source: dict, client_id: int) -> tuple[np.ndarray, np.ndarra
     y = rng.choice(k, size=n, p=w)
     X = centers[y] + rng.normal(scale=float(source["cluster_std"]), size=(n, centers.shape[1]))
     return X, y.astype(np.int64)
+
+
+def regenerable(specs: Sequence[ClientSpec]) -> bool:
+    """Whether ``specs`` are recipes a host can build again at will, in bulk (generated data), so that
+    their shards need not stay in memory (``runtime.resident``)."""
+    return isinstance(specs, RecipeRange) and specs.source.get("kind") == "blobs"
+
+
+def generate_rows(specs: RecipeRange, ids: np.ndarray | None) -> Any:
+    """The rows of the generated clients ``ids`` of ``specs``, one after another: ``(X, y, offsets)``
+    (the same bits as each client's own :func:`materialize`); with ``ids=None``, only what is known
+    without generating: ``(offsets of every client of specs, feature names)``."""
+    src = specs.source
+    n, d = int(src["points_per_client"]), int(src["n_features"])
+    if ids is None:
+        return np.arange(len(specs) + 1, dtype=np.int64) * n, _column_names(d)
+    ids = np.asarray(ids, dtype=np.int64)
+    X = np.empty((len(ids) * n, d))
+    y = np.empty(len(ids) * n, dtype=np.int64)
+    for i, cid in enumerate(ids.tolist()):
+        X[i * n:(i + 1) * n], y[i * n:(i + 1) * n] = _generate_blobs(src, cid)
+    return X, y, np.arange(len(ids) + 1, dtype=np.int64) * n
 
 
 def _table_by_column(path: str, kind: str, data: Any) -> Federation:
@@ -299,7 +301,7 @@ def put_shards(specs: list[ClientSpec]) -> list[ClientSpec]:
     are returned as they are. The caller keeps the returned specs alive as long as the
     actors may need them (a restarted actor rebuilds its shards from the same recipes).
     """
-    if not any(s.source.get("kind") == "arrays" for s in specs):
+    if "arrays" not in recipe_kinds(specs):
         return specs
 
     import ray

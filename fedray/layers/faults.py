@@ -54,9 +54,7 @@ class InjectedCrash(RuntimeError):
 # --- client functions (run where the client lives) --------------------------------
 def crash_client(payload: Any, shared: Any, client: Any) -> None:
     """Simulated crash of one client: its state is lost and its task fails."""
-    names = client.state.get("_feature_names", ())
     client.state.clear()
-    client.state["_feature_names"] = names
     raise InjectedCrash(f"client {client.id} crashed in round {client.round} (injected fault)")
 
 

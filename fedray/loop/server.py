@@ -221,6 +221,11 @@ class Server:
                          "bytes_up": int(self._bytes_up[c]), "compute_s": float(self._compute_s[c])}
                 for c in np.flatnonzero(self._rounds + self._evaluated)}
 
+    def client_columns(self) -> dict[str, np.ndarray]:
+        """The per-client counters as arrays indexed by client id (what a run's result reads)."""
+        return {"rounds_participated": self._rounds.copy(), "rounds_evaluated": self._evaluated.copy(),
+                "bytes_up": self._bytes_up.copy(), "compute_s": self._compute_s.copy()}
+
     @client_rows.setter
     def client_rows(self, rows: dict[Any, dict[str, float]]) -> None:
         n = max([len(self._rounds)] + [int(k) + 1 for k in rows])
@@ -265,19 +270,22 @@ class Server:
         stages: list[list[Reply]] = []
         prev: list[Reply] | None = None
         info = self.algorithm.info
-        covered = set(range(info.n_clients))
+        covered = np.ones(int(info.n_clients), dtype=bool)
         while (task := self.algorithm.evaluation_task(len(stages), prev)) is not None:
             todo = dict.fromkeys(range(info.n_clients), task)
             res, _ = self.gather(calls.evaluate(len(stages)), todo, ask_missing=retries)
-            covered &= {r.client_id for r in res.replies}
-            prev = sorted(res.replies, key=lambda r: r.client_id)
+            ids = reply_columns(res.replies)[0]  # kept column-wise: no object per client
+            answered = np.zeros(len(covered), dtype=bool)
+            answered[ids] = True
+            covered &= answered
+            prev = res.replies if np.all(ids[1:] > ids[:-1]) else sorted(res.replies, key=lambda r: r.client_id)
             stages.append(prev)
         final = self.algorithm.summarize_evaluation(stages) if stages else {}
         if stages:
-            n = info.n_samples
-            cov = {"clients": len(covered), "of_clients": int(info.n_clients),
-                   "samples": int(sum(int(n[c]) for c in covered)), "of_samples": int(np.sum(n))}
-            cov["missing"] = sorted(set(range(info.n_clients)) - covered)
+            n = np.asarray(info.n_samples)
+            cov = {"clients": int(covered.sum()), "of_clients": int(info.n_clients),
+                   "samples": int(n[covered].sum()), "of_samples": int(np.sum(n))}
+            cov["missing"] = np.flatnonzero(~covered).tolist()
             final["evaluation_coverage"] = cov
         self.evaluation_s = time.perf_counter() - t0
         return final
@@ -320,7 +328,7 @@ class Server:
         return "round cap"
 
     def state(self) -> dict[str, Any]:
-        return {"round": self.round, "history": self.history, "client_rows": self.client_rows,
+        return {"round": self.round, "history": self.history, "client_columns": self.client_columns(),
                 "finished": self.finished, "converged": self.algorithm.converged, "stop_reason": self.stop_reason, "phase": self.algorithm.phase,
                 "failures": self.failures, "report": self.executor.report(), "evaluation_s": self.evaluation_s}
 

@@ -1,8 +1,18 @@
-"""Clients and the host that keeps them.
+"""The host that keeps clients: rows of one block, not objects.
 
-A :class:`ClientHost` owns one or more clients: their shards (built from their
-recipes), persistent state and random streams. The local runtime uses one host
-in-process; the Ray runtime wraps hosts in actors (:mod:`fedray.actors`). The
+A :class:`ClientHost` owns one or more clients. It keeps them as rows: one contiguous
+array of every client's samples (client-id order) with the offsets where each client's
+rows begin, the clients' ids as an array, and per-client state and secrets in two
+dictionaries holding only the clients that have some. Random streams are keyed by (seed,
+client, round, stream) and built only when a client runs; a :class:`~fedray.runtime.clients.Client`
+view is built when a client runs and dropped after. So a client that has never been
+sampled costs its rows and its offset, and nothing else.
+
+Generated shards (``blobs``) are built in bulk per host; with ``resident=False`` they are
+not kept at all: the rows of the clients a call needs are generated again from the recipe
+(the same bits) and scaled like the resident ones.
+
+The local runtime uses one host in-process; the Ray runtime wraps hosts in actors. The
 host never knows what an algorithm computes: it calls the task's function.
 """
 from __future__ import annotations
@@ -10,246 +20,41 @@ from __future__ import annotations
 import logging
 import time
 import traceback
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
 
 from fedray.core.contract import Task, batched_form, batched_shared
 from fedray.core.errors import FedrayError
-from fedray.core.seeding import client_rng
 from fedray.core.sizes import nbytes_of
-from fedray.core.stats import Stats, StatsBlock
-from fedray.data.checks import describe_shard
-from fedray.data.federation import ClientSpec, materialize_many
+from fedray.core.stats import StatsBlock
+from fedray.data.checks import Descriptions, describe_block, describe_shard
+from fedray.data.federation import generate_rows, materialize_many, regenerable
+from fedray.data.recipes import recipe_ids, recipe_name
+from fedray.runtime.clients import (
+    Client,
+    ClientBatch,
+    ClientData,
+    Outcome,
+    PackedOutcomes,
+    UniformTasks,
+    _TrainingView,
+    pack_outcomes,
+    pack_parts,
+    task_items,
+    unpack_outcomes,
+)
+
+__all__ = ["Client", "ClientBatch", "ClientData", "ClientHost", "Outcome", "PackedOutcomes", "UniformTasks",
+           "pack_outcomes", "pack_parts", "task_items", "unpack_outcomes"]
 
 log = logging.getLogger(__name__)
 
-
-@dataclass
-class ClientData:
-    """A client's shard. ``y`` is None unless the task may see labels."""
-
-    X: np.ndarray
-    y: np.ndarray | None
-    sample_shape: tuple[int, ...]
-
-    @property
-    def n(self) -> int:
-        return int(self.X.shape[0])
-
-
-class Client:
-    """What a client function sees: ``id``, ``data``, ``state``, ``rng``, ``round``."""
-
-    __slots__ = ("id", "name", "_X", "_y", "_supervised", "sample_shape", "state", "_rng", "round", "seed", "meta",
-                 "secrets")
-
-    def __init__(self, spec: ClientSpec, X: np.ndarray, y: np.ndarray | None, seed: int,
-                 supervised: bool, sample_shape: tuple[int, ...]) -> None:
-        self.id = spec.client_id
-        self.name = spec.name
-        self._X = X
-        self._y = y
-        self._supervised = supervised
-        self.sample_shape = sample_shape
-        self.state: dict[str, Any] = {}
-        self.meta: dict[str, Any] = dict(spec.meta)  # recipe facts (e.g. test split, true group: evaluation only)
-        self.seed = seed
-        # Keys of the privacy protocols (fedray.layers.privacy), drawn from the OS where the client lives; never
-        # returned to the server, never in ``state`` (so never in checkpoints).
-        self.secrets: dict[str, Any] = {}
-        self.round = -1
-        self._rng: np.random.Generator | None = None
-
-    @property
-    def rng(self) -> np.random.Generator:
-        """This client's generator for the current round (keyed by seed, client id, round; built on first use)."""
-        if self._rng is None:
-            self._rng = client_rng(self.seed, self.id, self.round)
-        return self._rng
-
-    @property
-    def data(self) -> ClientData:
-        return ClientData(self._X, self._y if self._supervised else None, self.sample_shape)
-
-    @property
-    def labels(self) -> np.ndarray | None:
-        """Ground truth, for evaluation tasks only (training tasks get a view without it)."""
-        return self._y
-
-
-class _TrainingView:
-    """The client as a training task of an unsupervised algorithm sees it: no labels."""
-
-    __slots__ = ("_c",)
-
-    def __init__(self, client: Client) -> None:
-        self._c = client
-
-    def __getattr__(self, name: str) -> Any:
-        if name in ("labels", "_y"):
-            raise AttributeError("labels are not available to training tasks of unsupervised algorithms")
-        return getattr(self._c, name)
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name == "_c":
-            object.__setattr__(self, name, value)
-        else:
-            setattr(self._c, name, value)
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """What the host returns for one client and one task."""
-
-    client_id: int
-    update: Any = None
-    seconds: float = 0.0
-    nbytes: int = 0
-    error: str | None = None
-    user_error: bool = False
-
-
-@dataclass(frozen=True)
-class PackedOutcomes:
-    """Outcomes whose updates are :class:`~fedray.core.stats.Stats` of one layout, stored column-wise.
-
-    Serialising thousands of small objects costs as much as computing them; an actor
-    sends one array per statistic instead (``arrays[name]`` has shape (n_clients, ...)).
-    A batched client function that returns a :class:`~fedray.core.stats.StatsBlock` gives
-    these arrays directly, without a per-client object.
-    """
-
-    client_ids: np.ndarray
-    seconds: np.ndarray
-    nbytes: np.ndarray
-    arrays: dict[str, np.ndarray]
-    others: list[Outcome]
-
-    def block(self) -> StatsBlock:
-        b = StatsBlock.__new__(StatsBlock)
-        b.arrays, b.n = self.arrays, len(self.client_ids)
-        return b
-
-    def unpack(self) -> list[Outcome]:
-        rows = self.block().rows()
-        out = [Outcome(cid, rows[i], sec, nb) for i, (cid, sec, nb) in
-               enumerate(zip(self.client_ids.tolist(), self.seconds.tolist(), self.nbytes.tolist()))]
-        return sorted(out + self.others, key=lambda o: o.client_id) if self.others else out
-
-
-def pack_outcomes(outcomes: list[Outcome]) -> list[Outcome] | PackedOutcomes:
-    """Column-wise form of ``outcomes`` when there are many Stats updates of one layout."""
-    ok = [o for o in outcomes if o.error is None and isinstance(o.update, Stats)]
-    if len(ok) < 16:
-        return outcomes
-    layout = {k: v.shape for k, v in ok[0].update.items()}
-    if any({k: v.shape for k, v in o.update.items()} != layout for o in ok):
-        return outcomes
-    others = [o for o in outcomes if not (o.error is None and isinstance(o.update, Stats))]
-    arrays = {k: np.stack([o.update[k] for o in ok]) for k in layout}
-    return PackedOutcomes(np.array([o.client_id for o in ok]), np.array([o.seconds for o in ok]),
-                          np.array([o.nbytes for o in ok]), arrays, others)
-
-
-def pack_parts(parts: list[Outcome | PackedOutcomes]) -> list[Outcome | PackedOutcomes] | PackedOutcomes:
-    """What an actor sends for :meth:`ClientHost.run_parts`: blocks as they are, the rest packed."""
-    packed = [p for p in parts if isinstance(p, PackedOutcomes)]
-    single = [p for p in parts if isinstance(p, Outcome)]
-    if not packed:
-        return pack_outcomes(single)
-    rest = pack_outcomes(single)
-    return packed + ([rest] if isinstance(rest, PackedOutcomes) else rest)
-
-
-def unpack_outcomes(batch: list[Outcome | PackedOutcomes] | PackedOutcomes) -> list[Outcome]:
-    """Outcomes of a host's reply (any of the packed forms), in client-id order."""
-    if isinstance(batch, PackedOutcomes):
-        return batch.unpack()
-    if not any(isinstance(p, PackedOutcomes) for p in batch):
-        return batch
-    out: list[Outcome] = []
-    for p in batch:
-        if isinstance(p, PackedOutcomes):
-            out.extend(p.unpack())
-        else:
-            out.append(p)
-    return sorted(out, key=lambda o: o.client_id)
-
-
-class UniformTasks:
-    """One task (and one shared object) for many clients of a host: the compact form of
-    ``[(client_id, task, shared_index), ...]`` when every item has the same task, so that
-    neither the server nor the host handles one tuple per client.
-
-    Iterating gives the ``(client_id, task, shared_index)`` items (client-id order).
-    """
-
-    __slots__ = ("ids", "task", "shared_index")
-
-    def __init__(self, ids: np.ndarray, task: Task, shared_index: int) -> None:
-        self.ids, self.task, self.shared_index = np.asarray(ids, dtype=np.int64), task, int(shared_index)
-
-    def __len__(self) -> int:
-        return len(self.ids)
-
-    def __iter__(self):
-        task, sidx = self.task, self.shared_index
-        return ((cid, task, sidx) for cid in self.ids.tolist())
-
-    def client_ids(self) -> list[int]:
-        return self.ids.tolist()
-
-
-def task_items(tasks: Any) -> list[tuple[int, Task, int]]:
-    """``[(client_id, task, shared_index)]`` from a list of them or :class:`UniformTasks`."""
-    return list(tasks) if isinstance(tasks, UniformTasks) else tasks
-
-
-class ClientBatch:
-    """The clients of one host that run a batched client function together (client-id order).
-
-    Attributes
-    ----------
-    ids : ndarray of int, shape (n_clients,)
-    clients : list
-        Each client as the plain function would see it (``state``, ``rng``, ``round``, ``data``).
-    X : ndarray, shape (n_rows, ...)
-        The clients' rows, one after another: client ``i`` has ``X[offsets[i]:offsets[i + 1]]``.
-        A view of the host's block when the clients are consecutive there; read-only by contract.
-    offsets : ndarray of int, shape (n_clients + 1,)
-    labels : ndarray or None
-        The rows' labels, where the task may read them (evaluation or supervised tasks).
-    """
-
-    __slots__ = ("ids", "_clients", "X", "offsets", "labels", "_owner")
-
-    def __init__(self, ids: np.ndarray, clients: Any, X: np.ndarray, offsets: np.ndarray,
-                 labels: np.ndarray | None) -> None:
-        # ``clients`` is a list, or a function that builds it (the views are built only when asked for).
-        self.ids, self._clients, self.X, self.offsets, self.labels = ids, clients, X, offsets, labels
-        self._owner: np.ndarray | None = None
-
-    def __len__(self) -> int:
-        return len(self.ids)
-
-    @property
-    def clients(self) -> list[Any]:
-        if callable(self._clients):
-            self._clients = self._clients()
-        return self._clients
-
-    @property
-    def sizes(self) -> np.ndarray:
-        return np.diff(self.offsets)
-
-    @property
-    def owner(self) -> np.ndarray:
-        """For each row of ``X``, the position (0..n_clients-1) of its client."""
-        if self._owner is None:
-            self._owner = np.repeat(np.arange(len(self.ids)), self.sizes)
-        return self._owner
+#: Clients whose rows a non-resident host generates at once (bounds the memory of a call over all of them).
+REGENERATE_CHUNK = 1 << 16
+#: Rows described at once (bounds the temporary arrays of the set-up checks).
+DESCRIBE_ROWS = 1 << 21
 
 
 class ClientHost:
@@ -257,85 +62,204 @@ class ClientHost:
 
     Parameters
     ----------
-    specs : list of ClientSpec
+    specs : sequence of ClientSpec
+        A list of recipes, or a :class:`~fedray.data.recipes.RecipeRange` (nothing per client).
     seed : int
     supervised : bool
         Whether training tasks may read labels.
     sample_shape : tuple of int
+    batched : bool
+        Run batched client functions (:func:`fedray.core.contract.batched`) in one call.
+    resident : bool
+        Keep the shards in memory; False regenerates them from their recipes when clients run
+        (only for recipes that can be, see :func:`fedray.data.federation.regenerable`).
     """
 
-    def __init__(self, specs: list[ClientSpec], seed: int, supervised: bool, sample_shape: tuple[int, ...],
-                 batched: bool = True) -> None:
+    def __init__(self, specs: Any, seed: int, supervised: bool, sample_shape: tuple[int, ...],
+                 batched: bool = True, resident: bool = True) -> None:
         self.seed = int(seed)
-        self.batched = bool(batched)  # run batched client functions (fedray.core.contract.batched) in one call
-        self.clients: dict[int, Client] = {}
+        self.batched = bool(batched)
+        self.supervised = bool(supervised)
+        self.sample_shape = tuple(sample_shape)
+        self.specs = specs  # kept: names, recipe facts, regeneration
+        self.ids = recipe_ids(specs)
+        if np.any(np.diff(self.ids) <= 0):
+            raise ValueError("a host's recipes must be in ascending client-id order")
+        self._first = int(self.ids[0]) if len(self.ids) else 0
+        self._contiguous = bool(len(self.ids) == 0 or int(self.ids[-1]) - self._first == len(self.ids) - 1)
+        self._index: dict[int, int] | None = None  # client id -> position (only for non-contiguous ids)
+        self.states: dict[int, dict[str, Any]] = {}  # client id -> state (only clients that have some)
+        self.secrets: dict[int, dict[str, Any]] = {}  # client id -> protocol secrets (idem)
         self.build_errors: dict[int, str] = {}  # client id -> why its shard could not be built
-        for spec, built in zip(specs, materialize_many(specs)):
-            if isinstance(built, FedrayError):
-                self.build_errors[spec.client_id] = str(built)
-                X, y, names = np.zeros((0, 0)), None, ()
-            elif isinstance(built, Exception):  # e.g. an unreadable file
-                self.build_errors[spec.client_id] = f"{type(built).__name__}: {built}"
-                X, y, names = np.zeros((0, 0)), None, ()
-            else:
-                X, y, names = built
-                X = np.ascontiguousarray(X, dtype=np.float64)
-            self.clients[spec.client_id] = Client(spec, X, y, seed, supervised, tuple(sample_shape))
-            self.clients[spec.client_id].state["_feature_names"] = names
-        self._make_block()
-
-    def _make_block(self) -> None:
-        """Keep the shards as one contiguous array (client-id order); each client's ``X`` is a view of it."""
-        ok = [self.clients[cid] for cid in sorted(self.clients) if cid not in self.build_errors]
+        self.feature_names: tuple[str, ...] = ()
         self._block: np.ndarray | None = None
         self._block_y: np.ndarray | None = None
-        self._offset: dict[int, tuple[int, int]] = {}  # client id -> (position in ok, first row)
-        # A read-only shard is the caller's own array (fedray.from_arrays on the local runtime) or
-        # the object store's: it is kept as it is, not copied, and its clients run client by client.
-        if not ok or len({c._X.shape[1:] for c in ok}) != 1 or not all(c._X.flags.writeable for c in ok):
+        self._offsets: np.ndarray | None = None  # (n_clients + 1,): where each client's rows begin
+        self._shards: dict[int, tuple[np.ndarray, np.ndarray | None]] | None = None  # per client, when no block
+        self._scaler: tuple[np.ndarray, np.ndarray] | None = None  # applied to regenerated rows
+        self.resident = bool(resident) or not regenerable(specs)
+        if regenerable(specs):
+            self._offsets, self.feature_names = generate_rows(specs, None)
+            if self.resident:
+                self._block, self._block_y, _ = generate_rows(specs, self.ids)
+        else:
+            self._build(specs)
+
+    # --- construction ---------------------------------------------------
+    def _build(self, specs: Any) -> None:
+        """Shards built client by client (files, pooled data sets, arrays), kept as one block when they can be."""
+        shards: dict[int, tuple[np.ndarray, np.ndarray | None]] = {}
+        for spec, built in zip(specs, materialize_many(list(specs))):
+            if isinstance(built, Exception):
+                msg = str(built) if isinstance(built, FedrayError) else f"{type(built).__name__}: {built}"
+                self.build_errors[spec.client_id] = msg
+                shards[spec.client_id] = (np.zeros((0, 0)), None)
+                continue
+            X, y, names = built
+            shards[spec.client_id] = (np.ascontiguousarray(X, dtype=np.float64), y)
+            self.feature_names = self.feature_names or tuple(names)
+        parts = list(shards.values())
+        # A read-only shard is the caller's own array (fedray.from_arrays on the local runtime) or the
+        # object store's: it is kept as it is, not copied, and its clients run client by client.
+        if (self.build_errors or not parts or len({X.shape[1:] for X, _ in parts}) != 1
+                or not all(X.flags.writeable for X, _ in parts)):
+            self._shards = shards
             return
-        sizes = np.array([c._X.shape[0] for c in ok], dtype=np.int64)
+        sizes = np.array([X.shape[0] for X, _ in parts], dtype=np.int64)
+        self._offsets = np.concatenate([[0], np.cumsum(sizes)])
+        # Always a copy: the scaler works in place, and a shard may be the user's array.
+        self._block = np.concatenate([X for X, _ in parts]) if len(parts) > 1 else np.array(parts[0][0], copy=True)
+        if all(y is not None for _, y in parts):
+            self._block_y = np.concatenate([np.asarray(y) for _, y in parts])
+
+    # --- where a client's rows are ---------------------------------------
+    def positions(self, ids: Any) -> np.ndarray:
+        """Positions (0 .. n_clients - 1) of client ``ids`` in this host."""
+        ids = np.asarray(ids, dtype=np.int64)
+        if self._contiguous:
+            return ids - self._first
+        return np.searchsorted(self.ids, ids)
+
+    def _pos(self, cid: int) -> int:
+        if self._contiguous:
+            return int(cid) - self._first
+        if self._index is None:
+            self._index = {c: i for i, c in enumerate(self.ids.tolist())}
+        return self._index[int(cid)]
+
+    def __contains__(self, cid: Any) -> bool:
+        pos = int(cid) - self._first if self._contiguous else int(np.searchsorted(self.ids, int(cid)))
+        return 0 <= pos < len(self.ids) and int(self.ids[pos]) == int(cid)
+
+    def name(self, cid: int) -> str:
+        return recipe_name(self.specs, self._pos(cid))
+
+    def shard(self, cid: int) -> tuple[np.ndarray, np.ndarray | None]:
+        """Client ``cid``'s rows and labels (views of the block; generated again when not resident)."""
+        if self._shards is not None:
+            return self._shards[int(cid)]
+        if self._block is None:
+            X, y, _ = self._rows(np.array([cid], dtype=np.int64))
+            return X, y
+        pos = self._pos(cid)
+        lo, hi = int(self._offsets[pos]), int(self._offsets[pos + 1])
+        return self._block[lo:hi], (self._block_y[lo:hi] if self._block_y is not None else None)
+
+    def _rows(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
+        """Rows, labels and offsets of clients ``ids`` (ascending), one after another."""
+        if self._block is None:  # generated again, then scaled as the resident rows were
+            X, y, offsets = generate_rows(self.specs, ids)
+            if self._scaler is not None:
+                X -= self._scaler[0]
+                X /= self._scaler[1]
+            return X, y, offsets
+        pos = self.positions(ids)
+        offs = self._offsets
+        if len(pos) and int(pos[-1]) - int(pos[0]) == len(pos) - 1:  # consecutive: a view
+            lo, hi = int(offs[pos[0]]), int(offs[pos[-1] + 1])
+            y = self._block_y[lo:hi] if self._block_y is not None else None
+            return self._block[lo:hi], y, offs[pos[0]:pos[-1] + 2] - lo
+        sizes = offs[pos + 1] - offs[pos]
         offsets = np.concatenate([[0], np.cumsum(sizes)])
-        # Always a copy: the scaler works in place, and a shard may be the user's array or read-only.
-        block = np.concatenate([c._X for c in ok]) if len(ok) > 1 else np.array(ok[0]._X, copy=True)
-        labelled = all(c._y is not None for c in ok)
-        block_y = (np.concatenate([np.asarray(c._y) for c in ok]) if len(ok) > 1 else np.asarray(ok[0]._y)) \
-            if labelled else None
-        for i, c in enumerate(ok):
-            c._X = block[offsets[i]:offsets[i + 1]]
-            if block_y is not None:
-                c._y = block_y[offsets[i]:offsets[i + 1]]
-            self._offset[c.id] = (i, int(offsets[i]))
-        self._block, self._block_y, self._offsets = block, block_y, offsets
+        rows = np.repeat(offs[pos] - offsets[:-1], sizes) + np.arange(int(offsets[-1]))
+        return self._block[rows], (self._block_y[rows] if self._block_y is not None else None), offsets
+
+    def client(self, cid: int, round_: int = -1, X: np.ndarray | None = None, y: Any = None) -> Client:
+        """A view of client ``cid`` (its rows ``X``/``y`` when the caller has them already)."""
+        if X is None:
+            X, y = self.shard(cid)
+        meta = self._meta_of(int(cid))
+        return Client(cid, self.name(cid), X, y, self.seed, self.supervised, self.sample_shape, self.states,
+                      self.secrets, meta, round_)
+
+    def _meta_of(self, cid: int) -> Any:
+        specs = self.specs
+        if isinstance(specs, list):
+            return lambda: dict(specs[self._pos(cid)].meta)
+        return None
+
+    @property
+    def clients(self) -> Mapping[int, Client]:
+        """The clients as a mapping id -> view (each access builds a view; state lives in the host)."""
+        return _ClientsView(self)
+
+    def forget_empty(self, ids: Any) -> None:
+        """Drop the empty state and secrets dictionaries of clients ``ids`` (a client that keeps nothing
+        costs nothing)."""
+        for table in (self.states, self.secrets):
+            if table:
+                for cid in ids:
+                    d = table.get(cid)
+                    if d is not None and not d:
+                        del table[cid]
 
     # --- set-up ---------------------------------------------------------
-    def describe(self, private: bool = False) -> list[dict[str, Any]]:
+    def describe(self, private: bool = False) -> Descriptions:
         """Per-client facts the server may know: size, dimension, column sums, bounds, bad values.
 
         With ``private`` (any ``privacy.*`` mechanism on) the per-client column sums, sums of
         squares, minima and maxima are left out: for a small client they are rows (a one-row
         client's sum and a client's extremes); the session then sums moments securely.
         """
-        out = []
-        for cid in sorted(self.clients):
-            c = self.clients[cid]
-            if cid in self.build_errors:
-                out.append({"client_id": cid, "name": c.name, "n": int(c._X.shape[0]),
-                            "n_features": int(c._X.shape[1]) if c._X.ndim == 2 else -1,
-                            "error": self.build_errors[cid]})
-                continue
-            out.append(describe_shard(cid, c.name, c._X, c._y, c.state.get("_feature_names", ()), moments=not private))
-        return out
+        names = None if not isinstance(self.specs, list) else [s.name for s in self.specs]
+        if self._shards is not None:
+            rows = []
+            for cid, (X, y) in self._shards.items():
+                name = self.name(cid)
+                if cid in self.build_errors:
+                    rows.append({"client_id": cid, "name": name, "n": int(X.shape[0]),
+                                 "n_features": int(X.shape[1]) if X.ndim == 2 else -1,
+                                 "error": self.build_errors[cid]})
+                else:
+                    rows.append(describe_shard(cid, name, X, y, self.feature_names, moments=not private))
+            return Descriptions.from_rows(rows)
+        parts = []
+        for chunk in self._describe_chunks():
+            X, y, offsets = self._rows(self.ids[chunk])
+            part_names = names[chunk] if names is not None else None
+            parts.append(describe_block(self.ids[chunk], part_names, X, y, offsets, self.feature_names,
+                                        moments=not private))
+        return Descriptions.concat(parts)
+
+    def _describe_chunks(self) -> Iterator[slice]:
+        start, n = 0, len(self.ids)
+        while start < n:
+            stop = int(np.searchsorted(self._offsets, self._offsets[start] + DESCRIBE_ROWS, side="right")) - 1
+            stop = min(n, max(stop, start + 1))
+            if not self.resident:
+                stop = min(stop, start + REGENERATE_CHUNK)
+            yield slice(start, stop)
+            start = stop
 
     def apply_scaler(self, shift: np.ndarray, scale: np.ndarray) -> int:
-        """Transform every shard to (X - shift) / scale."""
+        """Transform every shard to (X - shift) / scale (regenerated rows too, from now on)."""
+        self._scaler = (np.asarray(shift), np.asarray(scale))
         if self._block is not None:
             self._block -= shift
             self._block /= scale
-        for cid, c in self.clients.items():
-            if cid not in self._offset:
-                c._X = (c._X - shift) / scale
-        return len(self.clients)
+        if self._shards is not None:
+            self._shards = {cid: ((X - shift) / scale, y) for cid, (X, y) in self._shards.items()}
+        return len(self.ids)
 
     # --- rounds ---------------------------------------------------------
     def run(self, round_: int, tasks: list[tuple[int, Task, int]], *shared: Any) -> list[Outcome]:
@@ -347,88 +271,74 @@ class ClientHost:
         """
         return unpack_outcomes(self.run_parts(round_, tasks, *shared))
 
-    def run_parts(self, round_: int, tasks: list[tuple[int, Task, int]], *shared: Any
-                  ) -> list[Outcome | PackedOutcomes]:
+    def run_parts(self, round_: int, tasks: Any, *shared: Any) -> list[Outcome | PackedOutcomes]:
         """:meth:`run`, with the outcomes of a batched form that returned a
         :class:`~fedray.core.stats.StatsBlock` left column-wise (one :class:`PackedOutcomes` each)."""
-        if isinstance(tasks, UniformTasks) and self.batched:
+        rows = self._offsets is not None and self._shards is None  # batched forms need the rows as a block
+        if isinstance(tasks, UniformTasks) and self.batched and rows:
             many = batched_form(tasks.task.fn)
-            ids = tasks.client_ids()
-            if many is not None and ids and all(cid in self._offset for cid in ids):
+            if many is not None and len(tasks):
                 one: int | list[int] = tasks.shared_index
                 if batched_shared(tasks.task.fn) == "each":
-                    one = [tasks.shared_index] * len(ids)
-                return self._run_batch(round_, many, ids, [tasks.task.payload] * len(ids), one,
+                    one = [tasks.shared_index] * len(tasks)
+                return self._run_batch(round_, many, tasks.ids, [tasks.task.payload] * len(tasks), one,
                                        tasks.task.evaluation, shared, tasks)
         tasks = task_items(tasks)
-        if not self.batched:
+        if not self.batched or not rows:
             return self._run_each(round_, tasks, shared)
         groups: dict[tuple[Any, int, bool], list[tuple[int, Task, int]]] = {}
         single: list[tuple[int, Task, int]] = []
-        offset = self._offset
         forms: dict[Any, Any] = {}  # function -> its batched form (looked up once per function)
         each: set[Any] = set()  # functions whose batched form takes each client's shared object
         for item in tasks:
-            cid, task, sidx = item
-            fn = task.fn
-            if fn in forms:
-                many = forms[fn]
-            else:
-                many = forms[fn] = batched_form(fn)
+            fn = item[1].fn
+            if fn not in forms:
+                forms[fn] = batched_form(fn)
                 if batched_shared(fn) == "each":
                     each.add(fn)
-            if many is None or cid not in offset:
+            if forms[fn] is None:
                 single.append(item)
             else:
                 # shared="each": one call for every shared object (the key's -1 is never an index)
-                key = (fn, -1 if fn in each else sidx, task.evaluation)
-                g = groups.get(key)
-                if g is None:
-                    groups[key] = [item]
-                else:
-                    g.append(item)
+                groups.setdefault((fn, -1 if fn in each else item[2], item[1].evaluation), []).append(item)
         out: list[Outcome | PackedOutcomes] = self._run_each(round_, single, shared)
         for (fn, sidx, evaluation), items in groups.items():
             # A group of one runs the batched form too: which clients share a host differs between
             # runtimes, and a client must run the same code (the same float rounding) in all of them.
             which: int | list[int] = [item[2] for item in items] if fn in each else sidx
-            out += self._run_batch(round_, forms[fn], [item[0] for item in items],
+            out += self._run_batch(round_, forms[fn], np.array([item[0] for item in items], dtype=np.int64),
                                    [item[1].payload for item in items], which, evaluation, shared, items)
         return out
 
-    def _batch(self, round_: int, ids: list[int], evaluation: bool) -> ClientBatch:
+    def _batch(self, round_: int, ids: np.ndarray, evaluation: bool) -> ClientBatch:
+        X, y, offsets = self._rows(ids)
+        see_labels = evaluation or self.supervised
+
         def views() -> list[Any]:
+            # Built only when the batched form asks for ``batch.clients``.
             out = []
-            for cid in ids:
-                c = self.clients[cid]
-                c.round = round_
-                c._rng = None
-                out.append(c if (evaluation or c._supervised) else _TrainingView(c))
+            for i, cid in enumerate(ids.tolist()):
+                lo, hi = int(offsets[i]), int(offsets[i + 1])
+                c = self.client(cid, round_, X[lo:hi], y[lo:hi] if y is not None else None)
+                out.append(c if see_labels else _TrainingView(c))
             return out
 
-        # Built only when the batched form asks for ``batch.clients``: a client's round and stream
-        # are set there (every other run of a client sets them again before use).
-        pos = [self._offset[cid][0] for cid in ids]
-        offs = self._offsets
-        if pos[-1] - pos[0] == len(pos) - 1:  # consecutive in the block: a view
-            lo, hi = int(offs[pos[0]]), int(offs[pos[-1] + 1])
-            X = self._block[lo:hi]
-            y = self._block_y[lo:hi] if self._block_y is not None else None
-            offsets = offs[pos[0]:pos[-1] + 2] - lo
-        else:
-            p = np.asarray(pos)
-            sizes = offs[p + 1] - offs[p]
-            offsets = np.concatenate([[0], np.cumsum(sizes)])
-            X = np.concatenate([self._block[offs[i]:offs[i + 1]] for i in pos])
-            y = (np.concatenate([self._block_y[offs[i]:offs[i + 1]] for i in pos])
-                 if self._block_y is not None else None)
-        see_labels = evaluation or (bool(ids) and self.clients[ids[0]]._supervised)
-        return ClientBatch(np.asarray(ids), views, X, offsets, y if see_labels else None)
+        return ClientBatch(ids, views, X, offsets, y if see_labels else None)
 
-    def _run_batch(self, round_: int, many: Any, ids: list[int], payloads: list[Any], sidx: int | list[int],
+    def _run_batch(self, round_: int, many: Any, ids: np.ndarray, payloads: list[Any], sidx: int | list[int],
                    evaluation: bool, shared: tuple[Any, ...], items: Any) -> list[Outcome | PackedOutcomes]:
         """Run a batched form; ``sidx`` is the index of the shared object, or one index per
-        client (a form declared with ``shared="each"``, which receives the list of objects)."""
+        client (a form declared with ``shared="each"``, which receives the list of objects).
+        A non-resident host runs it over chunks of clients (each chunk's rows generated again)."""
+        if not self.resident and len(ids) > REGENERATE_CHUNK:
+            out: list[Outcome | PackedOutcomes] = []
+            item_list = task_items(items)
+            for lo in range(0, len(ids), REGENERATE_CHUNK):
+                part = slice(lo, lo + REGENERATE_CHUNK)
+                out += self._run_batch(round_, many, ids[part], payloads[part],
+                                       sidx[part] if isinstance(sidx, list) else sidx, evaluation, shared,
+                                       item_list[part])
+            return out
         batch = self._batch(round_, ids, evaluation)
         t0 = time.perf_counter()
         if isinstance(sidx, list):
@@ -442,20 +352,21 @@ class ClientHost:
         except Exception:  # noqa: BLE001 - the plain function, client by client, reports who failed and why
             log.debug("batched client function failed; running its clients one by one:\n%s", traceback.format_exc())
             return self._run_each(round_, task_items(items), shared)
+        finally:
+            if not callable(batch._clients):  # views were built: forget what they left empty
+                self.forget_empty(ids.tolist())
         each = (time.perf_counter() - t0) / len(ids)
         if isinstance(updates, StatsBlock):
             n = len(ids)
             return [PackedOutcomes(np.asarray(ids), np.full(n, each), np.full(n, updates.nbytes_each(), dtype=np.int64),
                                    updates.arrays, [])]
-        return [Outcome(cid, u, each, nbytes_of(u)) for cid, u in zip(ids, updates)]
+        return [Outcome(cid, u, each, nbytes_of(u)) for cid, u in zip(ids.tolist(), updates)]
 
     def _run_each(self, round_: int, tasks: list[tuple[int, Task, int]], shared: tuple[Any, ...]) -> list[Outcome]:
         out = []
         for cid, task, sidx in tasks:
-            client = self.clients[cid]
-            client.round = round_
-            client._rng = None
-            view = client if (task.evaluation or client._supervised) else _TrainingView(client)
+            client = self.client(cid, round_)
+            view = client if (task.evaluation or self.supervised) else _TrainingView(client)
             t0 = time.perf_counter()
             try:
                 update = task.fn(task.payload, shared[sidx] if sidx >= 0 else None, view)
@@ -465,18 +376,45 @@ class ClientHost:
             except Exception:  # noqa: BLE001 - reported to the server with the traceback
                 out.append(Outcome(cid, error=f"client {cid}: {traceback.format_exc()}"))
                 continue
+            finally:
+                self.forget_empty((cid,))
             out.append(Outcome(cid, update, time.perf_counter() - t0, nbytes_of(update)))
         return out
 
     def get_state(self, client_ids: list[int]) -> dict[int, dict[str, Any]]:
-        return {cid: self.clients[cid].state for cid in client_ids}
+        """The state of each of ``client_ids`` that has one (a client missing from the answer has none)."""
+        return {cid: self.states[cid] for cid in client_ids if self.states.get(cid)}
 
     def set_state(self, states: dict[int, dict[str, Any]]) -> None:
         for cid, st in states.items():
-            self.clients[cid].state = st
+            self.states[int(cid)] = st
+        self.forget_empty(list(states))
 
     def gather_data(self, labels: bool = True) -> list[tuple[int, np.ndarray, np.ndarray | None]]:
         """The shards themselves — only for central baselines in simulations."""
-        return [(cid, c._X, c._y if labels else None) for cid, c in sorted(self.clients.items())]
+        out = []
+        for cid in self.ids.tolist():
+            X, y = self.shard(cid)
+            out.append((cid, X, y if labels else None))
+        return out
 
+
+class _ClientsView(Mapping):
+    """``host.clients``: client id -> a :class:`Client` view (built on access)."""
+
+    __slots__ = ("_host",)
+
+    def __init__(self, host: ClientHost) -> None:
+        self._host = host
+
+    def __getitem__(self, cid: Any) -> Client:
+        if cid not in self._host:
+            raise KeyError(cid)
+        return self._host.client(int(cid))
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._host.ids.tolist())
+
+    def __len__(self) -> int:
+        return len(self._host.ids)
 

@@ -18,6 +18,7 @@ from fedray.core.calls import Call
 from fedray.core.contract import Task
 from fedray.core.errors import RoundFailedError
 from fedray.core.replies import Replies
+from fedray.data.checks import Descriptions
 from fedray.data.federation import ClientSpec, put_shards
 from fedray.runtime.connect import connect
 from fedray.runtime.executor import (
@@ -184,11 +185,8 @@ class RayExecutor(Executor):
             w["bundle"] = self.placement.indices[i] if self.placement is not None else None
         return out
 
-    def describe(self, private: bool = False) -> list[dict[str, Any]]:
-        out = []
-        for part in self._call_all("describe", private):
-            out.extend(part)
-        return sorted(out, key=lambda d: d["client_id"])
+    def describe(self, private: bool = False) -> Descriptions:
+        return Descriptions.concat(self._call_all("describe", private))
 
     def apply_scaler(self, shift: np.ndarray, scale: np.ndarray) -> None:
         self._scaler = (shift, scale)

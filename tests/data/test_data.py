@@ -69,7 +69,7 @@ def test_table_by_column_reads_each_clients_rows(tmp_path, fmt):
     assert [s.name for s in fed.specs] == ["a", "b", "c"]
     assert fed.feature_names == ("x", "y")  # numeric columns but label and client
     host = ClientHost(fed.specs, 0, False, (2,))
-    sizes = [d["n"] for d in host.describe()]
+    sizes = host.describe().n.tolist()
     assert sizes == [5, 7, 9]
     np.testing.assert_allclose(host.clients[1]._X, df[df.site == "b"][["x", "y"]].to_numpy())
 

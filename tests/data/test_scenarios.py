@@ -11,7 +11,7 @@ from fedray.data.scenarios import MOTIVATIONAL_CENTERS, g2_config
 
 def _shards(cfg):
     with fedray.Session(cfg) as s:
-        return [(d["name"], p[1], p[2]) for d, p in zip(s.descriptions, s.executor.gather_data())], s.info
+        return [(name, p[1], p[2]) for name, p in zip(s.descriptions.all_names(), s.executor.gather_data())], s.info
 
 
 def test_motivational_example_has_the_papers_three_clients():

@@ -1,0 +1,277 @@
+"""What a client function sees, and what a host sends back.
+
+:class:`Client` is a view of one client of a :class:`~fedray.runtime.host.ClientHost`: its rows,
+its state and secrets (kept by the host, per client, only while not empty), its random stream for
+the round. Views are built when a client runs and dropped after, so a client costs its rows and
+nothing else until it takes part. :class:`ClientBatch` is the view of many clients for a batched
+client function; :class:`Outcome` and :class:`PackedOutcomes` are the replies, one by one or
+column-wise.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from fedray.core.contract import Task
+from fedray.core.seeding import client_rng
+from fedray.core.stats import Stats, StatsBlock
+
+
+@dataclass
+class ClientData:
+    """A client's shard. ``y`` is None unless the task may see labels."""
+
+    X: np.ndarray
+    y: np.ndarray | None
+    sample_shape: tuple[int, ...]
+
+    @property
+    def n(self) -> int:
+        return int(self.X.shape[0])
+
+
+class Client:
+    """What a client function sees: ``id``, ``data``, ``state``, ``rng``, ``round``, ``meta``, ``secrets``.
+
+    A view built when the client runs: ``state`` and ``secrets`` live in the host (``states`` and
+    ``secrets``, keyed by client id), so they outlive the view; the host forgets them again when
+    they are empty.
+    """
+
+    __slots__ = ("id", "name", "_X", "_y", "_supervised", "sample_shape", "_states", "_secrets", "_rng", "round",
+                 "seed", "_meta")
+
+    def __init__(self, client_id: int, name: str, X: np.ndarray, y: np.ndarray | None, seed: int,
+                 supervised: bool, sample_shape: tuple[int, ...], states: dict[int, dict[str, Any]],
+                 secrets: dict[int, dict[str, Any]], meta: Any = None, round_: int = -1) -> None:
+        self.id = int(client_id)
+        self.name = name
+        self._X = X
+        self._y = y
+        self._supervised = supervised
+        self.sample_shape = sample_shape
+        self._states, self._secrets = states, secrets
+        self._meta = meta  # recipe facts (e.g. test split, true group: evaluation only), or a function giving them
+        self.seed = seed
+        self.round = round_
+        self._rng: np.random.Generator | None = None
+
+    @property
+    def state(self) -> dict[str, Any]:
+        """The client's persistent state (kept by its host across rounds and runs)."""
+        st = self._states.get(self.id)
+        if st is None:
+            st = self._states[self.id] = {}
+        return st
+
+    @state.setter
+    def state(self, value: dict[str, Any]) -> None:
+        self._states[self.id] = value
+
+    @property
+    def secrets(self) -> dict[str, Any]:
+        """Keys of the privacy protocols (fedray.layers.privacy), drawn from the OS where the client lives;
+        never returned to the server, never in ``state`` (so never in checkpoints)."""
+        sec = self._secrets.get(self.id)
+        if sec is None:
+            sec = self._secrets[self.id] = {}
+        return sec
+
+    @property
+    def meta(self) -> dict[str, Any]:
+        if callable(self._meta):
+            self._meta = self._meta()
+        if self._meta is None:
+            self._meta = {}
+        return self._meta
+
+    @property
+    def rng(self) -> np.random.Generator:
+        """This client's generator for the current round (keyed by seed, client id, round; built on first use)."""
+        if self._rng is None:
+            self._rng = client_rng(self.seed, self.id, self.round)
+        return self._rng
+
+    @property
+    def data(self) -> ClientData:
+        return ClientData(self._X, self._y if self._supervised else None, self.sample_shape)
+
+    @property
+    def labels(self) -> np.ndarray | None:
+        """Ground truth, for evaluation tasks only (training tasks get a view without it)."""
+        return self._y
+
+
+class _TrainingView:
+    """The client as a training task of an unsupervised algorithm sees it: no labels."""
+
+    __slots__ = ("_c",)
+
+    def __init__(self, client: Client) -> None:
+        self._c = client
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("labels", "_y"):
+            raise AttributeError("labels are not available to training tasks of unsupervised algorithms")
+        return getattr(self._c, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "_c":
+            object.__setattr__(self, name, value)
+        else:
+            setattr(self._c, name, value)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What the host returns for one client and one task."""
+
+    client_id: int
+    update: Any = None
+    seconds: float = 0.0
+    nbytes: int = 0
+    error: str | None = None
+    user_error: bool = False
+
+
+@dataclass(frozen=True)
+class PackedOutcomes:
+    """Outcomes whose updates are :class:`~fedray.core.stats.Stats` of one layout, stored column-wise.
+
+    Serialising thousands of small objects costs as much as computing them; an actor
+    sends one array per statistic instead (``arrays[name]`` has shape (n_clients, ...)).
+    A batched client function that returns a :class:`~fedray.core.stats.StatsBlock` gives
+    these arrays directly, without a per-client object.
+    """
+
+    client_ids: np.ndarray
+    seconds: np.ndarray
+    nbytes: np.ndarray
+    arrays: dict[str, np.ndarray]
+    others: list[Outcome]
+
+    def block(self) -> StatsBlock:
+        b = StatsBlock.__new__(StatsBlock)
+        b.arrays, b.n = self.arrays, len(self.client_ids)
+        return b
+
+    def unpack(self) -> list[Outcome]:
+        rows = self.block().rows()
+        out = [Outcome(cid, rows[i], sec, nb) for i, (cid, sec, nb) in
+               enumerate(zip(self.client_ids.tolist(), self.seconds.tolist(), self.nbytes.tolist()))]
+        return sorted(out + self.others, key=lambda o: o.client_id) if self.others else out
+
+
+def pack_outcomes(outcomes: list[Outcome]) -> list[Outcome] | PackedOutcomes:
+    """Column-wise form of ``outcomes`` when there are many Stats updates of one layout."""
+    ok = [o for o in outcomes if o.error is None and isinstance(o.update, Stats)]
+    if len(ok) < 16:
+        return outcomes
+    layout = {k: v.shape for k, v in ok[0].update.items()}
+    if any({k: v.shape for k, v in o.update.items()} != layout for o in ok):
+        return outcomes
+    others = [o for o in outcomes if not (o.error is None and isinstance(o.update, Stats))]
+    arrays = {k: np.stack([o.update[k] for o in ok]) for k in layout}
+    return PackedOutcomes(np.array([o.client_id for o in ok]), np.array([o.seconds for o in ok]),
+                          np.array([o.nbytes for o in ok]), arrays, others)
+
+
+def pack_parts(parts: list[Outcome | PackedOutcomes]) -> list[Outcome | PackedOutcomes] | PackedOutcomes:
+    """What an actor sends for :meth:`ClientHost.run_parts`: blocks as they are, the rest packed."""
+    packed = [p for p in parts if isinstance(p, PackedOutcomes)]
+    single = [p for p in parts if isinstance(p, Outcome)]
+    if not packed:
+        return pack_outcomes(single)
+    rest = pack_outcomes(single)
+    return packed + ([rest] if isinstance(rest, PackedOutcomes) else rest)
+
+
+def unpack_outcomes(batch: list[Outcome | PackedOutcomes] | PackedOutcomes) -> list[Outcome]:
+    """Outcomes of a host's reply (any of the packed forms), in client-id order."""
+    if isinstance(batch, PackedOutcomes):
+        return batch.unpack()
+    if not any(isinstance(p, PackedOutcomes) for p in batch):
+        return batch
+    out: list[Outcome] = []
+    for p in batch:
+        if isinstance(p, PackedOutcomes):
+            out.extend(p.unpack())
+        else:
+            out.append(p)
+    return sorted(out, key=lambda o: o.client_id)
+
+
+class UniformTasks:
+    """One task (and one shared object) for many clients of a host: the compact form of
+    ``[(client_id, task, shared_index), ...]`` when every item has the same task, so that
+    neither the server nor the host handles one tuple per client.
+
+    Iterating gives the ``(client_id, task, shared_index)`` items (client-id order).
+    """
+
+    __slots__ = ("ids", "task", "shared_index")
+
+    def __init__(self, ids: np.ndarray, task: Task, shared_index: int) -> None:
+        self.ids, self.task, self.shared_index = np.asarray(ids, dtype=np.int64), task, int(shared_index)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __iter__(self):
+        task, sidx = self.task, self.shared_index
+        return ((cid, task, sidx) for cid in self.ids.tolist())
+
+    def client_ids(self) -> list[int]:
+        return self.ids.tolist()
+
+
+def task_items(tasks: Any) -> list[tuple[int, Task, int]]:
+    """``[(client_id, task, shared_index)]`` from a list of them or :class:`UniformTasks`."""
+    return list(tasks) if isinstance(tasks, UniformTasks) else tasks
+
+
+class ClientBatch:
+    """The clients of one host that run a batched client function together (client-id order).
+
+    Attributes
+    ----------
+    ids : ndarray of int, shape (n_clients,)
+    clients : list
+        Each client as the plain function would see it (``state``, ``rng``, ``round``, ``data``).
+    X : ndarray, shape (n_rows, ...)
+        The clients' rows, one after another: client ``i`` has ``X[offsets[i]:offsets[i + 1]]``.
+        A view of the host's block when the clients are consecutive there; read-only by contract.
+    offsets : ndarray of int, shape (n_clients + 1,)
+    labels : ndarray or None
+        The rows' labels, where the task may read them (evaluation or supervised tasks).
+    """
+
+    __slots__ = ("ids", "_clients", "X", "offsets", "labels", "_owner")
+
+    def __init__(self, ids: np.ndarray, clients: Any, X: np.ndarray, offsets: np.ndarray,
+                 labels: np.ndarray | None) -> None:
+        # ``clients`` is a list, or a function that builds it (the views are built only when asked for).
+        self.ids, self._clients, self.X, self.offsets, self.labels = ids, clients, X, offsets, labels
+        self._owner: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    @property
+    def clients(self) -> list[Any]:
+        if callable(self._clients):
+            self._clients = self._clients()
+        return self._clients
+
+    @property
+    def sizes(self) -> np.ndarray:
+        return np.diff(self.offsets)
+
+    @property
+    def owner(self) -> np.ndarray:
+        """For each row of ``X``, the position (0..n_clients-1) of its client."""
+        if self._owner is None:
+            self._owner = np.repeat(np.arange(len(self.ids)), self.sizes)
+        return self._owner
