@@ -67,11 +67,10 @@ def data_rng_many(seed: int, key_prefix: tuple[int, ...], ids: np.ndarray) -> It
 
     Bit for bit those of :func:`data_rng` (the same PCG64 state, hence the same draws), at a
     fraction of the cost: the seed hashing runs once over all ids (:func:`data_seed_words`).
-    The generators are made one at a time, as the iterator is consumed.
+    The ids are checked at once; the generators are made one at a time, as the iterator is consumed.
     """
     words = data_seed_words(seed, key_prefix, ids)
-    for row in words:
-        yield np.random.Generator(np.random.PCG64(SeedWords(row)))
+    return (np.random.Generator(np.random.PCG64(SeedWords(row))) for row in words)
 
 
 def data_seed_words(seed: int, key_prefix: tuple[int, ...], ids: np.ndarray) -> np.ndarray:

@@ -45,6 +45,8 @@ def test_seed_words_of_no_ids_and_bad_ids():
         data_seed_words(0, (1,), np.zeros((2, 2), dtype=np.int64))
     with pytest.raises(ConfigError, match="ids"):
         data_seed_words(0, (1,), np.array([1.0, 2.0]))
+    with pytest.raises(ConfigError, match="ids"):
+        data_rng_many(0, (1,), np.array([1.0, 2.0]))  # checked when called, not when first drawn from
 
 
 def _source(**options):
