@@ -7,7 +7,12 @@ not depend on the runtime, the number of actors or the order of execution.
 """
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
+from numpy.random.bit_generator import ISeedSequence
+
+from fedray.core.errors import ConfigError
 
 _SERVER = 0
 _CLIENT = 1
@@ -55,6 +60,123 @@ def client_rng(seed: int, client_id: int, round_: int, *stream: int) -> np.rando
 def data_rng(seed: int, *key: int) -> np.random.Generator:
     """Generator used to build data (partitions, generated shards)."""
     return np.random.default_rng(np.random.SeedSequence([_u(seed), _DATA, *map(_u, key)]))
+
+
+def data_rng_many(seed: int, key_prefix: tuple[int, ...], ids: np.ndarray) -> Iterator[np.random.Generator]:
+    """The generators ``data_rng(seed, *key_prefix, i)`` for every ``i`` in ``ids``, in order.
+
+    Bit for bit those of :func:`data_rng` (the same PCG64 state, hence the same draws), at a
+    fraction of the cost: the seed hashing runs once over all ids (:func:`data_seed_words`).
+    The ids are checked at once; the generators are made one at a time, as the iterator is consumed.
+    """
+    words = data_seed_words(seed, key_prefix, ids)
+    return (np.random.Generator(np.random.PCG64(SeedWords(row))) for row in words)
+
+
+def data_seed_words(seed: int, key_prefix: tuple[int, ...], ids: np.ndarray) -> np.ndarray:
+    """PCG64 seed words (n, 4) uint64: row ``j`` is what ``data_rng(seed, *key_prefix, ids[j])``
+    hands its PCG64 (``SeedSequence([...]).generate_state(4, np.uint64)``), hashed for all ids at once.
+
+    ``ids`` are integers (negative ones are mapped as :func:`data_rng` maps them); ids of different
+    sizes in 32-bit words are hashed in groups of one size.
+    """
+    key = _ids_as_keys(ids)
+    prefix = [w for v in (_u(seed), _DATA, *map(_u, key_prefix)) for w in _words32(v)]
+    out = np.empty((key.size, 4), dtype=np.uint64)
+    n_words = np.where(key >> np.uint64(32) == 0, 1, 2)  # a uint64 is one or two words
+    for n in np.unique(n_words):
+        sel = np.flatnonzero(n_words == n)
+        cols = [np.full(sel.size, w, dtype=np.uint32) for w in prefix]
+        cols += [((key[sel] >> np.uint64(32 * i)) & np.uint64(_MASK32)).astype(np.uint32) for i in range(int(n))]
+        out[sel] = _generate_state(_mix_entropy(cols))
+    return out
+
+
+class SeedWords(ISeedSequence):
+    """A seed sequence that hands a bit generator precomputed seed words (see :func:`data_seed_words`)."""
+
+    __slots__ = ("words",)
+
+    def __init__(self, words: np.ndarray) -> None:
+        self.words = words
+
+    def generate_state(self, n_words: int, dtype: type = np.uint32) -> np.ndarray:
+        if n_words != self.words.size or np.dtype(dtype) != self.words.dtype:
+            raise ConfigError(f"SeedWords holds {self.words.size} words of {self.words.dtype}; "
+                              f"asked for {n_words} of {np.dtype(dtype)}")
+        return self.words
+
+
+# numpy's SeedSequence hashing (numpy/random/bit_generator.pyx), vectorised over the ids.
+_POOL = 4
+_INIT_A, _MULT_A = 0x43B0D7E5, 0x931E8875
+_INIT_B, _MULT_B = 0x8B51F9DD, 0x58F38DED
+_MIX_MULT_L, _MIX_MULT_R = 0xCA01F9DD, 0x4973F715
+_XSHIFT = np.uint32(16)
+_MASK32 = 0xFFFFFFFF
+
+
+def _words32(x: int) -> list[int]:
+    """Little-endian 32-bit words of ``x >= 0`` as SeedSequence takes an int (0 is one word)."""
+    out = [x & _MASK32]
+    x >>= 32
+    while x:
+        out.append(x & _MASK32)
+        x >>= 32
+    return out
+
+
+def _ids_as_keys(ids: np.ndarray) -> np.ndarray:
+    """``_u`` of every id, as uint64 (``2**62 - x`` for a negative ``x``)."""
+    arr = np.asarray(ids)
+    if arr.ndim != 1 or not (arr.dtype.kind in "iu" or arr.size == 0):
+        raise ConfigError(f"ids: expected a 1-d array of integers; got shape {arr.shape} of {arr.dtype}")
+    if arr.dtype.kind == "u":
+        return arr.astype(np.uint64)
+    arr = arr.astype(np.int64)
+    key = arr.astype(np.uint64)  # wraps: 2**62 - x below is taken modulo 2**64, hence exact
+    neg = arr < 0
+    key[neg] = np.uint64(2**62) - key[neg]
+    return key
+
+
+def _hashmix(value: np.ndarray, const: list[int]) -> np.ndarray:
+    value = value ^ np.uint32(const[0])
+    const[0] = (const[0] * _MULT_A) & _MASK32
+    value = value * np.uint32(const[0])
+    return value ^ (value >> _XSHIFT)
+
+
+def _mix(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    r = np.uint32(_MIX_MULT_L) * x - np.uint32(_MIX_MULT_R) * y
+    return r ^ (r >> _XSHIFT)
+
+
+def _mix_entropy(cols: list[np.ndarray]) -> list[np.ndarray]:
+    """SeedSequence.mix_entropy: the pool (4 columns) from the entropy's 32-bit word columns."""
+    const = [_INIT_A]
+    zero = np.zeros_like(cols[0])
+    pool = [_hashmix(cols[i] if i < len(cols) else zero, const) for i in range(_POOL)]
+    for src in range(_POOL):
+        for dst in range(_POOL):
+            if src != dst:
+                pool[dst] = _mix(pool[dst], _hashmix(pool[src], const))
+    for src in range(_POOL, len(cols)):
+        for dst in range(_POOL):
+            pool[dst] = _mix(pool[dst], _hashmix(cols[src], const))
+    return pool
+
+
+def _generate_state(pool: list[np.ndarray]) -> np.ndarray:
+    """SeedSequence.generate_state(4, np.uint64): (n, 4) uint64 from the pool."""
+    const = _INIT_B
+    state = np.empty((pool[0].size, 8), dtype=np.uint32)
+    for i in range(8):
+        v = pool[i % _POOL] ^ np.uint32(const)
+        const = (const * _MULT_B) & _MASK32
+        v = v * np.uint32(const)
+        state[:, i] = v ^ (v >> _XSHIFT)
+    return state.astype("<u4", copy=False).view("<u8").astype(np.uint64, copy=False)
 
 
 def sample_clients(seed: int, round_: int, n_clients: int, fraction: float) -> np.ndarray:

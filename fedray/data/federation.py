@@ -18,8 +18,15 @@ from typing import Any
 import numpy as np
 
 from fedray.core.errors import ConfigError, DataError
-from fedray.core.seeding import BLOB_CENTERS_STREAM, BLOB_ROWS_STREAM, PARTITION_STREAM, data_rng
+from fedray.core.seeding import PARTITION_STREAM, data_rng
 from fedray.core.sizes import CLIENT_BYTES, RECIPE_BYTES
+from fedray.data.blobs import (  # noqa: F401  (the blobs generator's names stay importable from here)
+    BLOBS_DEFAULTS,
+    BLOBS_OPTIONS,
+    _blob_centers,
+    _generate_blobs,
+    generate_block,
+)
 from fedray.data.datasets import (
     NATURAL_PARTITIONS,
     _is_numeric,
@@ -47,20 +54,6 @@ class Federation:
     @property
     def n_clients(self) -> int:
         return len(self.specs)
-
-
-BLOBS_DEFAULTS = {"points_per_client": 200, "n_features": 2, "n_centers": 5, "cluster_std": 1.0,
-                  "center_box": (-10.0, 10.0), "weights": None}
-#: One-line meaning of each ``blobs`` option (``fedray describe blobs``).
-BLOBS_OPTIONS = {
-    "points_per_client": "points each client draws",
-    "n_features": "dimension d of the points",
-    "n_centers": "number of Gaussian blobs (the true K); every client draws from the same centres",
-    "cluster_std": "standard deviation of each blob (the same in every direction)",
-    "center_box": "(low, high): the blob centres are drawn uniformly in this box, per feature",
-    "weights": "relative size of each blob in every client's points (None: equal); with data.partition "
-               "dirichlet each client draws its own from Dir(alpha) instead",
-}
 
 
 # Federation builders: partitions that need more than index lists (per-client
@@ -192,36 +185,11 @@ def _blobs_federation(options: dict, n_clients: int, seed: int, pname: str | Non
     return Federation(specs, tuple(f"x{i}" for i in range(d)), (d,), True, int(opts["n_centers"]))
 
 
-@functools.lru_cache(maxsize=16)
-def _blob_centers(seed: int, k: int, d: int, lo: float, hi: float) -> np.ndarray:
-    """The blob centres (k, d), drawn once per process for all of its clients (read-only)."""
-    out = data_rng(seed, BLOB_CENTERS_STREAM).uniform(lo, hi, size=(k, d))
-    out.flags.writeable = False
-    return out
-
-
 @functools.lru_cache(maxsize=64)
 def _column_names(d: int) -> tuple[str, ...]:
     """``("x0", ..., "x{d-1}")``, one tuple shared by all clients of a process (a million clients need no
     million copies)."""
     return tuple(f"x{i}" for i in range(d))
-
-
-def _generate_blobs(source: dict, client_id: int) -> tuple[np.ndarray, np.ndarray]:
-    lo, hi = source["center_box"]
-    centers = _blob_centers(int(source["seed"]), int(source["n_centers"]), int(source["n_features"]), float(lo),
-                            float(hi))
-    rng = data_rng(source["seed"], BLOB_ROWS_STREAM, client_id)
-    k, n = centers.shape[0], int(source["points_per_client"])
-    if source.get("alpha"):
-        w = rng.dirichlet(np.full(k, source["alpha"]))
-    elif source.get("weights") is not None:
-        w = np.asarray(source["weights"], dtype=float) / np.sum(source["weights"])
-    else:
-        w = np.full(k, 1.0 / k)
-    y = rng.choice(k, size=n, p=w)
-    X = centers[y] + rng.normal(scale=float(source["cluster_std"]), size=(n, centers.shape[1]))
-    return X, y.astype(np.int64)
 
 
 def regenerable(specs: Sequence[ClientSpec]) -> bool:
@@ -238,12 +206,7 @@ def generate_rows(specs: RecipeRange, ids: np.ndarray | None) -> Any:
     n, d = int(src["points_per_client"]), int(src["n_features"])
     if ids is None:
         return np.arange(len(specs) + 1, dtype=np.int64) * n, _column_names(d)
-    ids = np.asarray(ids, dtype=np.int64)
-    X = np.empty((len(ids) * n, d))
-    y = np.empty(len(ids) * n, dtype=np.int64)
-    for i, cid in enumerate(ids.tolist()):
-        X[i * n:(i + 1) * n], y[i * n:(i + 1) * n] = _generate_blobs(src, cid)
-    return X, y, np.arange(len(ids) + 1, dtype=np.int64) * n
+    return generate_block(src, np.asarray(ids, dtype=np.int64))
 
 
 def _table_by_column(path: str, kind: str, data: Any) -> Federation:
