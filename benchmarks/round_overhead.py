@@ -20,10 +20,21 @@ Usage::
         --max-literal 10 --actors 10 --out benchmarks/results   # the full report
     python benchmarks/round_overhead.py --scale --backends ray --rounds 5 \\
         --out benchmarks/results/scale                          # 10^4, 10^5, 10^6 clients
+    python benchmarks/round_overhead.py --population --out benchmarks/results/population
+    python benchmarks/round_overhead.py --population --populations 100000 --fractions 0.01 --backends local,ray
 
 ``--scale`` runs the large federations: 10 000 clients x 1000 points, 100 000 x 100
 and 1 000 000 x 10 (10^7 rows of 8 features each); ``--sizes`` names others as
 ``clients:points`` pairs. ``points`` in the table is the points per client.
+
+``--population`` (cross-device scale): 10^5, 10^6 and 10^7 clients (``--populations``) of
+10 points x 8 features, a cohort of 0.01 or 0.001 of them a round (``--fractions``), k-means,
+5 rounds, ray runtime (``--backends``). Columns (``--out``: ``round_overhead_population.md``
+/ ``.csv``): population, fraction, cohort (clients a round), backend, actors, startup_s,
+ray_init_s, round_s, first_round_s, eval_s (final evaluation over every client), peak_mem_mb,
+bytes_per_client (estimate from PSS: (peak_mem_mb in bytes - rows x 9 x 8) / population),
+error. What would not fit in the available memory less ``--min-free-mb`` is skipped (reason
+in ``error``); a run is stopped when that memory runs out or past ``--timeout``.
 
 ``--clients-per-actor`` variants other than ``auto`` run on the ray runtime
 only, and ``1`` (one actor per client) only up to ``--max-literal`` clients.
@@ -46,6 +57,7 @@ Each row of the table then gets
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import math
 import os
@@ -57,11 +69,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-COLUMNS = ["algorithm", "backend", "clients_per_actor", "n_clients", "points", "actors", "round_s", "first_round_s",
-           "startup_s", "ray_init_s",
-           "init_s", "peak_mem_mb", "peak_rss_mb", "processes", "rounds", "bytes_per_round", "pass_s", "x_pass",
-           "read_frac", "error"]
+import psutil
 
+COLUMNS = ["algorithm", "backend", "clients_per_actor", "n_clients", "points", "actors", "round_s", "first_round_s",
+           "startup_s", "ray_init_s", "init_s", "peak_mem_mb", "peak_rss_mb", "processes", "rounds", "bytes_per_round",
+           "pass_s", "x_pass", "read_frac", "error"]
 
 #: ``--scale``: (clients, points per client), 10^7 rows at the largest.
 SCALE = [(10_000, 1000), (100_000, 100), (1_000_000, 10)]
@@ -72,6 +84,7 @@ FRACTIONS = [0.01, 0.001]
 POPULATION_POINTS = 10
 POP_COLUMNS = ["population", "fraction", "cohort", "backend", "actors", "startup_s", "ray_init_s", "round_s",
                "first_round_s", "eval_s", "peak_mem_mb", "bytes_per_client", "error"]
+BYTES_NOTE = "bytes_per_client: an estimate from PSS, (peak_mem_mb in bytes - rows x 9 x 8) / population"
 #: MiB the processes of a run need besides the clients: the driver, and Ray's node processes and workers.
 BASE_MB = {"local": 400, "ray": 1500}
 
@@ -131,6 +144,11 @@ def population_columns(spec: dict[str, Any], peak_mem_mb: float | None) -> dict[
     return cols
 
 
+def one_line(exc: BaseException) -> str:
+    """An error's message on one line (a multi-line configuration error's items joined)."""
+    return " ".join(str(exc).split())
+
+
 def data_bytes(n_clients: int, points: int, features: int = 8) -> int:
     """Bytes of the federation's rows as float64: rows x (features + label) x 8."""
     return n_clients * points * (features + 1) * 8
@@ -141,11 +159,8 @@ def _one(spec: dict[str, Any]) -> dict[str, Any]:
     try:
         return run_one(spec)
     except Exception as exc:  # noqa: BLE001 - the table shows why a configuration failed
-        msg = (str(exc).strip().splitlines() or [""])[0]
-        row = {**spec, "error": f"{type(exc).__name__}: {msg}"}
-        if "fraction" in spec:
-            row.update(population_columns(spec, None))
-        return row
+        extra = population_columns(spec, None) if "fraction" in spec else {}
+        return {**spec, **extra, "error": f"{type(exc).__name__}: {one_line(exc)}"}
 
 
 def _child(spec: dict[str, Any], timeout: float, niceness: int | None = None,
@@ -162,8 +177,7 @@ def _child(spec: dict[str, Any], timeout: float, niceness: int | None = None,
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         proc = subprocess.Popen(cmd, stdout=out, stderr=err, text=True, env=env, start_new_session=True)
         stopped = _watch(proc, timeout, min_free_mb)
-        out.seek(0)
-        err.seek(0)
+        out.seek(0), err.seek(0)
         stdout, stderr = out.read(), err.read()
     if stopped:
         return {**base, "error": stopped}
@@ -174,14 +188,10 @@ def _child(spec: dict[str, Any], timeout: float, niceness: int | None = None,
     return {**base, "error": f"exit {proc.returncode}: {tail[0]}"}
 
 
-def available_mb() -> float | None:
-    """Memory available to new processes on this machine (MiB), or None without psutil."""
-    try:
-        import psutil
-
-        return psutil.virtual_memory().available / 2**20
-    except Exception:  # noqa: BLE001 - no guard without psutil
-        return None
+def available_mb(total: bool = False) -> float:
+    """Memory available to new processes on this machine (or its total) in MiB."""
+    vm = psutil.virtual_memory()
+    return (vm.total if total else vm.available) / 2**20
 
 
 def _watch(proc: subprocess.Popen, timeout: float, min_free_mb: float) -> str:
@@ -194,7 +204,7 @@ def _watch(proc: subprocess.Popen, timeout: float, min_free_mb: float) -> str:
             _stop(proc)
             return f"timed out after {timeout:.0f} s"
         free = available_mb()
-        if free is not None and free < min_free_mb:
+        if free < min_free_mb:
             _stop(proc)
             return f"stopped: available memory fell to {free:,.0f} MiB (below --min-free-mb {min_free_mb:,.0f})"
         time.sleep(0.25)
@@ -204,10 +214,8 @@ def _watch(proc: subprocess.Popen, timeout: float, min_free_mb: float) -> str:
 def _stop(proc: subprocess.Popen) -> None:
     """Kill the child's process group and every descendant it started (Ray's node processes and workers)."""
     try:
-        import psutil
-
         family = psutil.Process(proc.pid).children(recursive=True)
-    except Exception:  # noqa: BLE001 - the process group alone then
+    except psutil.Error:  # gone already: its process group alone then
         family = []
     try:
         os.killpg(proc.pid, signal.SIGKILL)
@@ -216,7 +224,7 @@ def _stop(proc: subprocess.Popen) -> None:
     for p in family:
         try:
             p.kill()
-        except Exception:  # noqa: BLE001 - already gone
+        except psutil.Error:  # gone already
             pass
     proc.wait()
 
@@ -240,8 +248,6 @@ def _fmt(v: Any, col: str) -> str:
 def write_report(out: Path, name: str, rows: list[dict[str, Any]], columns: list[str], argv: list[str] | None,
                  before: str, after: str, ref_line: str, extra: str = "") -> None:
     """``out/<name>.md`` (the command, the load before and after, the host reference, the table) and ``.csv``."""
-    import csv
-
     out.mkdir(parents=True, exist_ok=True)
     cmd = "python benchmarks/round_overhead.py " + " ".join(argv if argv is not None else sys.argv[1:])
     note = (f"Command: `{cmd}`\n\nLoad before: `{before}`\n\nLoad after: `{after}`\n\n{extra}"
@@ -323,8 +329,7 @@ def _numbers(text: str, kind: type, flag: str, p: argparse.ArgumentParser) -> li
     try:
         return [kind(item) for item in text.split(",") if item.strip()]
     except ValueError:
-        p.error(f"{flag}: expected comma-separated numbers; got {text!r}")
-        raise  # pragma: no cover - p.error exits
+        p.error(f"{flag}: expected comma-separated numbers; got {text!r}")  # exits
 
 
 def population_specs(args: argparse.Namespace, p: argparse.ArgumentParser) -> list[dict[str, Any]]:
@@ -339,10 +344,10 @@ def population_specs(args: argparse.Namespace, p: argparse.ArgumentParser) -> li
             for n in populations for f in fractions for b in backends]
 
 
-def precheck(spec: dict[str, Any], min_free_mb: float) -> str:
-    """Why a configuration is not run (a one-line reason), or ``""``: its configuration is invalid, or
-    it would not fit in the memory available here (``check_memory``'s refusal, or this benchmark's
-    estimate: the clients, twice the rows, the processes' base, plus ``min_free_mb`` to spare)."""
+def precheck(spec: dict[str, Any], min_free_mb: float, done: list[dict[str, Any]] = ()) -> str:
+    """Why a configuration is not run (one line), or ``""``: it is invalid or would not fit in the available
+    memory less ``min_free_mb``, as ``check_memory`` or this benchmark estimates (base, clients, twice the
+    rows; at least a smaller population's measured peak on the backend, scaled beyond the base)."""
     import fedray
     from fedray.core.errors import FedrayError
     from fedray.core.sizes import CLIENT_BYTES, RECIPE_BYTES
@@ -351,30 +356,29 @@ def precheck(spec: dict[str, Any], min_free_mb: float) -> str:
     try:
         check_memory(fedray.make_config(workload(**spec)))
     except FedrayError as exc:
-        return "skipped: " + (str(exc).strip().splitlines() or [""])[0]
+        return "skipped: " + one_line(exc)
     free = available_mb()
-    if free is None:
-        return ""
-    n, points = int(spec["n_clients"]), int(spec.get("points", 1000))
-    need = (n * (RECIPE_BYTES + CLIENT_BYTES) + 2 * data_bytes(n, points)) / 2**20 + BASE_MB.get(spec["backend"], 1500)
+    n, points, base = int(spec["n_clients"]), int(spec.get("points", 1000)), BASE_MB.get(spec["backend"], 1500)
+    need = (n * (RECIPE_BYTES + CLIENT_BYTES) + 2 * data_bytes(n, points)) / 2**20 + base
+    for r in done:
+        if r.get("backend") == spec["backend"] and not r.get("error") and 0 < r.get("population", 0) < n:
+            need = max(need, base + max(0.0, r["peak_mem_mb"] - base) * n / r["population"])
     if need + min_free_mb > free:
-        return (f"skipped: about {need:,.0f} MiB needed (estimate), {free:,.0f} MiB available here "
-                f"less --min-free-mb {min_free_mb:,.0f}")
+        return f"skipped: about {need:,.0f} MiB needed (estimate), {free:,.0f} MiB available less {min_free_mb:,.0f}"
     return ""
 
 
 def population_main(p: argparse.ArgumentParser, args: argparse.Namespace, argv: list[str] | None) -> int:
     """``--population``: the cross-device table (see the module's doc); returns the exit status."""
     args.rounds = 5 if args.rounds is None else args.rounds
+    args.backends = args.backends or "ray"
     specs = population_specs(args, p)
-    before = load()
+    before, t0, rows = load(), time.perf_counter(), []
     print(f"# round overhead, populations: {len(specs)} configurations; {before}", flush=True)
     _, ref_line = reference_line(["kmeans"])
     print(f"# {ref_line}", flush=True)
-    rows = []
-    t0 = time.perf_counter()
     for spec in specs:
-        reason = precheck(spec, args.min_free_mb)
+        reason = precheck(spec, args.min_free_mb, rows)
         if reason:
             row = {"backend": spec["backend"], **population_columns(spec, None), "error": reason}
         else:
@@ -384,11 +388,11 @@ def population_main(p: argparse.ArgumentParser, args: argparse.Namespace, argv: 
     after = load()
     print(f"\n{ref_line}\n")
     print(markdown(rows, POP_COLUMNS, keep_empty=True))
-    print("bytes_per_client: an estimate from PSS, (peak_mem_mb in bytes - rows x 9 x 8) / population")
+    print(BYTES_NOTE)
     print(f"load before: {before}\nload after:  {after}\ntotal {time.perf_counter() - t0:.0f} s")
     if args.out:
         write_report(Path(args.out), "round_overhead_population", rows, POP_COLUMNS, argv, before, after, ref_line,
-                     "bytes_per_client: an estimate from PSS, (peak_mem_mb in bytes - rows x 9 x 8) / population\n\n")
+                     BYTES_NOTE + "\n\n")
     return 0 if not any(r.get("error") for r in rows) else 1
 
 
@@ -402,7 +406,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sizes", default="", help="clients:points pairs instead of --clients, e.g. 20000:100,100000:100")
     p.add_argument("--fcm", action="store_true", help="also federated-fcm")
     p.add_argument("--algorithms", default=None, help="algorithms (comma-separated; default kmeans[,federated-fcm])")
-    p.add_argument("--backends", default="local,ray")
+    p.add_argument("--backends", default=None, help="runtimes (default local,ray; --population: ray)")
     p.add_argument("--clients-per-actor", default="auto", help="ray layouts, e.g. auto,1,50")
     p.add_argument("--actors", default="", help="also ray layouts with this many actors, e.g. 10 "
                    "(clients_per_actor = ceil(clients / actors); skipped where it equals another layout)")
@@ -421,9 +425,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="--population: client counts (comma-separated)")
     p.add_argument("--fractions", default=",".join(str(f) for f in FRACTIONS),
                    help="--population: cohort fractions (comma-separated)")
-    p.add_argument("--min-free-mb", type=float, default=1024,
+    p.add_argument("--min-free-mb", type=float, default=None,
                    help="MiB of available memory to leave to the machine: a configuration whose estimate does not fit "
-                        "is skipped, and a running one is stopped when the available memory falls below it")
+                        "is skipped, and a running one is stopped when the available memory falls below it (default: 10%% of "
+                        "the machine's memory, at least 1024)")
     p.add_argument("--out", help="folder for round_overhead.md / .csv (--population: round_overhead_population.*)")
     p.add_argument("--one", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -431,9 +436,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.one:
         print(json.dumps(_one(json.loads(args.one))), flush=True)
         return 0
+    if args.min_free_mb is None:
+        args.min_free_mb = max(1024.0, 0.1 * available_mb(total=True))
     if args.population:
         return population_main(p, args, argv)
-    args.rounds = 10 if args.rounds is None else args.rounds
+    args.rounds, args.backends = (10 if args.rounds is None else args.rounds), args.backends or "local,ray"
 
     sizes = [(int(c), args.points) for c in args.clients.split(",") if c]
     if args.add_5000 and 5000 not in [n for n, _ in sizes]:
