@@ -18,11 +18,12 @@ class ClientActor:
     never holds the federation's rows.
     """
 
-    def __init__(self, seed: int, supervised: bool, sample_shape: tuple[int, ...], batched: bool = True) -> None:
+    def __init__(self, seed: int, supervised: bool, sample_shape: tuple[int, ...], batched: bool = True,
+                 resident: bool = True) -> None:
         # The recipes arrive with :meth:`ready` (and again with :meth:`adopt` after a restart), not
         # as constructor arguments: Ray keeps a restartable actor's constructor arguments, and
         # warns when they live in the object store, as a large federation's recipes would.
-        self._args = (seed, supervised, sample_shape, batched)
+        self._args = (seed, supervised, sample_shape, batched, resident)
         self._host: ClientHost | None = None  # private: shards and client state
         # False until the executor has set this incarnation up (recipes + scaler). Ray re-runs the
         # constructor when it restarts a crashed actor; such an actor must not answer rounds
@@ -70,9 +71,9 @@ class ClientActor:
         ctx = ray.get_runtime_context()
         return {"node_id": ctx.get_node_id(), "pid": os.getpid(), "gpu_ids": [str(g) for g in ray.get_gpu_ids()],
                 "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
-                "clients": sorted(self._host.clients) if self._host is not None else []}
+                "clients": self._host.ids.tolist() if self._host is not None else []}
 
-    def describe(self, private: bool = False) -> list[dict[str, Any]]:
+    def describe(self, private: bool = False) -> Any:
         return self.host.describe(private)
 
     def apply_scaler(self, shift, scale) -> int:

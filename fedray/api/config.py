@@ -155,6 +155,11 @@ class RuntimeConfig(_Section):
                                   "a terminal or in a notebook, about 20 log lines otherwise")
     batched: bool = Field(default=True, description="run client functions that have a batched form once per host "
                           "for all its clients (false: client by client, to check the batched form)")
+    resident: Literal["auto", "always", "never"] = Field(default="auto", description="keep the shards in memory "
+                                                         "(always), or build the rows of generated data (blobs) again "
+                                                         "from their recipes whenever clients run (never: memory for "
+                                                         "time); auto keeps them unless they would take more than "
+                                                         "half of the memory available")
     # Code shipping (fedray.runtime.shipping): what reaches Ray workers through runtime_env.
     ship_code: Literal["auto", "always", "never"] = Field(default="auto", description="send fedray and plug-in "
                                                           "modules to the workers with runtime_env (auto: fedray when "

@@ -32,7 +32,7 @@ from fedray.core.extras import requirements
 from fedray.core.registry import check_algorithm_class, get_algorithm, make_params
 from fedray.core.stats import Stats, total
 from fedray.data.checks import Descriptions, check_descriptions, check_magnitude, column_moments
-from fedray.data.federation import Federation, build_federation, check_memory
+from fedray.data.federation import Federation, build_federation, check_memory, shard_residency
 from fedray.layers.privacy import PrivacyLayer
 from fedray.layers.stack import build_stack, find_layer, secure_layer
 from fedray.loop.server import round_cap
@@ -75,9 +75,14 @@ class Session:
         self.disclosures: dict[str, int] = {}
         self.outside_messages: list[dict[str, Any]] = []  # message-log rows of calls outside runs
         try:
+            self.resident = shard_residency(cfg, self.federation.specs)
+            if not self.resident and rt.resident == "auto":
+                log.info("the shards would take more than half of the memory available: they are generated again "
+                         "whenever clients run (runtime.resident: auto)")
             self.executor: Executor = make_executor(rt.backend, self.federation.specs, cfg.seed,
                                                     self.algorithm_cls.supervised, self.federation.sample_shape,
-                                                    rt, runtime_env=self.runtime_env, preload=self._preloaded)
+                                                    rt, runtime_env=self.runtime_env, preload=self._preloaded,
+                                                    resident=self.resident)
             # The one layer stack every call to clients goes through (training, evaluation, set-up,
             # K selection, validation, plots); each run starts its records afresh.
             self.layers: Executor = build_stack(self.executor, cfg, self.disclosures)

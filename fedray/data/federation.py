@@ -384,12 +384,43 @@ def check_memory(cfg: Any) -> None:
         return  # reported by the federation builder with the key named
     n = int(cfg.federation.n_clients)
     need = n * RECIPE_BYTES
-    if cfg.runtime.backend == "local" or not cfg.runtime.address:
-        need += n * (CLIENT_BYTES + rows * (d + 1) * 8)
+    if _hosts_here(cfg):
+        need += n * CLIENT_BYTES
+        if cfg.runtime.resident == "always":  # else rows that do not fit are generated again when needed
+            need += n * rows * (d + 1) * 8
     if need > available:
         raise ConfigError(f"federation.n_clients: {n} clients of {rows} x {d} points need about {_gib(need)} of memory "
                           f"here, but {_gib(available)} is available; use fewer clients or points, or a cluster "
                           "(runtime.address)")
+
+
+def _hosts_here(cfg: Any) -> bool:
+    return cfg.runtime.backend == "local" or not cfg.runtime.address
+
+
+def shard_residency(cfg: Any, specs: Sequence[ClientSpec]) -> bool:
+    """Whether the hosts keep the shards in memory (``runtime.resident``): ``always``; ``never`` (only
+    for recipes the hosts can build again, generated data); ``auto``: kept unless they are generated
+    data whose rows would take more than half of the memory available here."""
+    mode = cfg.runtime.resident
+    regen = regenerable(specs)
+    if mode == "never" and not regen:
+        raise ConfigError("runtime.resident: 'never' builds the shards again from their recipes, which only "
+                          f"generated data (data.dataset: blobs) can; {str(cfg.data.dataset)[:60]!r} is read once, "
+                          "use 'auto' or 'always'")
+    if mode != "auto":
+        return mode == "always"
+    if not regen or not _hosts_here(cfg):
+        return True
+    try:
+        import psutil
+
+        available = float(psutil.virtual_memory().available)
+    except Exception:  # noqa: BLE001 - no estimate: keep them
+        return True
+    src = specs.source
+    need = len(specs) * int(src["points_per_client"]) * (int(src["n_features"]) + 1) * 8
+    return need <= available / 2
 
 
 def _gib(b: float) -> str:

@@ -8,6 +8,7 @@ import numpy as np
 from fedray.core.calls import Call
 from fedray.core.contract import Task
 from fedray.core.replies import Replies
+from fedray.data.checks import Descriptions
 from fedray.data.federation import ClientSpec
 from fedray.runtime.executor import (
     ExecResult,
@@ -26,12 +27,12 @@ class LocalExecutor(Executor):
     backend = "local"
 
     def __init__(self, specs: list[ClientSpec], seed: int, supervised: bool, sample_shape: tuple[int, ...],
-                 runtime: Any = None, **_: Any) -> None:
+                 runtime: Any = None, resident: bool = True, **_: Any) -> None:
         self.host = ClientHost(specs, seed, supervised, sample_shape,
-                               batched=True if runtime is None else runtime.batched)
+                               batched=True if runtime is None else runtime.batched, resident=resident)
         self.n_actors = 0
 
-    def describe(self, private: bool = False) -> list[dict[str, Any]]:
+    def describe(self, private: bool = False) -> Descriptions:
         return self.host.describe(private)
 
     def apply_scaler(self, shift: np.ndarray, scale: np.ndarray) -> None:

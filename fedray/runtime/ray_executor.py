@@ -20,6 +20,7 @@ from fedray.core.errors import RoundFailedError
 from fedray.core.replies import Replies
 from fedray.data.checks import Descriptions
 from fedray.data.federation import ClientSpec, put_shards
+from fedray.data.recipes import recipe_ids
 from fedray.runtime.connect import connect
 from fedray.runtime.executor import (
     ExecResult,
@@ -81,7 +82,7 @@ class RayExecutor(Executor):
 
     def __init__(self, specs: list[ClientSpec], seed: int, supervised: bool, sample_shape: tuple[int, ...],
                  runtime: Any = None, runtime_env: dict[str, Any] | None = None, preload: tuple[str, ...] = (),
-                 **_: Any) -> None:
+                 resident: bool = True, **_: Any) -> None:
 
         # Shards given from Python go to the object store, one object per client; the
         # recipes holding the references stay here while the actors may need them.
@@ -96,13 +97,12 @@ class RayExecutor(Executor):
         self.placement: Placement | None = reserve(layout, runtime)
         t0 = time.perf_counter()
         try:
-            self._start_actors(chunks, options, (seed, supervised, tuple(sample_shape), runtime.batched), runtime,
+            self._start_actors(chunks, options, (seed, supervised, tuple(sample_shape), runtime.batched, resident), runtime,
                                preload)
         except BaseException:
             self._release()
             raise
         self.n_actors = len(self.actors)
-        self._owner_arr: np.ndarray | None = None  # client id -> actor index, as an array (built on first use)
         self._scaler: tuple[np.ndarray, np.ndarray] | None = None  # re-applied to restarted actors
         self._dead: set[int] = set()  # actors that died for good (runtime.max_restarts exhausted)
         self.call_timeout = float(runtime.call_timeout)
@@ -119,7 +119,7 @@ class RayExecutor(Executor):
                       runtime: Any, preload: tuple[str, ...]) -> None:
         """Create one actor per chunk of clients, ``runtime.actor_batch`` at a time, and hand each its recipes.
 
-        Sets ``actors``, ``owner`` (client id -> actor index) and ``_recipes``; raises
+        Sets ``actors``, ``owner`` (client id -> actor index, an array) and ``_recipes``; raises
         RoundFailedError when a batch cannot be placed within ``runtime.startup_timeout``.
         """
         import ray
@@ -127,7 +127,8 @@ class RayExecutor(Executor):
         from fedray.actors.client_actor import ClientActor
 
         self.actors = []
-        self.owner: dict[int, int] = {}
+        ids = [recipe_ids(chunk) for chunk in chunks]
+        self.owner = np.full(max((int(i[-1]) + 1 for i in ids if len(i)), default=0), -1, dtype=np.int64)
         self._recipes: list[Any] = []  # per actor: its clients' recipes in the object store
         batch = max(1, int(runtime.actor_batch))
         for start in range(0, len(chunks), batch):
@@ -147,9 +148,8 @@ class RayExecutor(Executor):
                     f"client actors could not be placed within runtime.startup_timeout={runtime.startup_timeout} s "
                     f"(each asks for {options.get('num_cpus')} CPU, {options.get('num_gpus', 0)} GPU, "
                     f"{options.get('resources', {})}); cluster has {ray.cluster_resources()}") from None
-            for a_idx, chunk in enumerate(group):
-                for s in chunk:
-                    self.owner[s.client_id] = start + a_idx
+            for a_idx in range(len(group)):
+                self.owner[ids[start + a_idx]] = start + a_idx
             self.actors.extend(new)
 
     def preload(self, packages: tuple[str, ...]) -> None:
@@ -254,24 +254,17 @@ class RayExecutor(Executor):
         first = tasks[ids[0]] if ids else None
         if first is not None and len(ids) > 1 and all(tasks[c] is first for c in ids):
             arr = np.asarray(ids, dtype=np.int64)
-            owners = self._owner_array()[arr]
+            owners = self.owner[arr]
             cuts = np.flatnonzero(np.diff(owners)) + 1 if np.all(np.diff(owners) >= 0) else None
             if cuts is not None:  # actors own consecutive client ids: one slice each
                 sidx = which[ids[0]]
                 return {int(owners[part[0]]): UniformTasks(arr[part], first, sidx)
                         for part in np.split(np.arange(len(arr)), cuts)}
         per_actor: dict[int, Any] = defaultdict(list)
+        owner = self.owner
         for cid in ids:
-            per_actor[self.owner[cid]].append((cid, tasks[cid], which[cid]))
+            per_actor[int(owner[cid])].append((cid, tasks[cid], which[cid]))
         return per_actor
-
-    def _owner_array(self) -> np.ndarray:
-        if self._owner_arr is None:
-            arr = np.full(max(self.owner) + 1 if self.owner else 0, -1, dtype=np.int64)
-            for cid, a in self.owner.items():
-                arr[cid] = a
-            self._owner_arr = arr
-        return self._owner_arr
 
     def _wait(self, call: Call, futures: list[Any], timeout: float | None) -> tuple[list[Any], list[Any]]:
         """Wait for the round's replies until ``timeout``; without one, warn while it stalls."""
@@ -331,7 +324,7 @@ class RayExecutor(Executor):
     def get_state(self, client_ids: list[int]) -> dict[int, dict[str, Any]]:
         by_actor: dict[int, list[int]] = defaultdict(list)
         for cid in client_ids:
-            by_actor[self.owner[cid]].append(cid)
+            by_actor[int(self.owner[cid])].append(cid)
         out: dict[int, dict[str, Any]] = {}
         for part in self._get([self.actors[a].get_state.remote(c) for a, c in by_actor.items()], "client state"):
             out.update(part)
@@ -340,7 +333,7 @@ class RayExecutor(Executor):
     def set_state(self, states: dict[int, dict[str, Any]]) -> None:
         by_actor: dict[int, dict[int, dict]] = defaultdict(dict)
         for cid, st in states.items():
-            by_actor[self.owner[cid]][cid] = st
+            by_actor[int(self.owner[cid])][cid] = st
         self._get([self.actors[a].set_state.remote(s) for a, s in by_actor.items()], "restoring client state")
 
     def shutdown(self) -> None:
