@@ -7,7 +7,13 @@ from typing import Any
 import ray
 
 from fedray.core.extras import preload
-from fedray.runtime.host import ClientHost, pack_parts
+from fedray.runtime.host import ClientHost, PackedOutcomes, pack_parts
+
+
+def _store(part: Any) -> Any:
+    """A chunk's replies, put in the object store as soon as they are computed (the actor's own copy
+    is dropped before the next chunk runs); the executor fetches them."""
+    return ray.put(part.narrowed()) if isinstance(part, PackedOutcomes) else part
 
 
 @ray.remote
@@ -82,7 +88,7 @@ class ClientActor:
     def run(self, round_: int, tasks: list, *shared: Any) -> list | str:
         if not self._adopted:
             return "restarted"
-        return pack_parts(self.host.run_parts(round_, tasks, *shared))
+        return pack_parts(self.host.run_parts(round_, tasks, *shared, sink=_store))
 
     def get_state(self, client_ids: list[int]) -> dict:
         return self.host.get_state(client_ids)

@@ -89,6 +89,7 @@ class Session:
             self._secure: PrivacyLayer | None = None
             self.descriptions: Descriptions = self.executor.describe(private=True) if cfg.privacy.active else self.executor.describe()
             self.info, self.scaler = self._check_and_scale(self.descriptions)
+            self.descriptions.drop_moments()  # summed already; per client they would stay for nothing
         except BaseException:
             self.close()
             raise

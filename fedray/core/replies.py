@@ -61,17 +61,16 @@ class Replies(MutableSequence):
                 np.fromiter((r.seconds for r in self._list), dtype=np.float64, count=n),
                 np.fromiter((r.nbytes for r in self._list), dtype=np.int64, count=n))
 
-    def stacked_updates(self) -> dict[str, np.ndarray] | None:
-        """The updates stacked per statistic (rows in order), when all are columns of one layout."""
+    def column_parts(self) -> dict[str, list[np.ndarray]] | None:
+        """Per statistic, its column segments in order (one per host part), when all replies are
+        columns of one layout; nothing is copied (see :func:`fedray.core.stats.total`)."""
         if self._list is not None or not self._segs:
             return None
         first = self._segs[0][1].arrays
         if any(seg[1].arrays.keys() != first.keys()
                or any(seg[1].arrays[k].shape[1:] != first[k].shape[1:] for k in first) for seg in self._segs):
             return None
-        if len(self._segs) == 1:
-            return dict(first)
-        return {k: np.concatenate([seg[1].arrays[k] for seg in self._segs]) for k in first}
+        return {k: [seg[1].arrays[k] for seg in self._segs] for k in first}
 
     # --- the list protocol ---
     def _materialize(self) -> list[Reply]:

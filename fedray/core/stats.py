@@ -44,7 +44,8 @@ class Stats(Mapping[str, np.ndarray]):
         a = self._a
         if a is None:  # a row of a block: its views are made when first read
             block, i = self._row
-            a = self._a = {k: v[i] for k, v in block.arrays.items()}
+            narrow = block.narrow
+            a = self._a = {k: (v[i].astype(np.float64) if k in narrow else v[i]) for k, v in block.arrays.items()}
         return a
 
     def names(self) -> Any:
@@ -121,9 +122,10 @@ class StatsBlock:
         Named arrays with the same first dimension (converted to float64).
     """
 
-    __slots__ = ("arrays", "n")
+    __slots__ = ("arrays", "n", "narrow")
 
     def __init__(self, **arrays: Any) -> None:
+        self.narrow: frozenset[str] = frozenset()  # arrays sent as small integers (see narrowed)
         self.arrays = {k: np.asarray(v, dtype=np.float64) for k, v in arrays.items()}
         lengths = {v.shape[0] if v.ndim else -1 for v in self.arrays.values()}
         if len(lengths) > 1 or -1 in lengths:
@@ -152,14 +154,42 @@ class StatsBlock:
         return out
 
     def nbytes_each(self) -> int:
-        """Bytes of one client's statistics."""
-        return int(sum(v[0].nbytes for v in self.arrays.values())) if self.n else 0
+        """Bytes of one client's statistics (as float64)."""
+        return int(sum(v[0].size * 8 for v in self.arrays.values())) if self.n else 0
+
+    def column(self, name: str) -> np.ndarray:
+        """Array ``name`` as float64 (a narrowed one is widened: a copy)."""
+        v = self.arrays[name]
+        return v.astype(np.float64) if name in self.narrow else v
 
     def take(self, idx: np.ndarray) -> StatsBlock:
         """The rows ``idx`` as a new block."""
         out = StatsBlock.__new__(StatsBlock)
         out.arrays = {k: v[idx] for k, v in self.arrays.items()}
-        out.n = len(idx)
+        out.n, out.narrow = len(idx), self.narrow
+        return out
+
+    def narrowed(self) -> StatsBlock:
+        """The same block with each array whose values are all small non-negative integers (counts,
+        contingency tables) stored as the smallest unsigned integer type that holds them exactly; every
+        read widens them back to the same float64 values. For sending many clients' statistics."""
+        out = StatsBlock.__new__(StatsBlock)
+        out.arrays, out.n, narrow = dict(self.arrays), self.n, set(self.narrow)
+        for k, v in self.arrays.items():
+            if k in narrow or v.dtype != np.float64 or v.size < 1024:
+                continue
+            head = v.ravel()[:1024]
+            if np.any(head != np.floor(head)) or np.any(np.signbit(head)):
+                continue
+            for dt in (np.uint8, np.uint16, np.uint32):
+                small = v.astype(dt)
+                if np.array_equal(small, v) and not np.signbit(v).any():  # exact, and no -0.0
+                    out.arrays[k] = small
+                    narrow.add(k)
+                    break
+                if float(v.max()) <= np.iinfo(dt).max:
+                    break  # in range but not integers: keep it
+        out.narrow = frozenset(narrow)
         return out
 
     def __repr__(self) -> str:
@@ -169,6 +199,32 @@ class StatsBlock:
 
 def _reduce(stacked: dict[str, np.ndarray]) -> Stats:
     return Stats(**{k: np.add.reduce(v, axis=0) for k, v in stacked.items()})
+
+
+#: Rows added at once when a sum continues over a further segment (bounds the copy it makes).
+FOLD_ROWS = 1 << 14
+
+
+def _reduce_segments(parts: list[np.ndarray]) -> np.ndarray:
+    """``np.add.reduce(np.concatenate(parts), axis=0)``, the same bits, without stacking every part.
+
+    Along the first axis numpy adds rows one after another whenever a row has two or more
+    values (the inner loop runs along the row), so the sum continues over each further part
+    from the running total; a row of one value is summed pairwise, which needs the whole
+    column (small: one number per client)."""
+    wide = all(p.dtype == np.float64 for p in parts)
+    if len(parts) == 1 and wide:
+        return np.add.reduce(parts[0], axis=0)
+    if int(np.prod(parts[0].shape[1:])) < 2:
+        return np.add.reduce(np.concatenate(parts).astype(np.float64, copy=False), axis=0)
+    acc = None
+    for part in parts:
+        for lo in range(0, len(part), FOLD_ROWS):
+            rows = part[lo:lo + FOLD_ROWS].astype(np.float64, copy=False)  # narrowed parts widen a chunk at a time
+            acc = np.add.reduce(rows if acc is None else np.concatenate([acc[None], rows]), axis=0)
+    if acc is None:
+        return np.add.reduce(np.concatenate(parts).astype(np.float64, copy=False), axis=0)
+    return acc
 
 
 def total(items: Iterable[Stats]) -> Stats:
@@ -185,11 +241,11 @@ def total(items: Iterable[Stats]) -> Stats:
     updates are summed. Replies that hosts sent column-wise are summed straight from
     the columns, with the same bits and no per-client object.
     """
-    stacked = getattr(items, "stacked_updates", None)
-    if stacked is not None:  # a round's Replies kept column-wise: no per-client object
-        st = stacked()
-        if st is not None:
-            return _reduce(st)
+    parts_of = getattr(items, "column_parts", None)
+    if parts_of is not None:  # a round's Replies kept column-wise: no per-client object
+        parts = parts_of()
+        if parts is not None:
+            return Stats(**{k: _reduce_segments(v) for k, v in parts.items()})
     items = list(items)
     if not items:
         raise ValueError("cannot sum an empty sequence of statistics")

@@ -70,6 +70,10 @@ class Descriptions:
     def __len__(self) -> int:
         return len(self.ids)
 
+    def drop_moments(self) -> None:
+        """Forget the per-client moments (once they are summed)."""
+        self.sum = self.sumsq = self.min = self.max = None
+
     def name(self, position: int) -> str:
         return self.names[position] if self.names is not None else f"client-{int(self.ids[position])}"
 

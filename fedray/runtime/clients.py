@@ -151,11 +151,17 @@ class PackedOutcomes:
     nbytes: np.ndarray
     arrays: dict[str, np.ndarray]
     others: list[Outcome]
+    narrow: frozenset = frozenset()  # arrays sent as small integers (StatsBlock.narrowed)
 
     def block(self) -> StatsBlock:
         b = StatsBlock.__new__(StatsBlock)
-        b.arrays, b.n = self.arrays, len(self.client_ids)
+        b.arrays, b.n, b.narrow = self.arrays, len(self.client_ids), self.narrow
         return b
+
+    def narrowed(self) -> PackedOutcomes:
+        """For sending: integer-valued arrays as small integers (read back as the same float64 values)."""
+        b = self.block().narrowed()
+        return PackedOutcomes(self.client_ids, self.seconds, self.nbytes, b.arrays, self.others, b.narrow)
 
     def unpack(self) -> list[Outcome]:
         rows = self.block().rows()
@@ -179,13 +185,17 @@ def pack_outcomes(outcomes: list[Outcome]) -> list[Outcome] | PackedOutcomes:
 
 
 def pack_parts(parts: list[Outcome | PackedOutcomes]) -> list[Outcome | PackedOutcomes] | PackedOutcomes:
-    """What an actor sends for :meth:`ClientHost.run_parts`: blocks as they are, the rest packed."""
-    packed = [p for p in parts if isinstance(p, PackedOutcomes)]
+    """What an actor sends for :meth:`ClientHost.run_parts`: blocks as they are, the rest packed; counts
+    and tables travel as small integers (:meth:`PackedOutcomes.narrowed`)."""
+    packed = [p.narrowed() for p in parts if isinstance(p, PackedOutcomes)]
     single = [p for p in parts if isinstance(p, Outcome)]
-    if not packed:
-        return pack_outcomes(single)
+    sent = [p for p in parts if not isinstance(p, (Outcome, PackedOutcomes))]  # parts stored already (sink)
     rest = pack_outcomes(single)
-    return packed + ([rest] if isinstance(rest, PackedOutcomes) else rest)
+    if isinstance(rest, PackedOutcomes):
+        rest = rest.narrowed()
+    if not packed and not sent:
+        return rest
+    return packed + sent + ([rest] if isinstance(rest, PackedOutcomes) else rest)
 
 
 def unpack_outcomes(batch: list[Outcome | PackedOutcomes] | PackedOutcomes) -> list[Outcome]:

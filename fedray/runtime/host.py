@@ -53,6 +53,8 @@ log = logging.getLogger(__name__)
 
 #: Clients whose rows a non-resident host generates at once (bounds the memory of a call over all of them).
 REGENERATE_CHUNK = 1 << 16
+#: Rows an evaluation (or a non-resident host) hands to a batched client function at once.
+BATCH_ROWS = 1 << 18
 #: Rows described at once (bounds the temporary arrays of the set-up checks).
 DESCRIBE_ROWS = 1 << 21
 
@@ -97,6 +99,7 @@ class ClientHost:
         self._offsets: np.ndarray | None = None  # (n_clients + 1,): where each client's rows begin
         self._shards: dict[int, tuple[np.ndarray, np.ndarray | None]] | None = None  # per client, when no block
         self._scaler: tuple[np.ndarray, np.ndarray] | None = None  # applied to regenerated rows
+        self._sink: Any = None  # where the parts of a chunked call go (run_parts)
         self.resident = bool(resident) or not regenerable(specs)
         if regenerable(specs):
             self._offsets, self.feature_names = generate_rows(specs, None)
@@ -271,9 +274,14 @@ class ClientHost:
         """
         return unpack_outcomes(self.run_parts(round_, tasks, *shared))
 
-    def run_parts(self, round_: int, tasks: Any, *shared: Any) -> list[Outcome | PackedOutcomes]:
+    def run_parts(self, round_: int, tasks: Any, *shared: Any, sink: Any = None) -> list[Any]:
         """:meth:`run`, with the outcomes of a batched form that returned a
-        :class:`~fedray.core.stats.StatsBlock` left column-wise (one :class:`PackedOutcomes` each)."""
+        :class:`~fedray.core.stats.StatsBlock` left column-wise (one :class:`PackedOutcomes` each).
+
+        ``sink``: a function given each part of a call run in chunks as soon as it is computed (the
+        Ray actor puts it in the object store, so that the chunks' replies are not all held twice);
+        what it returns stands for the part in the answer."""
+        self._sink = sink
         rows = self._offsets is not None and self._shards is None  # batched forms need the rows as a block
         if isinstance(tasks, UniformTasks) and self.batched and rows:
             many = batched_form(tasks.task.fn)
@@ -329,15 +337,20 @@ class ClientHost:
                    evaluation: bool, shared: tuple[Any, ...], items: Any) -> list[Outcome | PackedOutcomes]:
         """Run a batched form; ``sidx`` is the index of the shared object, or one index per
         client (a form declared with ``shared="each"``, which receives the list of objects).
-        A non-resident host runs it over chunks of clients (each chunk's rows generated again)."""
-        if not self.resident and len(ids) > REGENERATE_CHUNK:
+        An evaluation over many clients, and any call of a non-resident host, runs over chunks of
+        clients (each chunk's rows generated again where they are not kept), so that its temporary
+        arrays stay small; each chunk's replies are one part of the answer."""
+        per = self._chunk_clients(ids, evaluation)
+        if per < len(ids):
             out: list[Outcome | PackedOutcomes] = []
             item_list = task_items(items)
-            for lo in range(0, len(ids), REGENERATE_CHUNK):
-                part = slice(lo, lo + REGENERATE_CHUNK)
-                out += self._run_batch(round_, many, ids[part], payloads[part],
-                                       sidx[part] if isinstance(sidx, list) else sidx, evaluation, shared,
-                                       item_list[part])
+            for lo in range(0, len(ids), per):
+                part = slice(lo, lo + per)
+                got = self._run_batch(round_, many, ids[part], payloads[part],
+                                      sidx[part] if isinstance(sidx, list) else sidx, evaluation, shared,
+                                      item_list[part])
+                sink = self._sink
+                out += [sink(p) for p in got] if sink is not None else got
             return out
         batch = self._batch(round_, ids, evaluation)
         t0 = time.perf_counter()
@@ -361,6 +374,16 @@ class ClientHost:
             return [PackedOutcomes(np.asarray(ids), np.full(n, each), np.full(n, updates.nbytes_each(), dtype=np.int64),
                                    updates.arrays, [])]
         return [Outcome(cid, u, each, nbytes_of(u)) for cid, u in zip(ids.tolist(), updates)]
+
+    def _chunk_clients(self, ids: np.ndarray, evaluation: bool) -> int:
+        """Clients a batched call runs at once: all of them, unless the call is an evaluation or the host
+        is not resident and their rows exceed :data:`BATCH_ROWS`."""
+        if (self.resident and not evaluation) or len(ids) < 2:
+            return len(ids)
+        rows = int(self._offsets[-1]) if self._offsets is not None else 0
+        per_client = max(1, rows // max(1, len(self.ids)))
+        per = max(1, BATCH_ROWS // per_client)
+        return min(per, REGENERATE_CHUNK) if not self.resident else per
 
     def _run_each(self, round_: int, tasks: list[tuple[int, Task, int]], shared: tuple[Any, ...]) -> list[Outcome]:
         out = []

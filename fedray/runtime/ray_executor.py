@@ -216,7 +216,7 @@ class RayExecutor(Executor):
         for fut in ready:
             a = futures[fut]
             try:
-                out = ray.get(fut)
+                out = _fetch_parts(ray.get(fut))
             except (RayActorError, RayTaskError, GetTimeoutError) as exc:
                 for cid, _, _ in per_actor[a]:
                     result.failed.append(cid)
@@ -354,6 +354,18 @@ class RayExecutor(Executor):
         if getattr(self, "placement", None) is not None:
             self.placement.release()
             self.placement = None
+
+
+def _fetch_parts(out: Any) -> Any:
+    """An actor's answer with the parts it stored in the object store as it went (see
+    :meth:`ClientActor.run`) fetched."""
+    import ray
+
+    if not isinstance(out, list) or not any(isinstance(p, ray.ObjectRef) for p in out):
+        return out
+    refs = [p for p in out if isinstance(p, ray.ObjectRef)]
+    got = dict(zip(map(id, refs), ray.get(refs)))
+    return [got[id(p)] if isinstance(p, ray.ObjectRef) else p for p in out]
 
 
 #: Without runtime.round_timeout, a round that waits longer than runtime.stall_warning times the
