@@ -156,10 +156,8 @@ class RuntimeConfig(_Section):
     batched: bool = Field(default=True, description="run client functions that have a batched form once per host "
                           "for all its clients (false: client by client, to check the batched form)")
     resident: Literal["auto", "always", "never"] = Field(default="auto", description="keep the shards in memory "
-                                                         "(always), or build the rows of generated data (blobs) again "
-                                                         "from their recipes whenever clients run (never: memory for "
-                                                         "time); auto keeps them unless they would take more than "
-                                                         "half of the memory available")
+                                                         "(always) or generate blobs' rows again whenever clients run "
+                                                         "(never); auto: kept unless over half the free memory")
     # Code shipping (fedray.runtime.shipping): what reaches Ray workers through runtime_env.
     ship_code: Literal["auto", "always", "never"] = Field(default="auto", description="send fedray and plug-in "
                                                           "modules to the workers with runtime_env (auto: fedray when "
