@@ -146,7 +146,7 @@ def fc_train_many(payloads: list[dict], shared: dict, batch: Any) -> list[dict[s
     return out
 
 
-@batched(fc_train_many)
+@batched(fc_train_many, split=False)
 def fc_train(payload: dict, shared: dict, client: Any) -> dict[str, np.ndarray]:
     """Phase 1: one autoencoder per local cluster; returns ``{"weights": (K, P), "sizes": (K,)}``."""
     from fedray.nn.autoencoder import ae_for, initial_ae_weights, train_autoencoder

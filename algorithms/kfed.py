@@ -80,7 +80,7 @@ class KFed(CenterAlgorithm):
         if self.rounds_done >= 1:
             return None
         task = Task(local_centers, {"k": self.k_local})
-        return {cid: task for cid in ctx.sampled}
+        return ctx.each(task)
 
     def aggregate(self, ctx: RoundContext, replies: list[Reply]) -> dict[str, float]:
         sent = [r.update for r in replies if len(r.update["centers"])]

@@ -207,7 +207,7 @@ class CenterAlgorithm(Algorithm):
         if self.converged or self.rounds_done >= self.params.max_rounds:
             return None
         task = self.round_task()
-        return {cid: task for cid in ctx.sampled}
+        return ctx.each(task)
 
     def aggregate(self, ctx: RoundContext, replies: list[Reply]) -> dict[str, float]:
         if self.phase == "init":

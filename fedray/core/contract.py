@@ -56,7 +56,8 @@ class Task:
         return f"{self.fn.__module__}:{self.fn.__qualname__}"
 
 
-def batched(many: Callable[[list[Any], Any, Any], Any], *, shared: str = "one") -> Callable[[ClientFn], ClientFn]:
+def batched(many: Callable[[list[Any], Any, Any], Any], *, shared: str = "one",
+            split: bool = True) -> Callable[[ClientFn], ClientFn]:
     """Give a client function a batched form, run once for all of a host's clients in a round.
 
     ``many(payloads, shared, batch) -> list of updates`` receives the payloads of the
@@ -84,6 +85,11 @@ def batched(many: Callable[[list[Any], Any, Any], Any], *, shared: str = "one") 
     then receives a list with each client's shared object in place of the one object
     (the same object repeated for the clients that share it). Nothing is sent twice:
     the shared objects still travel once per host.
+
+    ``split`` (default true) says that each client's update depends on its own rows only, bit for
+    bit, so that a host may run the batched form over chunks of its clients (it does for many
+    clients, to keep temporary arrays small); false for forms whose rounding depends on the
+    batch (batched network training).
     """
     if not callable(many):
         raise TypeError(f"batched: expected a function, got {many!r}")
@@ -93,6 +99,7 @@ def batched(many: Callable[[list[Any], Any, Any], Any], *, shared: str = "one") 
     def attach(fn: ClientFn) -> ClientFn:
         fn.__fedray_batched__ = many  # type: ignore[attr-defined]
         fn.__fedray_batched_shared__ = shared  # type: ignore[attr-defined]
+        fn.__fedray_batched_split__ = bool(split)  # type: ignore[attr-defined]
         return fn
 
     return attach
@@ -101,6 +108,11 @@ def batched(many: Callable[[list[Any], Any, Any], Any], *, shared: str = "one") 
 def batched_form(fn: ClientFn) -> Callable[[list[Any], Any, Any], list[Any]] | None:
     """The batched form declared with :func:`batched`, or None."""
     return getattr(fn, "__fedray_batched__", None)
+
+
+def batched_split(fn: ClientFn) -> bool:
+    """Whether a host may run the batched form of ``fn`` over chunks of its clients (see :func:`batched`)."""
+    return bool(getattr(fn, "__fedray_batched_split__", False))
 
 
 def batched_shared(fn: ClientFn) -> str:
@@ -155,6 +167,55 @@ class FederationInfo:
         return int(np.sum(self.n_samples))
 
 
+class CohortTasks(Mapping):
+    """One task for each of many clients: ``{client id: task}`` without a dictionary entry per client.
+
+    What :meth:`RoundContext.each` returns, and what the round loop hands the runtimes when every
+    client of a call runs the same task; a mapping like any other, which the loop, the runtimes and
+    the layers also read as a whole (:attr:`ids`, :attr:`task`).
+    """
+
+    __slots__ = ("ids", "task")
+
+    def __init__(self, ids: Any, task: Task) -> None:
+        ids = np.asarray(ids, dtype=np.int64).ravel()
+        if ids.size > 1 and not np.all(ids[1:] > ids[:-1]):
+            ids = np.unique(ids)
+        self.ids, self.task = ids, task
+
+    def __getitem__(self, cid: Any) -> Task:
+        i = int(np.searchsorted(self.ids, int(cid)))
+        if i < len(self.ids) and int(self.ids[i]) == int(cid):
+            return self.task
+        raise KeyError(cid)
+
+    def __contains__(self, cid: Any) -> bool:
+        try:
+            self[cid]
+        except (KeyError, TypeError, ValueError):
+            return False
+        return True
+
+    def __iter__(self) -> Any:
+        return iter(self.ids.tolist())
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __repr__(self) -> str:
+        return f"CohortTasks({len(self.ids)} clients, {self.task!r:.60})"
+
+
+def one_task(tasks: Mapping[int, Task]) -> Task | None:
+    """The task every client of ``tasks`` runs, when it is one and the same object (else None)."""
+    if isinstance(tasks, CohortTasks):
+        return tasks.task if len(tasks) else None
+    first = next(iter(tasks.values()), None)
+    if first is None or not all(t is first for t in tasks.values()):
+        return None
+    return first
+
+
 @dataclass(frozen=True)
 class RoundContext:
     """Read-only facts about the current round, handed to the algorithm.
@@ -178,6 +239,10 @@ class RoundContext:
     @property
     def all_clients(self) -> tuple[int, ...]:
         return tuple(range(self.info.n_clients))
+
+    def each(self, task: Task, clients: Any = None) -> CohortTasks:
+        """``{client: task}`` for every sampled client (or every one of ``clients``), as one object."""
+        return CohortTasks(self.sampled if clients is None else clients, task)
 
     def rng(self, *stream: int) -> np.random.Generator:
         """The server's generator for this round (extra ints select sub-streams)."""

@@ -18,7 +18,7 @@ import numpy as np
 
 from fedray.core import calls
 from fedray.core.calls import Call
-from fedray.core.contract import Algorithm, Reply, RoundContext, Task
+from fedray.core.contract import Algorithm, CohortTasks, Reply, RoundContext, Task, one_task
 from fedray.core.errors import DataError, FedrayError, PluginError, RoundFailedError
 from fedray.core.replies import reply_columns
 from fedray.core.seeding import sample_clients
@@ -93,11 +93,13 @@ class Server:
             return None
         t0 = time.perf_counter()
         info = self.algorithm.info
-        sampled = tuple(int(c) for c in sample_clients(self.seed, self.round, info.n_clients, self.fraction))
+        sampled = tuple(sample_clients(self.seed, self.round, info.n_clients, self.fraction).tolist())
         ctx = RoundContext(self.round, self.seed, sampled, info, self.fraction)
         phase = self.algorithm.phase
         tasks = self._hook("configure_round", ctx)
-        if tasks is not None and not (isinstance(tasks, Mapping) and all(isinstance(t, Task) for t in tasks.values())):
+        if tasks is not None and not (isinstance(tasks, Mapping) and (
+                isinstance(tasks.task, Task) if isinstance(tasks, CohortTasks)
+                else all(isinstance(t, Task) for t in tasks.values()))):
             raise PluginError(f"algorithm {self.algorithm.name!r}: configure_round must return None or a mapping "
                               f"{{client id: Task}}; got {type(tasks).__name__} {tasks!r:.60} in round {self.round}")
         if tasks is None:
@@ -194,8 +196,8 @@ class Server:
         self._grow(int(ids.max()) + 1 if n_rep else 0)
         # A round the client took part in, or one where it only evaluated the current model
         # (supervised methods evaluate every client, sampled or not; clients.parquet keeps both).
-        first = tasks[int(ids[0])] if n_rep else None
-        if first is not None and all(t is first for t in tasks.values()):  # one task for every client
+        first = one_task(tasks) if n_rep else None
+        if first is not None:  # one task for every client
             only_eval = np.full(n_rep, bool(first.evaluation))
         else:
             only_eval = np.fromiter((tasks[c].evaluation for c in ids.tolist()), dtype=bool, count=n_rep)
@@ -272,7 +274,7 @@ class Server:
         info = self.algorithm.info
         covered = np.ones(int(info.n_clients), dtype=bool)
         while (task := self.algorithm.evaluation_task(len(stages), prev)) is not None:
-            todo = dict.fromkeys(range(info.n_clients), task)
+            todo = CohortTasks(np.arange(info.n_clients), task)
             res, _ = self.gather(calls.evaluate(len(stages)), todo, ask_missing=retries)
             ids = reply_columns(res.replies)[0]  # kept column-wise: no object per client
             answered = np.zeros(len(covered), dtype=bool)
@@ -365,6 +367,9 @@ def round_cap(rounds: int | None, budget: int | None) -> int:
 
 def _bytes_down(tasks: dict[int, Task]) -> int:
     """Bytes sent to the clients: each client's payload and shared part (counted per client)."""
+    one = one_task(tasks)
+    if one is not None:  # one task for every client: its bytes, once per client
+        return len(tasks) * (nbytes_of(one.payload) + (nbytes_of(one.shared) if one.shared is not None else 0))
     sizes: dict[int, int] = {}  # id of a shared part -> bytes
     per_task: dict[int, int] = {}  # id of a task -> bytes (one task object is often every client's)
     total = 0

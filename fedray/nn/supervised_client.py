@@ -189,7 +189,7 @@ def client_round_many(payloads: list[Mapping[str, Any]], shared: list[Any], batc
     return [ctx.out for ctx in contexts]
 
 
-@batched(client_round_many, shared="each")
+@batched(client_round_many, shared="each", split=False)
 def client_round(payload: Mapping[str, Any], shared: Any, client: Any) -> dict[str, Any]:
     """The client function of every supervised algorithm: choose, evaluate, train.
 

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from fedray.core.calls import Call
-from fedray.core.contract import Reply, Task
+from fedray.core.contract import CohortTasks, Reply, Task, one_task
 from fedray.core.replies import Replies
 from fedray.runtime.host import Outcome, PackedOutcomes, UniformTasks
 
@@ -44,11 +44,11 @@ def plan_shared(tasks: dict[int, Task]) -> tuple[list[Any], dict[int, int]]:
     shared: list[Any] = []
     index_of: dict[int, int] = {}
     which: dict[int, int] = {}
-    first = next(iter(tasks.values()), None)
-    if first is not None and all(t is first for t in tasks.values()):  # one task for every client
+    first = one_task(tasks)
+    if first is not None:  # one task for every client: one index for all (no entry per client)
         if first.shared is None:
-            return shared, dict.fromkeys(tasks, -1)
-        return [first.shared], dict.fromkeys(tasks, 0)
+            return shared, _Everyone(-1)
+        return [first.shared], _Everyone(0)
     for cid, task in tasks.items():
         if task.shared is None:
             which[cid] = -1
@@ -61,8 +61,22 @@ def plan_shared(tasks: dict[int, Task]) -> tuple[list[Any], dict[int, int]]:
     return shared, which
 
 
-def host_items(ids: list[int], tasks: dict[int, Task], which: dict[int, int]) -> Any:
+class _Everyone(dict):
+    """``which`` of :func:`plan_shared` when every client has the same shared index."""
+
+    def __init__(self, index: int) -> None:
+        super().__init__()
+        self.index = index
+
+    def __missing__(self, cid: int) -> int:
+        return self.index
+
+
+def host_items(ids: Any, tasks: dict[int, Task], which: dict[int, int]) -> Any:
     """A host's items for ``ids``: :class:`~fedray.runtime.host.UniformTasks` when they all run one task."""
+    if isinstance(tasks, CohortTasks) and len(tasks) > 1:
+        return UniformTasks(tasks.ids, tasks.task, which[int(tasks.ids[0])])
+    ids = list(ids)
     first = tasks[ids[0]] if ids else None
     if first is not None and len(ids) > 1 and all(tasks[c] is first for c in ids):
         return UniformTasks(np.asarray(ids, dtype=np.int64), first, which[ids[0]])

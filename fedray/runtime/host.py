@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from fedray.core.contract import Task, batched_form, batched_shared
+from fedray.core.contract import Task, batched_form, batched_shared, batched_split
 from fedray.core.errors import FedrayError
 from fedray.core.sizes import nbytes_of
 from fedray.core.stats import StatsBlock
@@ -289,7 +289,7 @@ class ClientHost:
                 one: int | list[int] = tasks.shared_index
                 if batched_shared(tasks.task.fn) == "each":
                     one = [tasks.shared_index] * len(tasks)
-                return self._run_batch(round_, many, tasks.ids, [tasks.task.payload] * len(tasks), one,
+                return self._run_batch(round_, tasks.task.fn, tasks.ids, [tasks.task.payload] * len(tasks), one,
                                        tasks.task.evaluation, shared, tasks)
         tasks = task_items(tasks)
         if not self.batched or not rows:
@@ -314,7 +314,7 @@ class ClientHost:
             # A group of one runs the batched form too: which clients share a host differs between
             # runtimes, and a client must run the same code (the same float rounding) in all of them.
             which: int | list[int] = [item[2] for item in items] if fn in each else sidx
-            out += self._run_batch(round_, forms[fn], np.array([item[0] for item in items], dtype=np.int64),
+            out += self._run_batch(round_, fn, np.array([item[0] for item in items], dtype=np.int64),
                                    [item[1].payload for item in items], which, evaluation, shared, items)
         return out
 
@@ -333,22 +333,22 @@ class ClientHost:
 
         return ClientBatch(ids, views, X, offsets, y if see_labels else None)
 
-    def _run_batch(self, round_: int, many: Any, ids: np.ndarray, payloads: list[Any], sidx: int | list[int],
+    def _run_batch(self, round_: int, fn: Any, ids: np.ndarray, payloads: list[Any], sidx: int | list[int],
                    evaluation: bool, shared: tuple[Any, ...], items: Any) -> list[Outcome | PackedOutcomes]:
         """Run a batched form; ``sidx`` is the index of the shared object, or one index per
         client (a form declared with ``shared="each"``, which receives the list of objects).
-        An evaluation over many clients, and any call of a non-resident host, runs over chunks of
-        clients (each chunk's rows generated again where they are not kept), so that its temporary
-        arrays stay small; each chunk's replies are one part of the answer."""
-        per = self._chunk_clients(ids, evaluation)
+        A call over many clients of a form that may be split runs over chunks of clients (each
+        chunk's rows generated again where they are not kept), so that its temporary arrays stay
+        small; each chunk's replies are one part of the answer."""
+        per = self._chunk_clients(ids, fn)
         if per < len(ids):
             out: list[Outcome | PackedOutcomes] = []
-            item_list = task_items(items)
             for lo in range(0, len(ids), per):
                 part = slice(lo, lo + per)
-                got = self._run_batch(round_, many, ids[part], payloads[part],
-                                      sidx[part] if isinstance(sidx, list) else sidx, evaluation, shared,
-                                      item_list[part])
+                sub = (UniformTasks(items.ids[part], items.task, items.shared_index)
+                       if isinstance(items, UniformTasks) else task_items(items)[part])
+                got = self._run_batch(round_, fn, ids[part], payloads[part],
+                                      sidx[part] if isinstance(sidx, list) else sidx, evaluation, shared, sub)
                 sink = self._sink
                 out += [sink(p) for p in got] if sink is not None else got
             return out
@@ -359,7 +359,7 @@ class ClientHost:
         else:
             arg = shared[sidx] if sidx >= 0 else None
         try:
-            updates = many(payloads, arg, batch)
+            updates = batched_form(fn)(payloads, arg, batch)
             if len(updates) != len(ids):
                 raise ValueError(f"batched client function returned {len(updates)} updates for {len(ids)} clients")
         except Exception:  # noqa: BLE001 - the plain function, client by client, reports who failed and why
@@ -375,10 +375,11 @@ class ClientHost:
                                    updates.arrays, [])]
         return [Outcome(cid, u, each, nbytes_of(u)) for cid, u in zip(ids.tolist(), updates)]
 
-    def _chunk_clients(self, ids: np.ndarray, evaluation: bool) -> int:
-        """Clients a batched call runs at once: all of them, unless the call is an evaluation or the host
-        is not resident and their rows exceed :data:`BATCH_ROWS`."""
-        if (self.resident and not evaluation) or len(ids) < 2:
+    def _chunk_clients(self, ids: np.ndarray, fn: Any) -> int:
+        """Clients a batched call runs at once: all of them, unless the batched form may be split
+        (:func:`fedray.core.contract.batched`) and their rows exceed :data:`BATCH_ROWS`; a
+        non-resident host generates the rows of at most :data:`REGENERATE_CHUNK` clients at once."""
+        if len(ids) < 2 or not batched_split(fn):
             return len(ids)
         rows = int(self._offsets[-1]) if self._offsets is not None else 0
         per_client = max(1, rows // max(1, len(self.ids)))

@@ -6,7 +6,7 @@ from typing import Any
 import numpy as np
 
 from fedray.core.calls import Call
-from fedray.core.contract import Task
+from fedray.core.contract import CohortTasks, Task
 from fedray.core.replies import Replies
 from fedray.data.checks import Descriptions
 from fedray.data.federation import ClientSpec
@@ -40,7 +40,7 @@ class LocalExecutor(Executor):
 
     def execute(self, call: Call, tasks: dict[int, Task], timeout: float | None = None) -> ExecResult:
         shared, which = plan_shared(tasks)
-        items = host_items(sorted(tasks), tasks, which)
+        items = host_items(tasks.ids if isinstance(tasks, CohortTasks) else sorted(tasks), tasks, which)
         result = ExecResult(Replies())
         collect_outcomes(self.host.run_parts(call.stream_round, items, *shared), result)
         sort_replies(result)

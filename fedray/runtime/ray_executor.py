@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from fedray.core.calls import Call
-from fedray.core.contract import Task
+from fedray.core.contract import CohortTasks, Task, one_task
 from fedray.core.errors import RoundFailedError
 from fedray.core.replies import Replies
 from fedray.data.checks import Descriptions
@@ -250,19 +250,18 @@ class RayExecutor(Executor):
     def _per_actor(self, tasks: dict[int, Task], which: dict[int, int]) -> dict[int, Any]:
         """Each actor's items (client-id order): a list of (client id, task, shared index), or one
         :class:`~fedray.runtime.host.UniformTasks` where all of them run one task."""
-        ids = sorted(tasks)
-        first = tasks[ids[0]] if ids else None
-        if first is not None and len(ids) > 1 and all(tasks[c] is first for c in ids):
-            arr = np.asarray(ids, dtype=np.int64)
+        first = one_task(tasks)
+        if first is not None and len(tasks) > 1:
+            arr = tasks.ids if isinstance(tasks, CohortTasks) else np.asarray(sorted(tasks), dtype=np.int64)
             owners = self.owner[arr]
             cuts = np.flatnonzero(np.diff(owners)) + 1 if np.all(np.diff(owners) >= 0) else None
             if cuts is not None:  # actors own consecutive client ids: one slice each
-                sidx = which[ids[0]]
+                sidx = which[int(arr[0])]
                 return {int(owners[part[0]]): UniformTasks(arr[part], first, sidx)
                         for part in np.split(np.arange(len(arr)), cuts)}
         per_actor: dict[int, Any] = defaultdict(list)
         owner = self.owner
-        for cid in ids:
+        for cid in sorted(tasks):
             per_actor[int(owner[cid])].append((cid, tasks[cid], which[cid]))
         return per_actor
 
