@@ -105,8 +105,7 @@ class Session:
         if self.config.privacy.active:
             s, ss, lo, hi = self._private_moments(n_features, N, names)
         else:  # per-client moments as rows, summed over clients in id order
-            s, ss = desc.sum.sum(axis=0), desc.sumsq.sum(axis=0)
-            lo, hi = desc.min.min(axis=0), desc.max.max(axis=0)
+            s, ss, lo, hi = desc.totals()
             check_magnitude(lo, hi, N, names)
         scaler = None
         mode = self.config.data.scale

@@ -205,7 +205,7 @@ def _reduce(stacked: dict[str, np.ndarray]) -> Stats:
 FOLD_ROWS = 1 << 14
 
 
-def _reduce_segments(parts: list[np.ndarray]) -> np.ndarray:
+def fold_rows(parts: list[np.ndarray]) -> np.ndarray:
     """``np.add.reduce(np.concatenate(parts), axis=0)``, the same bits, without stacking every part.
 
     Along the first axis numpy adds rows one after another whenever a row has two or more
@@ -245,7 +245,7 @@ def total(items: Iterable[Stats]) -> Stats:
     if parts_of is not None:  # a round's Replies kept column-wise: no per-client object
         parts = parts_of()
         if parts is not None:
-            return Stats(**{k: _reduce_segments(v) for k, v in parts.items()})
+            return Stats(**{k: fold_rows(v) for k, v in parts.items()})
     items = list(items)
     if not items:
         raise ValueError("cannot sum an empty sequence of statistics")

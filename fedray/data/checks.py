@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from fedray.core.errors import DataError
-from fedray.core.stats import Stats
+from fedray.core.stats import Stats, fold_rows
 
 
 def describe_shard(client_id: int, name: str, X: np.ndarray, y: np.ndarray | None, feature_names: Any = (),
@@ -49,8 +49,11 @@ class Descriptions:
         Display names; None means ``client-<id>`` for every client.
     errors, bad_values : dict
         Client id -> why its shard could not be built / its first non-finite value (only the clients concerned).
-    sum, sumsq, min, max : ndarray (n_clients, d) or None
-        Per-client column moments (None under privacy, or when a shard is empty or has a bad value).
+    sum, sumsq : list of ndarray (n_i, d), or None
+        Per-client column sums and sums of squares, in parts (one per chunk of clients, in order;
+        None under privacy, or when a shard is empty or has a bad value).
+    min, max : list of ndarray (m_i, d), or None
+        Column extremes, in parts (a part may already be reduced over its clients).
     classes : ndarray
         The labels seen on any client (sorted, unique).
     """
@@ -61,14 +64,21 @@ class Descriptions:
     names: list[str] | None = None
     errors: dict[int, str] = field(default_factory=dict)
     bad_values: dict[int, str] = field(default_factory=dict)
-    sum: np.ndarray | None = None
-    sumsq: np.ndarray | None = None
-    min: np.ndarray | None = None
-    max: np.ndarray | None = None
+    sum: list[np.ndarray] | None = None
+    sumsq: list[np.ndarray] | None = None
+    min: list[np.ndarray] | None = None
+    max: list[np.ndarray] | None = None
     classes: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
     def __len__(self) -> int:
         return len(self.ids)
+
+    def totals(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Column sums, sums of squares, minima and maxima of the union: the per-client sums added
+        over the clients in id order (the same bits as summing the stacked rows), without stacking."""
+        lo = np.min(np.concatenate(self.min), axis=0)
+        hi = np.max(np.concatenate(self.max), axis=0)
+        return fold_rows(self.sum), fold_rows(self.sumsq), lo, hi
 
     def drop_moments(self) -> None:
         """Forget the per-client moments (once they are summed)."""
@@ -92,7 +102,7 @@ class Descriptions:
         moments = {}
         for key in ("sum", "sumsq", "min", "max"):
             arrs = [getattr(p, key) for p in parts]
-            moments[key] = np.concatenate(arrs) if all(a is not None for a in arrs) else None
+            moments[key] = [a for part in arrs for a in part] if all(a is not None for a in arrs) else None
         out = cls(np.concatenate([p.ids for p in parts]), np.concatenate([p.n for p in parts]),
                   np.concatenate([p.n_features for p in parts]), names,
                   {k: v for p in parts for k, v in p.errors.items()},
@@ -116,7 +126,7 @@ class Descriptions:
         for key in ("sum", "sumsq", "min", "max"):
             arrs = [np.asarray(d[key], dtype=np.float64) for d in rows if key in d]
             same = len(arrs) == len(rows) and len({a.shape for a in arrs}) == 1
-            moments[key] = np.stack(arrs) if rows and same else None
+            moments[key] = [np.stack(arrs)] if rows and same else None
         classes = [np.asarray(d["classes"]) for d in rows if "classes" in d]
         return cls(ids, np.array([d["n"] for d in rows], dtype=np.int64),
                    np.array([d["n_features"] for d in rows], dtype=np.int64), [d.get("name", "") for d in rows],
@@ -160,18 +170,21 @@ def describe_block(ids: np.ndarray, names: list[str] | None, X: np.ndarray, y: n
                                                            moments=False)["bad_value"]
     if moments and finite and len(ids) and np.all(sizes > 0):
         trail = X.shape[1:]
-        out.sum, out.sumsq = np.empty((len(ids), *trail)), np.empty((len(ids), *trail))
-        out.min, out.max = np.empty((len(ids), *trail)), np.empty((len(ids), *trail))
+        s, ss = np.empty((len(ids), *trail)), np.empty((len(ids), *trail))
+        lo, hi = np.empty((len(ids), *trail)), np.empty((len(ids), *trail))
         for size in np.unique(sizes).tolist():
             pos = np.flatnonzero(sizes == size)
             if len(pos) == len(ids):
                 rows = X.reshape(len(ids), size, *trail)
             else:
                 rows = X[(offsets[pos][:, None] + np.arange(size)).ravel()].reshape(len(pos), size, *trail)
-            out.sum[pos] = rows.sum(axis=1)
-            out.sumsq[pos] = (rows * rows).sum(axis=1)
-            out.min[pos] = rows.min(axis=1)
-            out.max[pos] = rows.max(axis=1)
+            s[pos] = rows.sum(axis=1)
+            ss[pos] = (rows * rows).sum(axis=1)
+            lo[pos] = rows.min(axis=1)
+            hi[pos] = rows.max(axis=1)
+        # sums stay per client (their total must add clients in order); extremes need not
+        out.sum, out.sumsq = [s], [ss]
+        out.min, out.max = [lo.min(axis=0, keepdims=True)], [hi.max(axis=0, keepdims=True)]
     return out
 
 

@@ -386,8 +386,9 @@ def check_memory(cfg: Any) -> None:
     need = n * RECIPE_BYTES
     if _hosts_here(cfg):
         need += n * CLIENT_BYTES
-        if cfg.runtime.resident == "always":  # else rows that do not fit are generated again when needed
-            need += n * rows * (d + 1) * 8
+        data = n * rows * (d + 1) * 8
+        if cfg.runtime.resident == "always" or (cfg.runtime.resident == "auto" and data <= available / 2):
+            need += data  # kept in memory (else generated again whenever clients run)
     if need > available:
         raise ConfigError(f"federation.n_clients: {n} clients of {rows} x {d} points need about {_gib(need)} of memory "
                           f"here, but {_gib(available)} is available; use fewer clients or points, or a cluster "
