@@ -82,6 +82,9 @@ class ClientActor:
     def describe(self, private: bool = False) -> Any:
         return self.host.describe(private)
 
+    def accounting(self) -> dict[str, int]:
+        return self.host.accounting()
+
     def apply_scaler(self, shift, scale) -> int:
         return self.host.apply_scaler(shift, scale)
 

@@ -147,6 +147,10 @@ class Executor:
     def shutdown(self) -> None:
         pass
 
+    def accounting(self) -> dict[str, int]:
+        """Bytes the client hosts hold, by kind, summed over hosts (:meth:`ClientHost.accounting`)."""
+        return {}
+
     def preload(self, packages: tuple[str, ...]) -> None:
         """Import ``packages`` in the background where the clients run (:func:`fedray.core.extras.preload`);
         runtimes whose clients run in this process import them at first use."""
@@ -211,6 +215,9 @@ class ExecutorWrapper(Executor):
 
     def shutdown(self) -> None:
         self.inner.shutdown()
+
+    def accounting(self) -> dict[str, int]:
+        return self.inner.accounting()
 
     def report(self) -> dict[str, Any]:
         return self.inner.report()

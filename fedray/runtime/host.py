@@ -18,6 +18,7 @@ host never knows what an algorithm computes: it calls the task's function.
 from __future__ import annotations
 
 import logging
+import sys
 import time
 import traceback
 from collections.abc import Iterator, Mapping
@@ -53,6 +54,8 @@ log = logging.getLogger(__name__)
 
 #: Clients whose rows a non-resident host generates at once (bounds the memory of a call over all of them).
 REGENERATE_CHUNK = 1 << 16
+#: Bytes of one entry of a dictionary keyed by client id (the key and the slot), for :meth:`ClientHost.accounting`.
+_DICT_ENTRY = 100
 #: Rows an evaluation (or a non-resident host) hands to a batched client function at once.
 BATCH_ROWS = 1 << 18
 #: Rows described at once (bounds the temporary arrays of the set-up checks).
@@ -215,6 +218,24 @@ class ClientHost:
                     d = table.get(cid)
                     if d is not None and not d:
                         del table[cid]
+
+    def accounting(self) -> dict[str, int]:
+        """Bytes this host holds, by kind, and the clients: ``rows`` (shards and labels kept in memory;
+        0 when they are generated again), ``index`` (client ids and offsets), ``state`` and ``secrets``
+        (the per-client dictionaries that exist, with what they hold), ``shards`` (per-client arrays of a
+        host without a block), ``recipes``, ``clients``. A client that has never run costs its rows and
+        its part of ``index``."""
+        def held(table: dict[int, dict[str, Any]]) -> int:
+            return sum(_DICT_ENTRY + sys.getsizeof(d) + sum(sys.getsizeof(k) + nbytes_of(v) for k, v in d.items())
+                       for d in table.values())
+
+        rows = sum(a.nbytes for a in (self._block, self._block_y) if a is not None)
+        index = self.ids.nbytes + (self._offsets.nbytes if self._offsets is not None else 0)
+        shards = sum(X.nbytes + (y.nbytes if y is not None else 0) for X, y in (self._shards or {}).values())
+        recipes = (sys.getsizeof(self.specs) if not isinstance(self.specs, list)
+                   else sys.getsizeof(self.specs) + sum(sys.getsizeof(s) + sys.getsizeof(s.__dict__) for s in self.specs))
+        return {"clients": len(self.ids), "rows": int(rows), "index": int(index), "state": held(self.states),
+                "secrets": held(self.secrets), "shards": int(shards), "recipes": int(recipes)}
 
     # --- set-up ---------------------------------------------------------
     def describe(self, private: bool = False) -> Descriptions:

@@ -46,6 +46,9 @@ class LocalExecutor(Executor):
         sort_replies(result)
         return result
 
+    def accounting(self) -> dict[str, int]:
+        return self.host.accounting()
+
     def gather_data(self, labels: bool = True):
         return self.host.gather_data(labels)
 

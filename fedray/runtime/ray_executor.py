@@ -188,6 +188,14 @@ class RayExecutor(Executor):
     def describe(self, private: bool = False) -> Descriptions:
         return Descriptions.concat(self._call_all("describe", private))
 
+    def accounting(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for part in self._call_all("accounting"):
+            for k, v in part.items():
+                out[k] = out.get(k, 0) + int(v)
+        out["hosts"] = len(self.actors)
+        return out
+
     def apply_scaler(self, shift: np.ndarray, scale: np.ndarray) -> None:
         self._scaler = (shift, scale)
         self._call_all("apply_scaler", shift, scale)
