@@ -27,7 +27,8 @@ Usage::
 and 1 000 000 x 10 (10^7 rows of 8 features each); ``--sizes`` names others as
 ``clients:points`` pairs. ``points`` in the table is the points per client.
 
-``--population`` (cross-device scale): 10^5, 10^6 and 10^7 clients (``--populations``) of
+``--population`` (cross-device scale; ``--resident always,never`` also compares keeping the
+shards with generating them again): 10^5, 10^6 and 10^7 clients (``--populations``) of
 10 points x 8 features, a cohort of 0.01 or 0.001 of them a round (``--fractions``), k-means,
 5 rounds, ray runtime (``--backends``). Columns (``--out``: ``round_overhead_population.md``
 / ``.csv``): population, fraction, cohort (clients a round), backend, actors, startup_s,
@@ -82,7 +83,7 @@ SCALE = [(10_000, 1000), (100_000, 100), (1_000_000, 10)]
 POPULATIONS = [100_000, 1_000_000, 10_000_000]
 FRACTIONS = [0.01, 0.001]
 POPULATION_POINTS = 10
-POP_COLUMNS = ["population", "fraction", "cohort", "backend", "actors", "startup_s", "ray_init_s", "round_s",
+POP_COLUMNS = ["population", "fraction", "cohort", "backend", "resident", "actors", "startup_s", "ray_init_s", "round_s",
                "first_round_s", "eval_s", "peak_mem_mb", "bytes_per_client", "error"]
 BYTES_NOTE = "bytes_per_client: an estimate from PSS, (peak_mem_mb in bytes - rows x 9 x 8) / population"
 #: MiB the processes of a run need besides the clients: the driver, and Ray's node processes and workers.
@@ -90,7 +91,8 @@ BASE_MB = {"local": 400, "ray": 1500}
 
 
 def workload(algorithm: str, backend: str, n_clients: int, clients_per_actor: str, rounds: int, num_cpus: int,
-             init: str, seed: int = 0, points: int = 1000, fraction: float = 1.0) -> dict[str, Any]:
+             init: str, seed: int = 0, points: int = 1000, fraction: float = 1.0,
+             resident: str = "auto") -> dict[str, Any]:
     """The benchmark's configuration as a mapping for :func:`fedray.make_config`."""
     params: dict[str, Any] = {"n_clusters": 8, "init": init, "max_rounds": rounds}
     if algorithm == "kmeans":
@@ -103,7 +105,8 @@ def workload(algorithm: str, backend: str, n_clients: int, clients_per_actor: st
         "algorithm": {"name": algorithm, "params": params},
         "data": {"dataset": "blobs", "options": {"points_per_client": points, "n_features": 8, "n_centers": 8}},
         "federation": {"n_clients": n_clients, "fraction": fraction, "rounds": rounds + 5},
-        "runtime": {"backend": backend, "num_cpus": num_cpus, "clients_per_actor": cpa, "progress": False},
+        "runtime": {"backend": backend, "num_cpus": num_cpus, "clients_per_actor": cpa, "progress": False,
+                    "resident": resident},
         "output": {"directory": None, "plots": False},
     }
 
@@ -138,7 +141,8 @@ def population_columns(spec: dict[str, Any], peak_mem_mb: float | None) -> dict[
     from fedray.core.seeding import n_sampled
 
     n, points, fraction = int(spec["n_clients"]), int(spec.get("points", 1000)), float(spec["fraction"])
-    cols: dict[str, Any] = {"population": n, "fraction": fraction, "cohort": n_sampled(fraction, n)}
+    cols: dict[str, Any] = {"population": n, "fraction": fraction, "cohort": n_sampled(fraction, n),
+                            "resident": spec.get("resident", "auto")}
     if peak_mem_mb is not None and peak_mem_mb == peak_mem_mb and peak_mem_mb > 0:
         cols["bytes_per_client"] = (peak_mem_mb * 2**20 - data_bytes(n, points)) / n
     return cols
@@ -339,9 +343,10 @@ def population_specs(args: argparse.Namespace, p: argparse.ArgumentParser) -> li
     backends = [b.strip() for b in args.backends.split(",") if b.strip()]
     if not populations or not fractions or not backends:
         p.error("--population needs at least one of each of --populations, --fractions and --backends")
+    residents = [r.strip() for r in args.resident.split(",") if r.strip()]
     return [dict(algorithm="kmeans", backend=b, n_clients=n, clients_per_actor="auto", rounds=args.rounds,
-                 num_cpus=args.num_cpus, init=args.init, points=POPULATION_POINTS, fraction=f)
-            for n in populations for f in fractions for b in backends]
+                 num_cpus=args.num_cpus, init=args.init, points=POPULATION_POINTS, fraction=f, resident=r)
+            for n in populations for f in fractions for b in backends for r in residents]
 
 
 def precheck(spec: dict[str, Any], min_free_mb: float, done: list[dict[str, Any]] = ()) -> str:
@@ -425,6 +430,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="--population: client counts (comma-separated)")
     p.add_argument("--fractions", default=",".join(str(f) for f in FRACTIONS),
                    help="--population: cohort fractions (comma-separated)")
+    p.add_argument("--resident", default="auto",
+                   help="--population: runtime.resident values (comma-separated: auto, always, never)")
     p.add_argument("--min-free-mb", type=float, default=None,
                    help="MiB of available memory to leave to the machine: a configuration whose estimate does not fit "
                         "is skipped, and a running one is stopped when the available memory falls below it (default: 10%% of "
