@@ -235,6 +235,8 @@ class RoundContext:
     late: tuple[int, ...] = ()
     #: Executions of the round (1 unless clients were asked again or the round was retried).
     attempts: int = 1
+    #: ``sampled`` as a sorted array, when the loop has it (what :meth:`each` uses).
+    cohort: Any = field(default=None, repr=False, compare=False)
 
     @property
     def all_clients(self) -> tuple[int, ...]:
@@ -242,7 +244,9 @@ class RoundContext:
 
     def each(self, task: Task, clients: Any = None) -> CohortTasks:
         """``{client: task}`` for every sampled client (or every one of ``clients``), as one object."""
-        return CohortTasks(self.sampled if clients is None else clients, task)
+        if clients is None:
+            clients = self.cohort if self.cohort is not None else self.sampled
+        return CohortTasks(clients, task)
 
     def rng(self, *stream: int) -> np.random.Generator:
         """The server's generator for this round (extra ints select sub-streams)."""

@@ -93,8 +93,9 @@ class Server:
             return None
         t0 = time.perf_counter()
         info = self.algorithm.info
-        sampled = tuple(sample_clients(self.seed, self.round, info.n_clients, self.fraction).tolist())
-        ctx = RoundContext(self.round, self.seed, sampled, info, self.fraction)
+        cohort = sample_clients(self.seed, self.round, info.n_clients, self.fraction)
+        sampled = tuple(cohort.tolist())
+        ctx = RoundContext(self.round, self.seed, sampled, info, self.fraction, cohort=cohort)
         phase = self.algorithm.phase
         tasks = self._hook("configure_round", ctx)
         if tasks is not None and not (isinstance(tasks, Mapping) and (
