@@ -202,7 +202,7 @@ class RayExecutor(Executor):
 
     def execute(self, call: Call, tasks: dict[int, Task], timeout: float | None = None) -> ExecResult:
         import ray
-        from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
+        from ray.exceptions import GetTimeoutError, ObjectLostError, RayActorError, RayTaskError
 
         shared, which = plan_shared(tasks)
         refs = [ray.put(s) for s in shared]
@@ -225,7 +225,7 @@ class RayExecutor(Executor):
             a = futures[fut]
             try:
                 out = _fetch_parts(ray.get(fut))
-            except (RayActorError, RayTaskError, GetTimeoutError) as exc:
+            except (RayActorError, RayTaskError, GetTimeoutError, ObjectLostError) as exc:
                 for cid, _, _ in per_actor[a]:
                     result.failed.append(cid)
                     result.errors[cid] = f"actor {a} failed: {type(exc).__name__}: {str(exc).splitlines()[0]}"
