@@ -131,6 +131,8 @@ CHECKS = {
     "bad before empty": [_row(0), _row(1, n=0, name="paris"), _row(2, bad_value="inf")],
     "bad first": [_row(0), _row(1, bad_value="inf in 'x'", name="lyon"), _row(2, error="e")],
     "error beats bad on one client": [_row(0), _row(5, error="gone", bad_value="nan")],
+    "two errors": [_row(0), _row(2, error="first"), _row(4, error="second"), _row(6, bad_value="nan")],
+    "two bad values": [_row(1), _row(3, bad_value="nan one"), _row(8, bad_value="nan two"), _row(9, n=0)],
     "empty first": [_row(0, n=0), _row(1, error="late")],
     "features": [_row(i, d=4 if i % 3 else 6) for i in range(12)],
 }
