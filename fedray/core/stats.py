@@ -182,7 +182,8 @@ class StatsBlock:
             if np.any(head != np.floor(head)) or np.any(np.signbit(head)):
                 continue
             for dt in (np.uint8, np.uint16, np.uint32):
-                small = v.astype(dt)
+                with np.errstate(invalid="ignore"):  # NaN or inf past the first values: not exact, kept below
+                    small = v.astype(dt)
                 if np.array_equal(small, v) and not np.signbit(v).any():  # exact, and no -0.0
                     out.arrays[k] = small
                     narrow.add(k)
