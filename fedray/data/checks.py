@@ -134,17 +134,30 @@ class Descriptions:
                    {d["client_id"]: d["bad_value"] for d in rows if "bad_value" in d}, **moments,
                    classes=np.unique(np.concatenate(classes)) if classes else np.zeros(0, dtype=np.int64))
 
+    def row(self, position: int) -> dict[str, Any]:
+        """The client at ``position`` as a dict (``client_id``, ``name``, ``n``, ``n_features``; its
+        error or bad value where it has one)."""
+        i = int(position)
+        cid = int(self.ids[i])
+        d = {"client_id": cid, "name": self.name(i), "n": int(self.n[i]), "n_features": int(self.n_features[i])}
+        if cid in self.errors:
+            d["error"] = self.errors[cid]
+        if cid in self.bad_values:
+            d["bad_value"] = self.bad_values[cid]
+        return d
+
     def rows(self) -> list[dict[str, Any]]:
-        """One dict per client (``client_id``, ``name``, ``n``, ``n_features``; errors where any)."""
-        out = []
-        for i, cid in enumerate(self.ids.tolist()):
-            d = {"client_id": cid, "name": self.name(i), "n": int(self.n[i]), "n_features": int(self.n_features[i])}
-            if cid in self.errors:
-                d["error"] = self.errors[cid]
-            if cid in self.bad_values:
-                d["bad_value"] = self.bad_values[cid]
-            out.append(d)
-        return out
+        """One dict per client (:meth:`row`)."""
+        return [self.row(i) for i in range(len(self.ids))]
+
+    # A sequence of per-client dicts, as the descriptions were before they became columns.
+    def __getitem__(self, position: int) -> dict[str, Any]:
+        if not -len(self.ids) <= int(position) < len(self.ids):
+            raise IndexError(f"client position {position} of {len(self.ids)}")
+        return self.row(int(position) % max(1, len(self.ids)))
+
+    def __iter__(self) -> Any:
+        return (self.row(i) for i in range(len(self.ids)))
 
 
 def describe_block(ids: np.ndarray, names: list[str] | None, X: np.ndarray, y: np.ndarray | None,
