@@ -351,7 +351,7 @@ def population_specs(args: argparse.Namespace, p: argparse.ArgumentParser) -> li
 
 def precheck(spec: dict[str, Any], min_free_mb: float, done: list[dict[str, Any]] = ()) -> str:
     """Why a configuration is not run (one line), or ``""``: it is invalid or would not fit in the available
-    memory less ``min_free_mb``, as ``check_memory`` or this benchmark estimates (base, clients, twice the
+    memory less ``min_free_mb``, as ``check_memory`` or this benchmark estimates (base, clients, the
     rows; at least a smaller population's measured peak on the backend, scaled beyond the base)."""
     import fedray
     from fedray.core.errors import FedrayError
@@ -364,7 +364,7 @@ def precheck(spec: dict[str, Any], min_free_mb: float, done: list[dict[str, Any]
         return "skipped: " + one_line(exc)
     free = available_mb()
     n, points, base = int(spec["n_clients"]), int(spec.get("points", 1000)), BASE_MB.get(spec["backend"], 1500)
-    need = (n * (RECIPE_BYTES + CLIENT_BYTES) + 2 * data_bytes(n, points)) / 2**20 + base
+    need = (n * (RECIPE_BYTES + CLIENT_BYTES) + data_bytes(n, points)) / 2**20 + base
     for r in done:
         if r.get("backend") == spec["backend"] and not r.get("error") and 0 < r.get("population", 0) < n:
             need = max(need, base + max(0.0, r["peak_mem_mb"] - base) * n / r["population"])
