@@ -93,6 +93,16 @@ class ClientActor:
             return "restarted"
         return pack_parts(self.host.run_parts(round_, tasks, *shared, sink=_store))
 
+    def run_kept(self, round_: int, tasks: Any, *shared: Any) -> Any:
+        """A summed call's first half (:meth:`ClientHost.run_kept`): the replies stay here."""
+        if not self._adopted:
+            return "restarted"
+        return self.host.run_kept(round_, tasks, *shared)
+
+    def fold_kept(self, acc: Any) -> Any:
+        """A summed call's second half: continue the sum of the hosts before this one."""
+        return self.host.fold_kept(acc)
+
     def get_state(self, client_ids: list[int]) -> dict:
         return self.host.get_state(client_ids)
 

@@ -56,7 +56,7 @@ class FederatedKMeans(CenterAlgorithm):
     description = "exact federated Lloyd k-means (per-cluster sums and counts)"
 
     def round_task(self) -> Task:
-        return Task(lloyd_stats, None, self.centers)
+        return Task(lloyd_stats, None, self.centers, summed=True)  # update reads total(replies) only
 
     def update(self, ctx: RoundContext, replies: list[Reply]) -> dict[str, float]:
         t = total(replies)

@@ -44,12 +44,18 @@ class Task:
     evaluation : bool
         Evaluation tasks may read the client's ground-truth labels; training tasks
         of unsupervised algorithms never see them.
+    summed : bool
+        The algorithm reads these replies only through :func:`fedray.total` (and their client
+        ids, seconds and bytes): where no layer needs each client's reply, a runtime may then add
+        the clients' updates where they live, each host continuing the sum of the clients before
+        its own (the same bits), and send only the sum. Reading one reply's update then raises.
     """
 
     fn: ClientFn
     payload: Any = None
     shared: Any = None
     evaluation: bool = False
+    summed: bool = False
 
     @property
     def fn_name(self) -> str:

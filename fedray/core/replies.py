@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from fedray.core.contract import Reply
+from fedray.core.errors import FedrayError
 
 
 class Replies(MutableSequence):
@@ -21,11 +22,22 @@ class Replies(MutableSequence):
     it into an ordinary list of :class:`Reply` first.
     """
 
-    __slots__ = ("_segs", "_list")
+    __slots__ = ("_segs", "_list", "summed_total")
 
     def __init__(self, items: Any = ()) -> None:
         self._segs: list[tuple[np.ndarray, Any, np.ndarray, np.ndarray]] = []
         self._list: list[Reply] | None = list(items) if items else None
+        self.summed_total: Any = None  # the sum of the updates, when hosts added them (Task.summed)
+
+    @classmethod
+    def summed(cls, client_ids: np.ndarray, seconds: np.ndarray, nbytes: np.ndarray, total: Any) -> Replies:
+        """Replies of a ``Task(summed=True)`` call whose hosts added the updates: the clients' ids,
+        seconds and bytes, and the sum (what :func:`fedray.total` returns); no update of its own."""
+        out = cls()
+        out._segs.append((np.asarray(client_ids, dtype=np.int64), None, np.asarray(seconds, dtype=np.float64),
+                          np.asarray(nbytes, dtype=np.int64)))
+        out.summed_total = total
+        return out
 
     # --- column-wise construction and reads ---
     def add_columns(self, client_ids: np.ndarray, block: Any, seconds: np.ndarray, nbytes: np.ndarray) -> None:
@@ -64,7 +76,7 @@ class Replies(MutableSequence):
     def column_parts(self) -> dict[str, list[np.ndarray]] | None:
         """Per statistic, its column segments in order (one per host part), when all replies are
         columns of one layout; nothing is copied (see :func:`fedray.core.stats.total`)."""
-        if self._list is not None or not self._segs:
+        if self._list is not None or not self._segs or self.summed_total is not None:
             return None
         first = self._segs[0][1].arrays
         if any(seg[1].arrays.keys() != first.keys()
@@ -74,6 +86,9 @@ class Replies(MutableSequence):
 
     # --- the list protocol ---
     def _materialize(self) -> list[Reply]:
+        if self.summed_total is not None:
+            raise FedrayError("these replies hold only their sum: the task was declared Task(summed=True), so the "
+                              "hosts added the clients' updates; read them with fedray.total, or drop summed=True")
         if self._list is None:
             out: list[Reply] = []
             for seg in self._segs:
@@ -116,6 +131,8 @@ class Replies(MutableSequence):
     __hash__ = None  # type: ignore[assignment]
 
     def __reduce__(self) -> Any:
+        if self.summed_total is not None:
+            return (Replies.summed, (*self.columns(), self.summed_total))
         return (Replies, (list(self._materialize()),))
 
     def __repr__(self) -> str:

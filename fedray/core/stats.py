@@ -206,19 +206,20 @@ def _reduce(stacked: dict[str, np.ndarray]) -> Stats:
 FOLD_ROWS = 1 << 14
 
 
-def fold_rows(parts: list[np.ndarray]) -> np.ndarray:
+def fold_rows(parts: list[np.ndarray], start: np.ndarray | None = None) -> np.ndarray:
     """``np.add.reduce(np.concatenate(parts), axis=0)``, the same bits, without stacking every part.
 
     Along the first axis numpy adds rows one after another whenever a row has two or more
     values (the inner loop runs along the row), so the sum continues over each further part
     from the running total; a row of one value is summed pairwise, which needs the whole
-    column (small: one number per client)."""
+    column (small: one number per client). ``start``: a running total to continue from (rows of two
+    or more values only), e.g. the sum of the clients before these."""
     wide = all(p.dtype == np.float64 for p in parts)
-    if len(parts) == 1 and wide:
+    if len(parts) == 1 and wide and start is None:
         return np.add.reduce(parts[0], axis=0)
     if int(np.prod(parts[0].shape[1:])) < 2:
         return np.add.reduce(np.concatenate(parts).astype(np.float64, copy=False), axis=0)
-    acc = None
+    acc = start
     for part in parts:
         for lo in range(0, len(part), FOLD_ROWS):
             rows = part[lo:lo + FOLD_ROWS].astype(np.float64, copy=False)  # narrowed parts widen a chunk at a time
@@ -242,6 +243,9 @@ def total(items: Iterable[Stats]) -> Stats:
     updates are summed. Replies that hosts sent column-wise are summed straight from
     the columns, with the same bits and no per-client object.
     """
+    summed = getattr(items, "summed_total", None)
+    if summed is not None:  # a call whose hosts added their clients' updates (Task.summed)
+        return summed
     parts_of = getattr(items, "column_parts", None)
     if parts_of is not None:  # a round's Replies kept column-wise: no per-client object
         parts = parts_of()

@@ -35,6 +35,8 @@ def build_stack(executor: Executor, cfg: Any, disclosures: dict[str, int] | None
         top = MessageLog(top, keep_payloads=cfg.output.message_payloads)
     if cfg.privacy.active:
         top = PrivacyLayer(top, cfg.privacy, cfg.seed, disclosures)
+    # No layer needs each client's reply: hosts may add the replies of summed tasks themselves.
+    executor.sums_in_hosts = top is executor
     return top
 
 

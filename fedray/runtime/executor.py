@@ -130,6 +130,9 @@ class Executor:
     #: aggregation): clients that failed are then asked again with the whole original cohort,
     #: in a new protocol instance, never alone (see :meth:`fedray.loop.server.Server.gather`).
     whole_cohort_retries = False
+    #: True when no layer wraps this executor, so that hosts may add the replies of a
+    #: ``Task(summed=True)`` call themselves (set by :func:`fedray.layers.stack.build_stack`).
+    sums_in_hosts = False
 
     def describe(self, private: bool = False) -> list[dict[str, Any]]:  # pragma: no cover - interface
         """Per-client facts; ``private`` leaves out per-client sums and extremes (see ClientHost.describe)."""

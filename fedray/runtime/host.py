@@ -29,7 +29,7 @@ import numpy as np
 from fedray.core.contract import Task, batched_form, batched_shared, batched_split
 from fedray.core.errors import FedrayError
 from fedray.core.sizes import nbytes_of
-from fedray.core.stats import StatsBlock
+from fedray.core.stats import StatsBlock, fold_rows
 from fedray.data.checks import Descriptions, describe_block, describe_shard
 from fedray.data.federation import generate_rows, materialize_many, regenerable
 from fedray.data.recipes import recipe_ids, recipe_name
@@ -103,6 +103,7 @@ class ClientHost:
         self._shards: dict[int, tuple[np.ndarray, np.ndarray | None]] | None = None  # per client, when no block
         self._scaler: tuple[np.ndarray, np.ndarray] | None = None  # applied to regenerated rows
         self._sink: Any = None  # where the parts of a chunked call go (run_parts)
+        self._kept: list[PackedOutcomes] | None = None  # replies of a summed call, until folded
         self.resident = bool(resident) or not regenerable(specs)
         if regenerable(specs):
             self._offsets, self.feature_names = generate_rows(specs, None)
@@ -337,6 +338,32 @@ class ClientHost:
             which: int | list[int] = [item[2] for item in items] if fn in each else sidx
             out += self._run_batch(round_, fn, np.array([item[0] for item in items], dtype=np.int64),
                                    [item[1].payload for item in items], which, evaluation, shared, items)
+        return out
+
+    # --- summed calls (Task.summed): the host adds its clients' updates -----------
+    def run_kept(self, round_: int, tasks: Any, *shared: Any) -> tuple[Any, ...]:
+        """Run ``tasks`` and keep their replies here for :meth:`fold_kept`; returns ``("kept", ids, seconds,
+        bytes, columns, names)`` with the statistics of one value a client as columns (summed pairwise by the
+        caller), or ``("plain", outcomes)`` when the replies are not all column-wise statistics."""
+        parts = self.run_parts(round_, tasks, *shared)
+        self._kept = None
+        if not parts or not all(isinstance(p, PackedOutcomes) and not p.others for p in parts):
+            return ("plain", pack_parts(parts))
+        self._kept = parts
+        cat = np.concatenate
+        keys = [k for k, v in parts[0].arrays.items() if int(np.prod(v.shape[1:])) < 2]
+        return ("kept", cat([p.client_ids for p in parts]), cat([p.seconds for p in parts]),
+                cat([p.nbytes for p in parts]), {k: cat([p.arrays[k] for p in parts]) for k in keys},
+                list(parts[0].arrays))
+
+    def fold_kept(self, acc: dict[str, np.ndarray] | None) -> dict[str, np.ndarray]:
+        """Continue ``acc`` (the sum over the clients before this host's) with the kept replies, client
+        after client (:func:`fedray.core.stats.fold_rows`): statistics of two or more values a client."""
+        parts, self._kept = self._kept or [], None
+        out = dict(acc or {})
+        for k, v in (parts[0].arrays.items() if parts else ()):
+            if int(np.prod(v.shape[1:])) >= 2:
+                out[k] = fold_rows([p.arrays[k] for p in parts], out.get(k))
         return out
 
     def _batch(self, round_: int, ids: np.ndarray, evaluation: bool) -> ClientBatch:

@@ -18,6 +18,7 @@ from fedray.core.calls import Call
 from fedray.core.contract import CohortTasks, Task, one_task
 from fedray.core.errors import RoundFailedError
 from fedray.core.replies import Replies
+from fedray.core.stats import Stats
 from fedray.data.checks import Descriptions
 from fedray.data.federation import ClientSpec, put_shards
 from fedray.data.recipes import recipe_ids
@@ -201,6 +202,46 @@ class RayExecutor(Executor):
         self._call_all("apply_scaler", shift, scale)
 
     def execute(self, call: Call, tasks: dict[int, Task], timeout: float | None = None) -> ExecResult:
+        first = one_task(tasks)
+        if (first is not None and first.summed and self.sums_in_hosts and timeout is None and not self._dead
+                and not self._late and len(tasks) > 1):
+            result = self._execute_summed(call, tasks)
+            if result is not None:
+                return result
+        return self._execute_plain(call, tasks, timeout)
+
+    def _execute_summed(self, call: Call, tasks: dict[int, Task]) -> ExecResult | None:
+        """A ``Task(summed=True)`` call: every host runs its clients and keeps the replies, then the hosts
+        add them in client order, each continuing the sum of the hosts before it (a chain of small calls),
+        so that only the sum travels. None when it cannot (the caller runs the call as usual)."""
+        import ray
+
+        shared, which = plan_shared(tasks)
+        refs = [ray.put(s) for s in shared]
+        per_actor = self._per_actor(tasks, which)
+        if not all(isinstance(v, UniformTasks) for v in per_actor.values()):
+            return None
+        order = sorted(per_actor)  # actors own consecutive client ids: actor order is client order
+        try:
+            outs = self._get([self.actors[a].run_kept.remote(call.stream_round, per_actor[a], *refs) for a in order],
+                             call.label())
+            if any(not isinstance(o, tuple) or o[0] != "kept" for o in outs):
+                return None  # a host ran its clients one by one (errors, a restarted actor): per-client replies
+            acc = None
+            for a in order:
+                acc = self.actors[a].fold_kept.remote(acc)
+            sums = self._get([acc], call.label())[0]
+        except RoundFailedError as exc:
+            log.debug("%s: a summed call falls back to per-client replies: %s", call.label(), exc)
+            return None
+        cat = np.concatenate
+        ones = {k: np.add.reduce(cat([o[4][k] for o in outs]).astype(np.float64, copy=False), axis=0)
+                for k in outs[0][4]}
+        total = Stats(**{k: (sums[k] if k in sums else ones[k]) for k in outs[0][5]})  # the statistics' order
+        return ExecResult(Replies.summed(cat([o[1] for o in outs]), cat([o[2] for o in outs]),
+                                         cat([o[3] for o in outs]), total))
+
+    def _execute_plain(self, call: Call, tasks: dict[int, Task], timeout: float | None = None) -> ExecResult:
         import ray
         from ray.exceptions import GetTimeoutError, ObjectLostError, RayActorError, RayTaskError
 
