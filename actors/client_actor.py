@@ -1,6 +1,7 @@
 """The client actor: hosts one or more clients (shards, state, random streams)."""
 from __future__ import annotations
 
+import ctypes
 import os
 from typing import Any
 
@@ -8,6 +9,18 @@ import ray
 
 from fedray.core.extras import preload
 from fedray.runtime.host import ClientHost, PackedOutcomes, pack_parts
+
+
+def _tune_heap() -> None:
+    """Have glibc serve blocks up to 64 MiB from its heap and keep up to 512 MiB of freed ones there, so
+    that the chunks of one round reuse the pages of the last one instead of faulting fresh ones in
+    (about a third of a round of 10^6 clients on 2 CPUs). Elsewhere than glibc, nothing changes."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallopt(-3, 1 << 26)  # M_MMAP_THRESHOLD
+        libc.mallopt(-1, 1 << 29)  # M_TRIM_THRESHOLD
+    except (OSError, AttributeError):
+        pass
 
 
 def _store(part: Any) -> Any:
@@ -30,6 +43,7 @@ class ClientActor:
         # as constructor arguments: Ray keeps a restartable actor's constructor arguments, and
         # warns when they live in the object store, as a large federation's recipes would.
         self._args = (seed, supervised, sample_shape, batched, resident)
+        _tune_heap()
         self._host: ClientHost | None = None  # private: shards and client state
         # False until the executor has set this incarnation up (recipes + scaler). Ray re-runs the
         # constructor when it restarts a crashed actor; such an actor must not answer rounds

@@ -63,17 +63,9 @@ def _actor_options(runtime: Any, actor_cpus: float, runtime_env: dict[str, Any] 
         options["num_gpus"] = res.num_gpus
     if res.custom:
         options["resources"] = dict(res.custom)
-    env = dict(runtime_env or {})  # fedray and plug-ins for nodes that lack them (fedray.runtime.shipping)
-    env["env_vars"] = {**ACTOR_ENV, **dict(env.get("env_vars") or {})}  # the user's values win
-    options["runtime_env"] = env
+    if runtime_env:  # fedray and plug-ins for nodes that lack them (fedray.runtime.shipping)
+        options["runtime_env"] = runtime_env
     return options
-
-
-#: Environment of the client actors: glibc serves blocks up to 64 MiB from its heap and keeps up to
-#: 512 MiB freed there, so that the chunks of one round reuse the pages of the last one instead of
-#: faulting fresh ones in (about a third of a round of 10^6 clients on 2 CPUs). ``runtime.runtime_env``'s
-#: ``env_vars`` override them.
-ACTOR_ENV = {"MALLOC_MMAP_THRESHOLD_": str(1 << 26), "MALLOC_TRIM_THRESHOLD_": str(1 << 29)}
 
 
 class RayExecutor(Executor):
