@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import fedray
-from algorithms.kmeans import lloyd_stats
+from fedray.algorithms.kmeans import lloyd_stats
 from fedray.api.config import make_config
 from fedray.core import calls
 from fedray.core.contract import CohortTasks, Task
