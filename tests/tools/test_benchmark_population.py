@@ -4,25 +4,13 @@ memory is skipped with a one-line reason before any process starts, and a failin
 from __future__ import annotations
 
 import csv
-import importlib.util
 import math
 import subprocess
 import sys
-from pathlib import Path
 from types import SimpleNamespace
 
 import psutil
 import pytest
-
-HERE = Path(__file__).resolve().parents[2] / "benchmarks" / "round_overhead.py"
-
-
-@pytest.fixture(scope="module")
-def bench():
-    spec = importlib.util.spec_from_file_location("round_overhead_population_under_test", HERE)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def _md_table(text: str) -> tuple[list[str], list[list[str]]]:
@@ -36,7 +24,7 @@ def test_population_mode_writes_a_row_per_configuration_with_finite_timings(benc
     """End to end in a fresh process: the table (markdown and CSV) has every column of the mode, in
     order, one row for the one configuration, its cohort from the fraction, and finite seconds."""
     out = tmp_path / "pop"
-    cmd = [sys.executable, str(HERE), "--population", "--populations", "200", "--fractions", "0.5",
+    cmd = [sys.executable, bench.__file__, "--population", "--populations", "200", "--fractions", "0.5",
            "--backends", "local", "--rounds", "2", "--out", str(out)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]

@@ -2,21 +2,7 @@
 machines of different speed be compared are computed from the measured round, not made up."""
 from __future__ import annotations
 
-import importlib.util
 import math
-from pathlib import Path
-
-import pytest
-
-HERE = Path(__file__).resolve().parents[2] / "benchmarks" / "round_overhead.py"
-
-
-@pytest.fixture(scope="module")
-def bench():
-    spec = importlib.util.spec_from_file_location("round_overhead_under_test", HERE)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def test_reference_columns_scale_with_the_rows_of_the_configuration(bench):
