@@ -117,6 +117,10 @@ class ClientActor:
         """A summed call's second half: continue the sum of the hosts before this one."""
         return self.host.fold_kept(acc)
 
+    def take_kept(self) -> Any:
+        """A summed call's kept replies, per client (another host answered client by client)."""
+        return self.host.take_kept()
+
     def get_state(self, client_ids: list[int]) -> dict:
         return self.host.get_state(client_ids)
 

@@ -88,12 +88,16 @@ class FederatedFCM(CenterAlgorithm):
 
     def round_task(self) -> Task:
         p = self.params
-        return Task(fcm_stats, {"m": p.m, "guard": p.min_sample_guard, "objective": p.objective}, self.centers)
+        # Without the guard every client sends and update reads total(replies) only: hosts may add them.
+        return Task(fcm_stats, {"m": p.m, "guard": p.min_sample_guard, "objective": p.objective}, self.centers,
+                    summed=not p.min_sample_guard)
 
     def update(self, ctx: RoundContext, replies: list[Reply]) -> dict[str, float]:
-        sent = [r.update for r in replies if r.update is not None]
-        if not sent:
-            raise RoundFailedError(f"round {ctx.round}: no client could send its sums (min_sample_guard)")
+        sent: Any = replies
+        if self.params.min_sample_guard:
+            sent = [r.update for r in replies if r.update is not None]
+            if not sent:
+                raise RoundFailedError(f"round {ctx.round}: no client could send its sums (min_sample_guard)")
         t = total(sent)
         new = self.centers.copy()
         nz = t["u"] > 0

@@ -151,7 +151,7 @@ class FedKMeans(CenterAlgorithm):
     def round_task(self) -> Task:
         p = self.params
         return Task(client_minibatch_kmeans, {"beta": p.beta, "epochs": p.epochs, "batch_size": p.batch_size},
-                    self.centers)
+                    self.centers, summed=True)  # update reads total(replies) only
 
     def update(self, ctx: RoundContext, replies: list[Reply]) -> dict[str, float]:
         p = self.params

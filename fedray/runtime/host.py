@@ -366,6 +366,12 @@ class ClientHost:
                 out[k] = fold_rows([p.arrays[k] for p in parts], out.get(k))
         return out
 
+    def take_kept(self) -> list[Outcome | PackedOutcomes] | PackedOutcomes:
+        """The kept replies themselves, per client (when another host could not keep its own and the
+        call's replies go to the server one by one after all); they are forgotten here."""
+        parts, self._kept = self._kept or [], None
+        return pack_parts(parts)
+
     def _batch(self, round_: int, ids: np.ndarray, evaluation: bool) -> ClientBatch:
         X, y, offsets = self._rows(ids)
         see_labels = evaluation or self.supervised

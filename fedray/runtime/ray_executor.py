@@ -225,8 +225,10 @@ class RayExecutor(Executor):
         try:
             outs = self._get([self.actors[a].run_kept.remote(call.stream_round, per_actor[a], *refs) for a in order],
                              call.label())
-            if any(not isinstance(o, tuple) or o[0] != "kept" for o in outs):
-                return None  # a host ran its clients one by one (errors, a restarted actor): per-client replies
+            if any(not isinstance(o, tuple) for o in outs):
+                return None  # a restarted actor: the usual call reports its clients and sets it up again
+            if any(o[0] != "kept" for o in outs):
+                return self._kept_per_client(order, outs, call)
             acc = None
             for a in order:
                 acc = self.actors[a].fold_kept.remote(acc)
@@ -240,6 +242,19 @@ class RayExecutor(Executor):
         total = Stats(**{k: (sums[k] if k in sums else ones[k]) for k in outs[0][5]})  # the statistics' order
         return ExecResult(Replies.summed(cat([o[1] for o in outs]), cat([o[2] for o in outs]),
                                          cat([o[3] for o in outs]), total))
+
+    def _kept_per_client(self, order: list[int], outs: list[tuple[Any, ...]], call: Call) -> ExecResult:
+        """A summed call where some host answered client by client (a batched form that declined, a
+        client's error): every reply goes to the server, the kept ones fetched from their hosts; no
+        client runs twice."""
+        kept = [a for a, o in zip(order, outs) if o[0] == "kept"]
+        fetched = dict(zip(kept, self._get([self.actors[a].take_kept.remote() for a in kept], call.label())))
+        result = ExecResult(Replies())
+        for a, o in zip(order, outs):
+            collect_outcomes(fetched[a] if a in fetched else o[1], result)
+        sort_replies(result)
+        result.failed.sort()
+        return result
 
     def _execute_plain(self, call: Call, tasks: dict[int, Task], timeout: float | None = None) -> ExecResult:
         import ray

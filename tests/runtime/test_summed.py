@@ -7,12 +7,14 @@ import numpy as np
 import pytest
 
 import fedray
+from fedray.algorithms.fcm import fcm_stats
+from fedray.algorithms.fedkmeans import client_minibatch_kmeans
 from fedray.algorithms.kmeans import lloyd_stats
 from fedray.api.config import make_config
 from fedray.core import calls
-from fedray.core.contract import CohortTasks, Task
+from fedray.core.contract import CohortTasks, Task, batched
 from fedray.core.errors import FedrayError
-from fedray.core.stats import total
+from fedray.core.stats import Stats, StatsBlock, total
 from fedray.data.federation import build_federation
 from fedray.runtime import host as host_mod
 from fedray.runtime.backends import make_executor
@@ -32,16 +34,23 @@ def _executor(n: int, per_actor: int):
     return ex
 
 
+ROUND_TASKS = {"kmeans": (lloyd_stats, None),
+               "federated-fcm": (fcm_stats, {"m": 2.0, "guard": False, "objective": True}),
+               "fedkmeans": (client_minibatch_kmeans, {"beta": 0.5, "epochs": 1, "batch_size": None})}
+
+
+@pytest.mark.parametrize("name", list(ROUND_TASKS))
 @pytest.mark.parametrize("per_actor", [7, 25])
-def test_hosts_sum_gives_the_bits_of_the_servers_sum(ray_session, monkeypatch, per_actor):
+def test_hosts_sum_gives_the_bits_of_the_servers_sum(ray_session, monkeypatch, per_actor, name):
     """The sum the hosts send (chained over actors, each in chunks) equals, byte for byte, the total of
     the per-client replies of the same call; and the replies carry no update of their own."""
+    fn, payload = ROUND_TASKS[name]
     ex = _executor(60, per_actor)
     try:
         C = np.random.default_rng(0).normal(size=(4, 3))
         ids = np.arange(3, 60, 2)
-        summed = ex.execute(calls.train(1), CohortTasks(ids, Task(lloyd_stats, None, C, summed=True)))
-        plain = ex.execute(calls.train(1), CohortTasks(ids, Task(lloyd_stats, None, C)))
+        summed = ex.execute(calls.train(1), CohortTasks(ids, Task(fn, payload, C, summed=True)))
+        plain = ex.execute(calls.train(1), CohortTasks(ids, Task(fn, payload, C)))
         assert summed.replies.summed_total is not None and plain.replies.summed_total is None
         a, b = total(summed.replies), total(plain.replies)
         assert list(a) == list(b)
@@ -98,3 +107,54 @@ def test_hosts_fold_in_chunks_as_one_pass(monkeypatch):
                   + [o.update for o in b.run(0, [(c, task, 0) for c in range(30, 50)], C)])
     for k in ("sums", "counts"):
         assert acc[k].tobytes() == whole[k].tobytes(), k
+
+
+def _count_many(payloads, shared, batch):
+    if 30 in batch.ids.tolist():
+        raise ValueError("this host's clients run one by one")
+    for c in batch.clients:
+        c.state["runs"] = c.state.get("runs", 0) + 1
+    return StatsBlock(n=batch.sizes.astype(np.float64), s=np.ones((len(batch), 2)))
+
+
+@batched(_count_many)
+def _count(payload, shared, client):
+    client.state["runs"] = client.state.get("runs", 0) + 1
+    return Stats(n=np.asarray(float(len(client.data.X))), s=np.ones(2))
+
+
+def test_a_host_answering_client_by_client_turns_the_call_per_client_without_running_anyone_twice(ray_session):
+    """One host's batched form declines (it holds client 30), so it answers client by client: the call's
+    replies are then per client, the other hosts' kept replies fetched rather than computed again, so
+    every client ran exactly once and the replies equal those of the plain call."""
+    ex = _executor(60, 10)
+    try:
+        ids = np.arange(60)
+        summed = ex.execute(calls.train(1), CohortTasks(ids, Task(_count, None, None, summed=True)))
+        assert summed.replies.summed_total is None and not summed.failed
+        assert {c: st["runs"] for c, st in ex.get_state(ids.tolist()).items()} == dict.fromkeys(range(60), 1)
+        plain = ex.execute(calls.train(2), CohortTasks(ids, Task(_count, None, None)))
+        assert [r.client_id for r in summed.replies] == [r.client_id for r in plain.replies] == list(range(60))
+        for a, b in zip(summed.replies, plain.replies):
+            assert a.update["n"] == b.update["n"] and np.array_equal(a.update["s"], b.update["s"])
+    finally:
+        ex.shutdown()
+
+
+@pytest.mark.parametrize("name, params, summed", [
+    ("kmeans", {}, True), ("fedkmeans", {"batch_size": 3}, True), ("federated-fcm", {}, True),
+    ("federated-fcm", {"min_sample_guard": True}, False)])
+def test_algorithms_whose_update_reads_only_the_total_declare_their_round_task_summed(ray_session, name, params,
+                                                                                    summed):
+    """The round tasks of k-means, FedKMeans and FCM are summed (FCM's guard withholds some clients'
+    replies, which its update counts one by one: not summed then); on Ray, with hosts adding, every run
+    gives the local runtime's centres and history."""
+    kw = {**KW, "algorithm": {"name": name, "params": {"n_clusters": 4, "init": "random-box", **params}}}
+    runs = [fedray.run(runtime={"backend": "local", "progress": False}, **kw),
+            fedray.run(runtime={"backend": "ray", "clients_per_actor": 7, "progress": False}, **kw)]
+    with fedray.Session(runtime={"backend": "local", "progress": False}, **kw) as s:
+        assert s.make_algorithm().round_task().summed is summed
+    np.testing.assert_array_equal(runs[1].centers, runs[0].centers)
+    cols = [c for c in runs[0].history.select_dtypes("number").columns if not c.endswith("_s")]
+    for c in cols:
+        assert np.array_equal(runs[1].history[c].to_numpy(), runs[0].history[c].to_numpy(), equal_nan=True), c
