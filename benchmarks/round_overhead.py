@@ -29,9 +29,9 @@ and 1 000 000 x 10 (10^7 rows of 8 features each); ``--sizes`` names others as
 
 ``--population`` (cross-device scale; ``--resident always,never`` also compares keeping the
 shards with generating them again): 10^5, 10^6 and 10^7 clients (``--populations``) of
-10 points x 8 features, a cohort of 0.01 or 0.001 of them a round (``--fractions``), k-means,
-5 rounds, ray runtime (``--backends``). Columns (``--out``: ``round_overhead_population.md``
-/ ``.csv``): population, fraction, cohort (clients a round), backend, actors, startup_s,
+10 points x 8 features, a cohort of 0.01 or 0.001 of them a round (``--fractions``), k-means
+(``--algorithms``), 5 rounds, ray runtime (``--backends``). Columns (``--out``:
+``round_overhead_population.md`` / ``.csv``): algorithm, population, fraction, cohort (clients a round), backend, actors, startup_s,
 ray_init_s, round_s, first_round_s, eval_s (final evaluation over every client), peak_mem_mb,
 bytes_per_client (estimate from PSS: (peak_mem_mb in bytes - rows x 9 x 8) / population),
 error. What would not fit in the available memory less ``--min-free-mb`` is skipped (reason
@@ -83,7 +83,7 @@ SCALE = [(10_000, 1000), (100_000, 100), (1_000_000, 10)]
 POPULATIONS = [100_000, 1_000_000, 10_000_000]
 FRACTIONS = [0.01, 0.001]
 POPULATION_POINTS = 10
-POP_COLUMNS = ["population", "fraction", "cohort", "backend", "resident", "actors", "startup_s", "ray_init_s", "round_s",
+POP_COLUMNS = ["algorithm", "population", "fraction", "cohort", "backend", "resident", "actors", "startup_s", "ray_init_s", "round_s",
                "first_round_s", "eval_s", "peak_mem_mb", "bytes_per_client", "error"]
 BYTES_NOTE = "bytes_per_client: an estimate from PSS, (peak_mem_mb in bytes - rows x 9 x 8) / population"
 #: MiB the processes of a run need besides the clients: the driver, and Ray's node processes and workers.
@@ -141,7 +141,8 @@ def population_columns(spec: dict[str, Any], peak_mem_mb: float | None) -> dict[
     from fedray.core.seeding import n_sampled
 
     n, points, fraction = int(spec["n_clients"]), int(spec.get("points", 1000)), float(spec["fraction"])
-    cols: dict[str, Any] = {"population": n, "fraction": fraction, "cohort": n_sampled(fraction, n),
+    cols: dict[str, Any] = {"algorithm": spec.get("algorithm", "kmeans"), "population": n, "fraction": fraction,
+                            "cohort": n_sampled(fraction, n),
                             "resident": spec.get("resident", "auto")}
     if peak_mem_mb is not None and peak_mem_mb == peak_mem_mb and peak_mem_mb > 0:
         cols["bytes_per_client"] = (peak_mem_mb * 2**20 - data_bytes(n, points)) / n
@@ -330,23 +331,32 @@ def reference_line(algorithms: list[str]) -> tuple[dict[str, float], str]:
 
 
 def _numbers(text: str, kind: type, flag: str, p: argparse.ArgumentParser) -> list[Any]:
+    """Comma-separated numbers; counts (``kind=int``) may be written ``1e6`` but must be whole."""
     try:
-        return [kind(item) for item in text.split(",") if item.strip()]
+        vals = [float(item) for item in text.split(",") if item.strip()]
+        if kind is int:
+            if not all(v.is_integer() for v in vals):
+                raise ValueError
+            return [int(v) for v in vals]
+        return vals
     except ValueError:
-        p.error(f"{flag}: expected comma-separated numbers; got {text!r}")  # exits
+        what = "whole numbers (1e6 is allowed)" if kind is int else "numbers"
+        p.error(f"{flag}: expected comma-separated {what}; got {text!r}")  # exits
 
 
 def population_specs(args: argparse.Namespace, p: argparse.ArgumentParser) -> list[dict[str, Any]]:
-    """``--population``: one configuration per population, fraction and backend (k-means, 10 x 8 points)."""
+    """``--population``: one configuration per algorithm (``--algorithms``, default k-means), population,
+    fraction and backend (10 x 8 points a client)."""
+    algorithms = [a.strip() for a in (args.algorithms or "kmeans").split(",") if a.strip()]
     populations = _numbers(args.populations, int, "--populations", p)
     fractions = _numbers(args.fractions, float, "--fractions", p)
     backends = [b.strip() for b in args.backends.split(",") if b.strip()]
-    if not populations or not fractions or not backends:
-        p.error("--population needs at least one of each of --populations, --fractions and --backends")
+    if not algorithms or not populations or not fractions or not backends:
+        p.error("--population needs at least one of each of --algorithms, --populations, --fractions and --backends")
     residents = [r.strip() for r in args.resident.split(",") if r.strip()]
-    return [dict(algorithm="kmeans", backend=b, n_clients=n, clients_per_actor="auto", rounds=args.rounds,
+    return [dict(algorithm=a, backend=b, n_clients=n, clients_per_actor="auto", rounds=args.rounds,
                  num_cpus=args.num_cpus, init=args.init, points=POPULATION_POINTS, fraction=f, resident=r)
-            for n in populations for f in fractions for b in backends for r in residents]
+            for a in algorithms for n in populations for f in fractions for b in backends for r in residents]
 
 
 def precheck(spec: dict[str, Any], min_free_mb: float, done: list[dict[str, Any]] = ()) -> str:
@@ -380,7 +390,7 @@ def population_main(p: argparse.ArgumentParser, args: argparse.Namespace, argv: 
     specs = population_specs(args, p)
     before, t0, rows = load(), time.perf_counter(), []
     print(f"# round overhead, populations: {len(specs)} configurations; {before}", flush=True)
-    _, ref_line = reference_line(["kmeans"])
+    _, ref_line = reference_line(sorted({spec["algorithm"] for spec in specs}))
     print(f"# {ref_line}", flush=True)
     for spec in specs:
         reason = precheck(spec, args.min_free_mb, rows)
@@ -410,7 +420,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="the large federations instead: " + ", ".join(f"{n} x {m}" for n, m in SCALE))
     p.add_argument("--sizes", default="", help="clients:points pairs instead of --clients, e.g. 20000:100,100000:100")
     p.add_argument("--fcm", action="store_true", help="also federated-fcm")
-    p.add_argument("--algorithms", default=None, help="algorithms (comma-separated; default kmeans[,federated-fcm])")
+    p.add_argument("--algorithms", default=None,
+                   help="algorithms (comma-separated; default kmeans[,federated-fcm]; --population: kmeans)")
     p.add_argument("--backends", default=None, help="runtimes (default local,ray; --population: ray)")
     p.add_argument("--clients-per-actor", default="auto", help="ray layouts, e.g. auto,1,50")
     p.add_argument("--actors", default="", help="also ray layouts with this many actors, e.g. 10 "

@@ -3,6 +3,7 @@ cohort a round) has its columns and one row per configuration, a configuration t
 memory is skipped with a one-line reason before any process starts, and a failing child reports one line."""
 from __future__ import annotations
 
+import argparse
 import csv
 import math
 import subprocess
@@ -68,7 +69,7 @@ def test_a_configuration_that_does_not_fit_is_skipped_without_starting_it(bench,
     assert len(rows) == 1
     error = rows[0][-1]
     assert error.startswith("skipped:") and why in error and "\n" not in error
-    assert rows[0][:3] == [f"{population:,}", "0.01", f"{max(1, population // 100):,}"]
+    assert rows[0][:4] == ["kmeans", f"{population:,}", "0.01", f"{max(1, population // 100):,}"]
 
 
 def test_a_failing_child_reports_one_line(bench):
@@ -98,11 +99,24 @@ def test_bytes_per_client_is_peak_memory_less_the_rows_over_the_population(bench
     assert "bytes_per_client" not in bench.population_columns({"n_clients": 10, "fraction": 1.0}, float("nan"))
 
 
-def test_bad_population_lists_are_refused_in_one_line(bench, capsys):
+@pytest.mark.parametrize("text", ["1e5x", "2.5", "1e6,100,abc"])
+def test_bad_population_lists_are_refused_in_one_line(bench, capsys, text):
     with pytest.raises(SystemExit) as exc:
-        bench.main(["--population", "--populations", "1e5x"])
+        bench.main(["--population", "--populations", text])
     assert exc.value.code == 2
-    assert "--populations: expected comma-separated numbers" in capsys.readouterr().err
+    assert "--populations: expected comma-separated whole numbers" in capsys.readouterr().err
+
+
+def test_population_configurations_cover_every_algorithm_and_count_written_as_powers_of_ten(bench):
+    """``--algorithms`` gives one configuration per algorithm (k-means without it), and ``1e5`` is a count."""
+    p = argparse.ArgumentParser()  # only its error() would be called
+    args = SimpleNamespace(algorithms="federated-fcm,fedkmeans", populations="1e5,2000", fractions="0.01",
+                           backends="ray", resident="auto", rounds=5, num_cpus=2, init="random-box")
+    specs = bench.population_specs(args, p)
+    assert [(s["algorithm"], s["n_clients"]) for s in specs] == [
+        ("federated-fcm", 100_000), ("federated-fcm", 2000), ("fedkmeans", 100_000), ("fedkmeans", 2000)]
+    assert {s["algorithm"] for s in bench.population_specs(SimpleNamespace(**{**vars(args), "algorithms": None}),
+                                                            p)} == {"kmeans"}
 
 
 def test_a_measured_smaller_population_bounds_the_estimate_of_a_larger_one(bench, monkeypatch):
