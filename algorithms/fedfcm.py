@@ -145,8 +145,6 @@ class FedFCM(CenterAlgorithm):
         if stage < 2:
             return super().evaluation_task(stage, previous)
         if stage == 2 and self.centers is not None and self.centers.shape[0] >= 2:
-
-            self._eval2 = previous
             p = self.params
             return Task(fuzzy_db_stats, {"m": p.m, "q": p.q}, self.centers, evaluation=False)
         return None
@@ -154,7 +152,6 @@ class FedFCM(CenterAlgorithm):
     def summarize_evaluation(self, stages: list[list[Reply]]) -> dict[str, Any]:
         out = super().summarize_evaluation(stages[:2])
         if len(stages) > 2:
-
             out["fuzzy_db"] = fuzzy_db_from_stats(self.centers, total(r.update for r in stages[2]),
                                                   self.params.q, self.params.p)
         return out

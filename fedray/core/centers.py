@@ -170,6 +170,10 @@ class CenterAlgorithm(Algorithm):
 
     Params = CenterParams
     fuzzy: bool = False
+    #: The evaluation passes read the clients' replies only through ``fedray.total``, so that hosts
+    #: may add them (``Task.summed``); a subclass whose ``summarize_evaluation`` reads single
+    #: replies of stages 0 and 1 sets this False.
+    summed_evaluation: bool = True
 
     def __init__(self, params: CenterParams, info, seed: int) -> None:
         super().__init__(params, info, seed)
@@ -263,14 +267,15 @@ class CenterAlgorithm(Algorithm):
         if stage == 0:
             payload = {"n_classes": self.info.n_classes if self.info.has_labels else None,
                        "m": getattr(self.params, "m", None) if self.fuzzy else None}
-            return Task(evaluate_pass1, payload, self.centers, evaluation=True)
+            return Task(evaluate_pass1, payload, self.centers, evaluation=True, summed=self.summed_evaluation)
         if stage == 1:
             t = total(previous)
             self._eval1 = t
             counts = t["counts"]
             means = np.where(counts[:, None] > 0, t["sums"] / np.maximum(counts, 1)[:, None], self.centers)
             self._eval_means = means
-            return Task(evaluate_pass2, None, {"centers": self.centers, "means": means}, evaluation=True)
+            return Task(evaluate_pass2, None, {"centers": self.centers, "means": means}, evaluation=True,
+                        summed=self.summed_evaluation)
         return None
 
     def summarize_evaluation(self, stages: list[list[Reply]]) -> dict[str, Any]:

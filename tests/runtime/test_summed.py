@@ -12,6 +12,7 @@ from fedray.algorithms.fedkmeans import client_minibatch_kmeans
 from fedray.algorithms.kmeans import lloyd_stats
 from fedray.api.config import make_config
 from fedray.core import calls
+from fedray.core.centers import evaluate_pass1, evaluate_pass2
 from fedray.core.contract import CohortTasks, Task, batched
 from fedray.core.errors import FedrayError
 from fedray.core.stats import Stats, StatsBlock, total
@@ -34,23 +35,28 @@ def _executor(n: int, per_actor: int):
     return ex
 
 
-ROUND_TASKS = {"kmeans": (lloyd_stats, None),
-               "federated-fcm": (fcm_stats, {"m": 2.0, "guard": False, "objective": True}),
-               "fedkmeans": (client_minibatch_kmeans, {"beta": 0.5, "epochs": 1, "batch_size": None})}
+# name: (client function, payload, evaluation); the shared object is the centres (a pass-2 dict for it)
+SUMMED_TASKS = {"kmeans": (lloyd_stats, None, False),
+                "federated-fcm": (fcm_stats, {"m": 2.0, "guard": False, "objective": True}, False),
+                "fedkmeans": (client_minibatch_kmeans, {"beta": 0.5, "epochs": 1, "batch_size": None}, False),
+                "evaluate_pass1": (evaluate_pass1, {"n_classes": 4, "m": 2.0}, True),
+                "evaluate_pass2": (evaluate_pass2, None, True)}
 
 
-@pytest.mark.parametrize("name", list(ROUND_TASKS))
+@pytest.mark.parametrize("name", list(SUMMED_TASKS))
 @pytest.mark.parametrize("per_actor", [7, 25])
 def test_hosts_sum_gives_the_bits_of_the_servers_sum(ray_session, monkeypatch, per_actor, name):
     """The sum the hosts send (chained over actors, each in chunks) equals, byte for byte, the total of
     the per-client replies of the same call; and the replies carry no update of their own."""
-    fn, payload = ROUND_TASKS[name]
+    fn, payload, evaluation = SUMMED_TASKS[name]
     ex = _executor(60, per_actor)
     try:
         C = np.random.default_rng(0).normal(size=(4, 3))
+        shared = {"centers": C, "means": C + 0.25} if fn is evaluate_pass2 else C
         ids = np.arange(3, 60, 2)
-        summed = ex.execute(calls.train(1), CohortTasks(ids, Task(fn, payload, C, summed=True)))
-        plain = ex.execute(calls.train(1), CohortTasks(ids, Task(fn, payload, C)))
+        call = calls.evaluate(0) if evaluation else calls.train(1)
+        summed = ex.execute(call, CohortTasks(ids, Task(fn, payload, shared, evaluation=evaluation, summed=True)))
+        plain = ex.execute(call, CohortTasks(ids, Task(fn, payload, shared, evaluation=evaluation)))
         assert summed.replies.summed_total is not None and plain.replies.summed_total is None
         a, b = total(summed.replies), total(plain.replies)
         assert list(a) == list(b)
@@ -147,14 +153,18 @@ def test_a_host_answering_client_by_client_turns_the_call_per_client_without_run
 def test_algorithms_whose_update_reads_only_the_total_declare_their_round_task_summed(ray_session, name, params,
                                                                                     summed):
     """The round tasks of k-means, FedKMeans and FCM are summed (FCM's guard withholds some clients'
-    replies, which its update counts one by one: not summed then); on Ray, with hosts adding, every run
-    gives the local runtime's centres and history."""
+    replies, which its update counts one by one: not summed then), and so are the evaluation passes; on
+    Ray, with hosts adding, every run gives the local runtime's centres, history and final metrics."""
     kw = {**KW, "algorithm": {"name": name, "params": {"n_clusters": 4, "init": "random-box", **params}}}
     runs = [fedray.run(runtime={"backend": "local", "progress": False}, **kw),
             fedray.run(runtime={"backend": "ray", "clients_per_actor": 7, "progress": False}, **kw)]
     with fedray.Session(runtime={"backend": "local", "progress": False}, **kw) as s:
-        assert s.make_algorithm().round_task().summed is summed
+        alg = s.make_algorithm()
+        assert alg.round_task().summed is summed
+        assert alg.evaluation_task(0, None).summed is True  # the evaluation reads totals only
     np.testing.assert_array_equal(runs[1].centers, runs[0].centers)
     cols = [c for c in runs[0].history.select_dtypes("number").columns if not c.endswith("_s")]
     for c in cols:
         assert np.array_equal(runs[1].history[c].to_numpy(), runs[0].history[c].to_numpy(), equal_nan=True), c
+    for k in ("objective", "sse", "davies_bouldin", "ari", "nmi", "acc"):  # the summed evaluation's bits
+        assert np.array_equal(runs[1].final[k], runs[0].final[k], equal_nan=True), k
