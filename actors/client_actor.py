@@ -111,7 +111,7 @@ class ClientActor:
         """A summed call's first half (:meth:`ClientHost.run_kept`): the replies stay here."""
         if not self._adopted:
             return "restarted"
-        return self.host.run_kept(round_, tasks, *shared)
+        return self.host.run_kept(round_, tasks, *shared, store=_store)
 
     def fold_kept(self, acc: Any) -> Any:
         """A summed call's second half: continue the sum of the hosts before this one."""

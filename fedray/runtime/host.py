@@ -60,6 +60,9 @@ _DICT_ENTRY = 100
 BATCH_ROWS = 1 << 18
 #: Rows described at once (bounds the temporary arrays of the set-up checks).
 DESCRIBE_ROWS = 1 << 21
+#: Bytes of replies a host keeps for a summed call (:meth:`ClientHost.run_kept`); past them it sends the
+#: rest of the call's replies on as usual, so a call over more clients than fit never piles up here.
+KEEP_BYTES = 1 << 29
 
 
 class ClientHost:
@@ -341,12 +344,24 @@ class ClientHost:
         return out
 
     # --- summed calls (Task.summed): the host adds its clients' updates -----------
-    def run_kept(self, round_: int, tasks: Any, *shared: Any) -> tuple[Any, ...]:
+    def run_kept(self, round_: int, tasks: Any, *shared: Any, store: Any = None) -> tuple[Any, ...]:
         """Run ``tasks`` and keep their replies here for :meth:`fold_kept`; returns ``("kept", ids, seconds,
         bytes, columns, names)`` with the statistics of one value a client as columns (summed pairwise by the
-        caller), or ``("plain", outcomes)`` when the replies are not all column-wise statistics."""
-        parts = self.run_parts(round_, tasks, *shared)
+        caller), or ``("plain", outcomes)`` when the replies are not all column-wise statistics, or take more
+        than ``KEEP_BYTES``: then the parts past them went to ``store`` (the Ray actor's object store sink)
+        as they were computed, as in :meth:`run_parts`, and the answer holds them as they are."""
+        held = 0
+
+        def keep(part: Any) -> Any:
+            nonlocal held
+            if not isinstance(part, PackedOutcomes):
+                return part
+            part = part.narrowed()  # counts and tables as small integers while they wait
+            held += sum(a.nbytes for a in part.arrays.values())
+            return store(part) if store is not None and held > KEEP_BYTES else part
+
         self._kept = None
+        parts = self.run_parts(round_, tasks, *shared, sink=keep)
         if not parts or not all(isinstance(p, PackedOutcomes) and not p.others for p in parts):
             return ("plain", pack_parts(parts))
         self._kept = parts

@@ -245,13 +245,13 @@ class RayExecutor(Executor):
 
     def _kept_per_client(self, order: list[int], outs: list[tuple[Any, ...]], call: Call) -> ExecResult:
         """A summed call where some host answered client by client (a batched form that declined, a
-        client's error): every reply goes to the server, the kept ones fetched from their hosts; no
-        client runs twice."""
+        client's error, more replies than it keeps): every reply goes to the server, the kept ones
+        fetched from their hosts; no client runs twice."""
         kept = [a for a, o in zip(order, outs) if o[0] == "kept"]
         fetched = dict(zip(kept, self._get([self.actors[a].take_kept.remote() for a in kept], call.label())))
         result = ExecResult(Replies())
         for a, o in zip(order, outs):
-            collect_outcomes(fetched[a] if a in fetched else o[1], result)
+            collect_outcomes(_fetch_parts(fetched[a] if a in fetched else o[1]), result)
         sort_replies(result)
         result.failed.sort()
         return result

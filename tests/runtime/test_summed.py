@@ -168,3 +168,38 @@ def test_algorithms_whose_update_reads_only_the_total_declare_their_round_task_s
         assert np.array_equal(runs[1].history[c].to_numpy(), runs[0].history[c].to_numpy(), equal_nan=True), c
     for k in ("objective", "sse", "davies_bouldin", "ari", "nmi", "acc"):  # the summed evaluation's bits
         assert np.array_equal(runs[1].final[k], runs[0].final[k], equal_nan=True), k
+
+
+def test_a_host_keeps_at_most_keep_bytes_and_sends_the_rest_on(monkeypatch):
+    """Past KEEP_BYTES of kept replies a host stops keeping: the parts past it go to the store as they
+    are computed and it answers per client, with every client's reply exactly once and the bits of the
+    plain call; under the budget it keeps them all."""
+    from fedray.data.recipes import RecipeRange
+    from fedray.runtime.clients import unpack_outcomes
+    from fedray.runtime.host import ClientHost
+
+    monkeypatch.setattr(host_mod, "BATCH_ROWS", 20)  # chunks of 2 clients of 7 rows
+    src = {"kind": "blobs", "seed": 3, "alpha": None, "n_centers": 4, "n_features": 3, "points_per_client": 7,
+           "cluster_std": 1.0, "center_box": (-5.0, 5.0), "weights": None}
+    host = ClientHost(RecipeRange(src, 0, 30), 3, False, (3,))
+    C = np.random.default_rng(1).normal(size=(4, 3))
+    task = Task(lloyd_stats, None, C)
+    stored = []
+
+    def store(part):
+        stored.append(part)
+        return ("stored", len(stored) - 1)
+
+    assert host.run_kept(0, host_mod.UniformTasks(np.arange(30), task, 0), C, store=store)[0] == "kept"
+    assert not stored and len(host._kept) == 15
+    per_chunk = sum(a.nbytes for a in host._kept[0].arrays.values())
+    monkeypatch.setattr(host_mod, "KEEP_BYTES", 3 * per_chunk)  # three chunks are kept, the other 12 stored
+    out = host.run_kept(0, host_mod.UniformTasks(np.arange(30), task, 0), C, store=store)
+    assert out[0] == "plain" and len(stored) == 12 and host._kept is None
+    parts = [stored[p[1]] if isinstance(p, tuple) else p for p in out[1]]
+    got = {o.client_id: o.update for o in unpack_outcomes(parts)}
+    assert sorted(got) == list(range(30))
+    plain = {o.client_id: o.update for o in host.run(0, [(c, task, 0) for c in range(30)], C)}
+    for c in range(30):
+        for k in ("sums", "counts", "sse"):
+            assert np.asarray(got[c][k], dtype=np.float64).tobytes() == np.asarray(plain[c][k]).tobytes(), (c, k)
