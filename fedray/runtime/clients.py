@@ -9,6 +9,7 @@ column-wise.
 """
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -285,3 +286,24 @@ class ClientBatch:
         if self._owner is None:
             self._owner = np.repeat(np.arange(len(self.ids)), self.sizes)
         return self._owner
+
+
+class ClientsView(Mapping):
+    """``host.clients``: client id -> a :class:`Client` view (built on access)."""
+
+    __slots__ = ("_host",)
+
+    def __init__(self, host: Any) -> None:
+        self._host = host
+
+    def __getitem__(self, cid: Any) -> Client:
+        if cid not in self._host:
+            raise KeyError(cid)
+        return self._host.client(int(cid))
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._host.ids.tolist())
+
+    def __len__(self) -> int:
+        return len(self._host.ids)
+

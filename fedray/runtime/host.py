@@ -37,6 +37,7 @@ from fedray.runtime.clients import (
     Client,
     ClientBatch,
     ClientData,
+    ClientsView,
     Outcome,
     PackedOutcomes,
     UniformTasks,
@@ -211,7 +212,7 @@ class ClientHost:
     @property
     def clients(self) -> Mapping[int, Client]:
         """The clients as a mapping id -> view (each access builds a view; state lives in the host)."""
-        return _ClientsView(self)
+        return ClientsView(self)
 
     def forget_empty(self, ids: Any) -> None:
         """Drop the empty state and secrets dictionaries of clients ``ids`` (a client that keeps nothing
@@ -490,24 +491,4 @@ class ClientHost:
             X, y = self.shard(cid)
             out.append((cid, X, y if labels else None))
         return out
-
-
-class _ClientsView(Mapping):
-    """``host.clients``: client id -> a :class:`Client` view (built on access)."""
-
-    __slots__ = ("_host",)
-
-    def __init__(self, host: ClientHost) -> None:
-        self._host = host
-
-    def __getitem__(self, cid: Any) -> Client:
-        if cid not in self._host:
-            raise KeyError(cid)
-        return self._host.client(int(cid))
-
-    def __iter__(self) -> Iterator[int]:
-        return iter(self._host.ids.tolist())
-
-    def __len__(self) -> int:
-        return len(self._host.ids)
 
