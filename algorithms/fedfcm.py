@@ -152,7 +152,7 @@ class FedFCM(CenterAlgorithm):
     def summarize_evaluation(self, stages: list[list[Reply]]) -> dict[str, Any]:
         out = super().summarize_evaluation(stages[:2])
         if len(stages) > 2:
-            out["fuzzy_db"] = fuzzy_db_from_stats(self.centers, total(r.update for r in stages[2]),
+            out["fuzzy_db"] = fuzzy_db_from_stats(self.centers, total(stages[2]),
                                                   self.params.q, self.params.p)
         return out
 

@@ -306,4 +306,3 @@ class ClientsView(Mapping):
 
     def __len__(self) -> int:
         return len(self._host.ids)
-

@@ -491,4 +491,3 @@ class ClientHost:
             X, y = self.shard(cid)
             out.append((cid, X, y if labels else None))
         return out
-
