@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import sys
 from typing import Any
 
 import ray
@@ -23,6 +24,29 @@ def _tune_heap() -> None:
         pass
 
 
+def _lean_serialization() -> None:
+    """Create this worker's Ray serialization context without pyarrow.
+
+    Ray's context registers serializers for Arrow types and imports pyarrow to do so (about 40 MiB and
+    0.3 s in every process) as soon as a worker deserializes its first argument. Client actors receive
+    no Arrow objects, so the context is made here, while pyarrow cannot be imported; pyarrow stays
+    importable for whatever later needs it (reading Parquet shards), and Arrow objects, were any
+    sent, still travel pickled. Only a constructor without arguments runs before that first
+    deserialization; where Ray's internals differ, nothing changes.
+    """
+    if "pyarrow" in sys.modules:
+        return
+    try:
+        worker = ray._private.worker.global_worker
+        sys.modules["pyarrow"] = None  # type: ignore[assignment]  # "import pyarrow" raises ModuleNotFoundError
+        try:
+            worker.get_serialization_context()
+        finally:
+            del sys.modules["pyarrow"]
+    except Exception:  # noqa: BLE001 - another Ray version: the context is made as usual
+        pass
+
+
 def _store(part: Any) -> Any:
     """A chunk's replies, put in the object store as soon as they are computed (the actor's own copy
     is dropped before the next chunk runs); the executor fetches them."""
@@ -37,13 +61,14 @@ class ClientActor:
     never holds the federation's rows.
     """
 
-    def __init__(self, seed: int, supervised: bool, sample_shape: tuple[int, ...], batched: bool = True,
-                 resident: bool = True) -> None:
-        # The recipes arrive with :meth:`ready` (and again with :meth:`adopt` after a restart), not
-        # as constructor arguments: Ray keeps a restartable actor's constructor arguments, and
-        # warns when they live in the object store, as a large federation's recipes would.
-        self._args = (seed, supervised, sample_shape, batched, resident)
+    def __init__(self) -> None:
+        # No constructor arguments: Ray keeps a restartable actor's constructor arguments (and warns
+        # when they live in the object store, as a large federation's recipes would), and an actor
+        # whose constructor takes none is set up before Ray's serialization context exists (see
+        # _lean_serialization). The host's settings and recipes arrive with :meth:`ready` (and again
+        # with :meth:`adopt` after a restart).
         _tune_heap()
+        _lean_serialization()
         self._host: ClientHost | None = None  # private: shards and client state
         # False until the executor has set this incarnation up (recipes + scaler). Ray re-runs the
         # constructor when it restarts a crashed actor; such an actor must not answer rounds
@@ -55,19 +80,20 @@ class ClientActor:
 
         preload(packages)
 
-    def ready(self, specs: list) -> int:
-        """Build the shards from their recipes, inside the actor."""
-        self._host = ClientHost(specs, *self._args)
+    def ready(self, specs: list, args: tuple) -> int:
+        """Build the shards from their recipes, inside the actor (``args``: the rest of
+        :class:`~fedray.runtime.host.ClientHost`'s arguments)."""
+        self._host = ClientHost(specs, *args)
         self._adopted = True
         return os.getpid()
 
-    def adopt(self, scaler: tuple | None = None, specs: list | None = None) -> int:
+    def adopt(self, scaler: tuple | None, specs: list, args: tuple) -> int:
         """Set up a restarted incarnation once: rebuild the shards from their recipes, apply the
         scaler, then answer rounds again. Idempotent, so the executor may repeat it while the
         actor is still restarting."""
         if not self._adopted:
             if self._host is None:
-                self._host = ClientHost(specs, *self._args)
+                self._host = ClientHost(specs, *args)
             if scaler is not None:
                 self._host.apply_scaler(*scaler)
             self._adopted = True
@@ -92,6 +118,11 @@ class ClientActor:
         return {"node_id": ctx.get_node_id(), "pid": os.getpid(), "gpu_ids": [str(g) for g in ray.get_gpu_ids()],
                 "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
                 "clients": self._host.ids.tolist() if self._host is not None else []}
+
+    def imported(self, packages: tuple[str, ...]) -> list[str]:
+        """Which of ``packages`` this actor's process has imported so far (a check that client actors
+        stay lean: pandas, scipy, cryptography and the like load only where a run uses them)."""
+        return [p for p in packages if p in sys.modules]
 
     def describe(self, private: bool = False) -> Any:
         return self.host.describe(private)

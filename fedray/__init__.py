@@ -12,10 +12,6 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from fedray.api.config import ExperimentConfig, make_config
-from fedray.api.results import Result
-from fedray.api.run import resume, run
-from fedray.api.session import Session
 from fedray.core.centers import CenterAlgorithm, CenterParams
 from fedray.core.contract import (
     Algorithm,
@@ -41,14 +37,26 @@ __version__ = "0.1.0"
 
 logging.getLogger("fedray").addHandler(logging.NullHandler())
 
-# Public names whose modules are imported on first use: the supervised base pulls in the
-# model catalogue (and, when it trains, torch); arrays and estimators are optional conveniences.
+# Public names whose modules are imported on first use. The running side (config, session, results)
+# pulls in pandas, pyarrow, scipy and cryptography, which a client actor never needs: a process that
+# imports fedray (every Ray actor does) loads them only when it uses one of these names. The supervised
+# base pulls in the model catalogue (and, when it trains, torch); arrays are an optional convenience.
 _LAZY = {
+    "ExperimentConfig": "fedray.api.config",
+    "make_config": "fedray.api.config",
+    "Result": "fedray.api.results",
+    "resume": "fedray.api.run",
+    "run": "fedray.api.run",
+    "Session": "fedray.api.session",
     "SupervisedAlgorithm": "fedray.nn.supervised",
     "SupervisedParams": "fedray.nn.supervised",
     "from_arrays": "fedray.data.arrays",
     "ArrayData": "fedray.data.arrays",
 }
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
 
 
 def __getattr__(name: str) -> Any:

@@ -8,8 +8,8 @@ evaluation of a federated run moves no rows either.
 from __future__ import annotations
 
 import numpy as np
-from scipy.optimize import linear_sum_assignment
-from scipy.special import comb
+
+# scipy is imported where it is used (the server's evaluation), not by every process that imports this module.
 
 
 def contingency(pred: np.ndarray, true: np.ndarray, n_pred: int, n_true: int) -> np.ndarray:
@@ -20,6 +20,8 @@ def contingency(pred: np.ndarray, true: np.ndarray, n_pred: int, n_true: int) ->
 
 
 def ari_from_table(t: np.ndarray) -> float:
+    from scipy.special import comb
+
     n = t.sum()
     if n < 2:
         return 1.0
@@ -52,6 +54,8 @@ def nmi_from_table(t: np.ndarray) -> float:
 
 def acc_from_table(t: np.ndarray) -> float:
     """Accuracy under the best one-to-one matching of clusters to labels (Hungarian)."""
+    from scipy.optimize import linear_sum_assignment
+
     n = t.sum()
     if n == 0:
         return 0.0
@@ -82,6 +86,8 @@ def davies_bouldin_from_stats(centroids: np.ndarray, mean_dist: np.ndarray, coun
 
 def best_permutation_distance(A: np.ndarray, B: np.ndarray) -> float:
     """min over permutations P of ||A - P B||_F (centres matched by the Hungarian method)."""
+    from scipy.optimize import linear_sum_assignment
+
     cost = ((A[:, None, :] - B[None, :, :]) ** 2).sum(-1)
     rows, cols = linear_sum_assignment(cost)
     return float(np.sqrt(cost[rows, cols].sum()))

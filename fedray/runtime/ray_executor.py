@@ -97,9 +97,9 @@ class RayExecutor(Executor):
         # All the actors at once (a placement group), so runs that share a cluster queue for it.
         self.placement: Placement | None = reserve(layout, runtime)
         t0 = time.perf_counter()
+        self._host_args = (seed, supervised, tuple(sample_shape), runtime.batched, resident)  # a restarted actor's too
         try:
-            self._start_actors(chunks, options, (seed, supervised, tuple(sample_shape), runtime.batched, resident), runtime,
-                               preload)
+            self._start_actors(chunks, options, self._host_args, runtime, preload)
         except BaseException:
             self._release()
             raise
@@ -134,7 +134,7 @@ class RayExecutor(Executor):
         batch = max(1, int(runtime.actor_batch))
         for start in range(0, len(chunks), batch):
             group = chunks[start : start + batch]
-            new = [ClientActor.options(**options, **self.placement.options(start + i)).remote(*args)
+            new = [ClientActor.options(**options, **self.placement.options(start + i)).remote()
                    for i in range(len(group))]
             if preload:  # the import runs beside the shards' construction (an actor runs its calls in order)
                 for a in new:
@@ -143,7 +143,7 @@ class RayExecutor(Executor):
             self._recipes.extend(recipes)
             # Wait for the batch to be created before asking for more (bounded start-up pressure).
             try:
-                ray.get([a.ready.remote(r) for a, r in zip(new, recipes)], timeout=runtime.startup_timeout)
+                ray.get([a.ready.remote(r, args) for a, r in zip(new, recipes)], timeout=runtime.startup_timeout)
             except ray.exceptions.GetTimeoutError:
                 raise RoundFailedError(
                     f"client actors could not be placed within runtime.startup_timeout={runtime.startup_timeout} s "
@@ -358,7 +358,7 @@ class RayExecutor(Executor):
         deadline = time.monotonic() + timeout
         pending = list(idxs)
         while pending:
-            refs = {a: self.actors[a].adopt.remote(self._scaler, self._recipes[a]) for a in pending}
+            refs = {a: self.actors[a].adopt.remote(self._scaler, self._recipes[a], self._host_args) for a in pending}
             pending = []
             for a, ref in refs.items():
                 try:

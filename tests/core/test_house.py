@@ -49,7 +49,8 @@ LAZY_LIBRARIES = {
     "pandas": "slow to import (about 0.4 s); client actors of clustering runs never need it",
     "pyarrow": "slow to import; only tables and outputs need it",
     "sklearn": "slow to import; only data loaders, baselines and estimators need it",
-    "scipy": "slow to import parts (hierarchy, spatial); only some baselines need them",
+    "scipy": "slow to import; only the server's metrics and some baselines need it, never a client actor",
+    "cryptography": "only secure aggregation needs it (in the clients of such runs)",
     "psutil": "memory measurements only",
     "dp_accounting": "optional (the privacy extra): only the epsilon of a run with privacy.dp needs it",
     "grpc": "probing a Ray cluster only (installed with ray[default])",
@@ -363,3 +364,55 @@ def test_lazy_fedray_imports_are_needed_for_torch():
             problems.append(f"{importer} imports torch or ray when imported anyway: no reason to import {imported} "
                             "lazily")
     _fail_if(problems, "LAZY_FEDRAY_IMPORTS entries without a torch or ray reason")
+
+
+# --- lean processes -------------------------------------------------------------------------------------
+#: Packages a process loads only where it uses them: not on ``import fedray``, and not in a client actor
+#: (whose process imports fedray.actors.client_actor) unless its run needs them: cryptography for secure
+#: aggregation, numba at the first fused pass worth compiling (fedray.core.kernels).
+HEAVY = ("pandas", "pyarrow", "scipy", "cryptography", "matplotlib", "numba")
+#: Modules every client actor imports (the actor class; the facade, which Python imports first) and the
+#: modules of a clustering run's client functions.
+LEAN = ("fedray", "fedray.actors.client_actor", "fedray.algorithms.kmeans", "fedray.algorithms.fcm",
+        "fedray.algorithms.fedkmeans")
+
+
+def _heavy_chain(name: str, seen: set[str]) -> list[Import] | None:
+    """The module-level imports by which importing ``name`` imports a HEAVY package, or None."""
+    seen.add(name)
+    for imp in imports():
+        if imp.module != name or imp.function is not None:
+            continue
+        if imp.target is None and imp.name.split(".")[0] in HEAVY:
+            return [imp]
+        if imp.target is not None and imp.target not in seen:
+            rest = _heavy_chain(imp.target, seen)
+            if rest is not None:
+                return [imp, *rest]
+    return None
+
+
+def test_lean_modules_import_no_heavy_package_at_module_level():
+    """No module-level import chain from LEAN reaches a HEAVY package (read from the source): such
+    imports go inside the functions that use them, or behind the facade's lazy names."""
+    problems = []
+    for name in LEAN:
+        chain = _heavy_chain(name, set())
+        if chain is not None:
+            problems.append(f"importing {name} imports {chain[-1].name.split('.')[0]}: "
+                            + " -> ".join(f"{imp.where} `{imp.statement}`" for imp in chain))
+    _fail_if(problems, "lean modules that import heavy packages when imported")
+
+
+def test_a_fresh_interpreter_importing_the_client_actor_loads_no_heavy_package():
+    """The same, as Python does it (dynamic imports included): a fresh interpreter that imports LEAN
+    has none of HEAVY in ``sys.modules``."""
+    import json
+    import subprocess
+    import sys
+
+    code = (f"import importlib, json, sys\nfor m in {list(LEAN)!r}:\n    importlib.import_module(m)\n"
+            f"print(json.dumps([p for p in {list(HEAVY)!r} if p in sys.modules]))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == [], "a fresh interpreter importing LEAN loaded these"
