@@ -8,22 +8,26 @@ from typing import Any
 import ray
 
 from fedray.loop.server import Server
+from fedray.loop.settings import ServerSettings
 
 
 @ray.remote(num_cpus=0)
 class ServerActor:
     """Holds the algorithm's state and drives rounds; the driver polls :meth:`step` for progress."""
 
-    def __init__(self, algorithm: Any = None, executor: Any = None, kwargs: dict[str, Any] | None = None,
+    def __init__(self, algorithm: Any = None, executor: Any = None, settings: ServerSettings | None = None,
                  log_level: int = logging.WARNING) -> None:
         # Built empty, a session keeps one ready (its process started and its imports done) for the
         # next run, which hands it the run's algorithm with :meth:`start`.
         self._server: Server | None = None
         if algorithm is not None:
-            self.start(algorithm, executor, kwargs or {}, log_level)
+            self.start(algorithm, executor, settings, log_level)
 
-    def start(self, algorithm: Any, executor: Any, kwargs: dict[str, Any], log_level: int = logging.WARNING) -> None:
-        """Take the run: build its :class:`~fedray.loop.server.Server` (once per actor)."""
+    def start(self, algorithm: Any, executor: Any, settings: ServerSettings, log_level: int = logging.WARNING) -> None:
+        """Take the run: build its :class:`~fedray.loop.server.Server` with the run's ``settings``
+        (once per actor)."""
+        if not isinstance(settings, ServerSettings):
+            raise TypeError(f"ServerActor.start: settings must be a ServerSettings; got {type(settings).__name__}")
         if self._server is not None:
             raise RuntimeError("this server actor already runs a run; a run needs a fresh one")
         # The round loop's warnings (failed, late, restarted clients) go to this process's
@@ -39,7 +43,7 @@ class ServerActor:
         # library's file path
         warnings.showwarning = lambda message, category, *args, **kwargs: logger.warning(
             "%s: %s", category.__name__, message)
-        self._server = Server(algorithm, executor, **kwargs)  # private: algorithm state, history
+        self._server = Server(algorithm, executor, settings)  # private: algorithm state, history
 
     @property
     def _run(self) -> Server:

@@ -14,6 +14,7 @@ from typing import Any
 
 from fedray.core.errors import FedrayError, RoundFailedError
 from fedray.loop.server import Server
+from fedray.loop.settings import ServerSettings
 
 log = logging.getLogger(__name__)
 
@@ -41,8 +42,8 @@ def _server_call(refs: Any, timeout: float | None = None) -> Any:
 class LocalDriver:
     """The round loop in this process."""
 
-    def __init__(self, alg: Any, executor: Any, kwargs: dict[str, Any], resume: dict[str, Any] | None) -> None:
-        self.server = Server(alg, executor, **kwargs)
+    def __init__(self, alg: Any, executor: Any, settings: ServerSettings, resume: dict[str, Any] | None) -> None:
+        self.server = Server(alg, executor, settings)
         if resume is not None:
             self.server.restore(resume["server"])
 
@@ -69,9 +70,9 @@ class RayDriver:
     """The round loop in a server actor: ``actor`` (maybe started ahead, ``ahead``) or a new one
     from ``new_actor()``; the actor is killed by :meth:`close`, also when the run fails."""
 
-    def __init__(self, alg: Any, executor: Any, kwargs: dict[str, Any], resume: dict[str, Any] | None,
+    def __init__(self, alg: Any, executor: Any, settings: ServerSettings, resume: dict[str, Any] | None,
                  actor: Any, new_actor: Callable[[], Any]) -> None:
-        self.args = (alg, executor, kwargs, logging.getLogger("fedray").getEffectiveLevel())
+        self.args = (alg, executor, settings, logging.getLogger("fedray").getEffectiveLevel())
         self.resume = resume
         self.ahead = actor is not None
         self.new_actor = new_actor

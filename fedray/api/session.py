@@ -36,6 +36,7 @@ from fedray.data.federation import Federation, build_federation, check_memory, s
 from fedray.layers.privacy import PrivacyLayer
 from fedray.layers.stack import build_stack, find_layer, secure_layer
 from fedray.loop.server import round_cap
+from fedray.loop.settings import ServerSettings
 from fedray.runtime.backends import make_executor
 from fedray.runtime.executor import ExecResult, Executor
 from fedray.runtime.ray_executor import ensure_ray
@@ -197,19 +198,19 @@ class Session:
             alg = resume_from["server"]["algorithm"]
         else:
             alg = algorithm if isinstance(algorithm, Algorithm) else self.make_algorithm(algorithm, params)
-        cfg, kwargs, cap, budget = self._run_config(alg, resume_from)
+        cfg, settings, cap, budget = self._run_config(alg, resume_from)
         out = cfg.output.directory if output is None else (None if output is False else output)
         Trackers(cfg, out).check()  # a bad tracking URI fails before the folder is written
         if out:
             prepare(out, cfg.output.overwrite, resuming=resume_from is not None,
                     run_id=None if resume_from is None else resume_from.get("run_id"))
         try:
-            return self._run(alg, cfg, kwargs, cap, budget, out, progress, central_baseline, resume_from, t0, on_round)
+            return self._run(alg, cfg, settings, cap, budget, out, progress, central_baseline, resume_from, t0, on_round)
         finally:
             if out:
                 release(out)
 
-    def _run(self, alg: Algorithm, cfg: ExperimentConfig, kwargs: dict[str, Any], cap: int, budget: int | None,
+    def _run(self, alg: Algorithm, cfg: ExperimentConfig, settings: ServerSettings, cap: int, budget: int | None,
              out: Any, progress: bool | None, central_baseline: bool | None, resume_from: dict[str, Any] | None,
              t0: float, on_round: Sequence[Callable[[dict[str, Any]], None]] = ()) -> Result:
         """The run itself, in the output folder ``out`` claimed for it."""
@@ -221,7 +222,7 @@ class Session:
         bar = Progress(alg.name, min(cap, budget) if budget else cap,
                        progress if progress is not None else cfg.runtime.progress)
         trackers = Trackers(cfg, out, None if resume_from is None else int(resume_from["server"]["round"]))
-        driver = self._driver(alg, kwargs, resume_from)
+        driver = self._driver(alg, settings, resume_from)
         try:
             trackers.start()
             driver.begin()
@@ -255,8 +256,8 @@ class Session:
         return result
 
     def _run_config(self, alg: Algorithm, resume_from: dict[str, Any] | None
-                    ) -> tuple[ExperimentConfig, dict[str, Any], int, int | None]:
-        """The run's config (with the round cap it has), the server's arguments, the cap and the budget."""
+                    ) -> tuple[ExperimentConfig, ServerSettings, int, int | None]:
+        """The run's config (with the round cap it has), the round loop's settings, the cap and the budget."""
         fed = self.config.federation
         budget = alg.round_budget()
         if resume_from is not None:  # the cap the interrupted run had
@@ -268,16 +269,16 @@ class Session:
         # the run's config says which cap it had (config.yaml, summary.json, checkpoints)
         cfg = self.config.model_copy(update={"federation": fed.model_copy(update={"rounds": cap})})
         fed = cfg.federation
-        kwargs = dict(seed=cfg.seed, fraction=fed.fraction, max_rounds=cap, min_clients=fed.min_clients,
-                      round_timeout=cfg.runtime.round_timeout, round_retries=fed.round_retries)
-        return cfg, kwargs, cap, budget
+        settings = ServerSettings(seed=cfg.seed, fraction=fed.fraction, max_rounds=cap, min_clients=fed.min_clients,
+                                  round_timeout=cfg.runtime.round_timeout, round_retries=fed.round_retries)
+        return cfg, settings, cap, budget
 
-    def _driver(self, alg: Algorithm, kwargs: dict[str, Any], resume_from: dict[str, Any] | None) -> Any:
+    def _driver(self, alg: Algorithm, settings: ServerSettings, resume_from: dict[str, Any] | None) -> Any:
         """Where the run's round loop lives: here, or in a server actor (the one started ahead)."""
         if self.config.runtime.backend != "ray":
-            return LocalDriver(alg, self.layers, kwargs, resume_from)
+            return LocalDriver(alg, self.layers, settings, resume_from)
         actor, self._spare_server = self._spare_server, None  # started ahead (_prestart_server)
-        return RayDriver(alg, self.layers, kwargs, resume_from, actor, self._new_server_actor)
+        return RayDriver(alg, self.layers, settings, resume_from, actor, self._new_server_actor)
 
     def _complete(self, cfg: ExperimentConfig, alg: Algorithm, state: dict[str, Any], model: dict[str, Any],
                   final: dict[str, Any], t0: float, out: Any, central_baseline: bool | None) -> Result:

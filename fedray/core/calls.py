@@ -13,7 +13,8 @@ gives the same bits as before calls had kinds.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field, replace
 from enum import Enum
 
 
@@ -50,6 +51,12 @@ class Call:
         away by the caller, so under secure aggregation the privacy layer never unmasks a sum
         over fewer survivors: it would release a sum nobody uses (and a retry's sum would
         differ from it by the clients that failed).
+    deadline : float or None
+        When the call's answers are due, as :func:`time.monotonic` of the process that drives the
+        round (the server and its executor live in one process): the round's deadline
+        (``runtime.round_timeout`` after the round's first execution started), shared by every
+        execution of the round and every step of a protocol inside one. None: no deadline. Not part
+        of the call's identity (equality, hash).
     """
 
     kind: CallKind
@@ -57,6 +64,7 @@ class Call:
     attempt: int = 0
     purpose: str = ""
     quorum: int = 0
+    deadline: float | None = field(default=None, compare=False)
 
     @property
     def training(self) -> bool:
@@ -73,11 +81,27 @@ class Call:
 
     def again(self) -> Call:
         """The same call, one attempt later."""
-        return Call(self.kind, self.round, self.attempt + 1, self.purpose, self.quorum)
+        return replace(self, attempt=self.attempt + 1)
 
     def with_quorum(self, quorum: int) -> Call:
         """The same call, kept only with at least ``quorum`` answers."""
-        return Call(self.kind, self.round, self.attempt, self.purpose, int(quorum))
+        return replace(self, quorum=int(quorum))
+
+    def with_deadline(self, deadline: float | None) -> Call:
+        """The same call, due by ``deadline`` (see the class doc)."""
+        return replace(self, deadline=deadline)
+
+    def remaining(self) -> float | None:
+        """Seconds left until :attr:`deadline` (0 once it has passed); None without a deadline."""
+        return None if self.deadline is None else max(0.0, self.deadline - time.monotonic())
+
+    def timeout(self, timeout: float | None) -> float | None:
+        """How long an execution of this call waits: ``timeout`` (what the caller passed to
+        :meth:`~fedray.runtime.executor.Executor.execute`), capped by the time left until the deadline."""
+        left = self.remaining()
+        if left is None:
+            return timeout
+        return left if timeout is None else min(float(timeout), left)
 
     def label(self) -> str:
         """``round 3``, ``evaluation stage 0``, ``setup (moments)``, ... for messages."""

@@ -23,6 +23,7 @@ from fedray.core.errors import DataError, FedrayError, PluginError, RoundFailedE
 from fedray.core.replies import reply_columns
 from fedray.core.seeding import sample_clients
 from fedray.core.sizes import nbytes_of
+from fedray.loop.settings import ServerSettings
 from fedray.runtime.executor import ExecResult, Executor
 
 log = logging.getLogger(__name__)
@@ -41,33 +42,26 @@ class Server:
     ----------
     algorithm : Algorithm
     executor : Executor
-    seed : int
-    fraction : float
-        Share of clients sampled each round.
-    max_rounds : int or None
-        Upper bound on rounds, whatever the algorithm says (the round cap); None:
-        :func:`round_cap` of the algorithm's :meth:`~fedray.Algorithm.round_budget`.
-    min_clients : int
-        A round with fewer answers fails.
-    round_timeout : float or None
-        Seconds to wait for replies; late clients are dropped from the round.
-    round_retries : int
-        A round with fewer than ``min_clients`` answers is run again (same tasks, same
-        round number) up to this many times before it fails.
+    settings : ServerSettings
+        The loop's settings from the configuration (:mod:`fedray.loop.settings` says which key
+        each comes from and where it acts): ``seed``, ``fraction``, ``max_rounds``, ``min_clients``,
+        ``round_timeout`` (the round's deadline), ``round_retries``.
+    **fields
+        Instead of ``settings``: its fields by name (``Server(alg, ex, seed=0, fraction=0.5)``).
     """
 
-    def __init__(self, algorithm: Algorithm, executor: Executor, *, seed: int, fraction: float = 1.0,
-                 max_rounds: int | None = None, min_clients: int = 1, round_timeout: float | None = None,
-                 round_retries: int = 0) -> None:
+    def __init__(self, algorithm: Algorithm, executor: Executor, settings: ServerSettings | None = None,
+                 **fields: Any) -> None:
+        if settings is None:
+            settings = ServerSettings(**fields)
+        elif fields:
+            raise TypeError(f"Server: give settings or its fields ({sorted(fields)}), not both")
+        self.settings = settings
         self.algorithm = algorithm
         self.executor = executor
-        self.seed = int(seed)
-        self.fraction = float(fraction)
+        self.seed = int(settings.seed)
         self.budget = algorithm.round_budget()  # asked once, before the first round
-        self.max_rounds = round_cap(max_rounds, self.budget)
-        self.min_clients = int(min_clients)
-        self.round_timeout = round_timeout
-        self.round_retries = int(round_retries)
+        self.max_rounds = round_cap(settings.max_rounds, self.budget)  # a resumed run's cap replaces it
         self.round = 0
         self.history: list[dict[str, Any]] = []
         self.failures: list[dict[str, Any]] = []  # one row per client that failed or was late
@@ -93,9 +87,9 @@ class Server:
             return None
         t0 = time.perf_counter()
         info = self.algorithm.info
-        cohort = sample_clients(self.seed, self.round, info.n_clients, self.fraction)
+        cohort = sample_clients(self.seed, self.round, info.n_clients, self.settings.fraction)
         sampled = tuple(cohort.tolist())
-        ctx = RoundContext(self.round, self.seed, sampled, info, self.fraction, cohort=cohort)
+        ctx = RoundContext(self.round, self.seed, sampled, info, self.settings.fraction, cohort=cohort)
         phase = self.algorithm.phase
         tasks = self._hook("configure_round", ctx)
         if tasks is not None and not (isinstance(tasks, Mapping) and (
@@ -107,8 +101,8 @@ class Server:
             self.finished = True
             self.stop_reason = "converged" if self.algorithm.converged else "algorithm"
             return None
-        res, executions = self.gather(calls.train(self.round), tasks, need=min(self.min_clients, len(tasks)),
-                                      retries=self.round_retries,
+        res, executions = self.gather(calls.train(self.round), tasks, need=min(self.settings.min_clients, len(tasks)),
+                                      retries=self.settings.round_retries,
                                       ask_missing=int(self.algorithm.retries_for_missing(ctx)))
         ctx = dataclasses.replace(ctx, failed=tuple(res.failed), late=tuple(res.late), attempts=executions)
         metrics = self._hook("aggregate", ctx, res.replies)
@@ -123,7 +117,7 @@ class Server:
                "clients_late": len(res.late), **metrics,
                "bytes_down": _bytes_down(tasks), "bytes_up": bytes_up,
                "wall_s": time.perf_counter() - t0}
-        if self.round_retries or executions > 1:
+        if self.settings.round_retries or executions > 1:
             out["attempts"] = executions
         self.history.append(out)
         self.round += 1
@@ -136,20 +130,31 @@ class Server:
         Clients that failed or were late are asked again up to ``ask_missing`` times (their
         replies join the first ones; under secure aggregation the whole cohort is asked again,
         and a sum short of anyone is never unmasked before the last time); when fewer than
-        ``need`` clients answered, the whole call is run again up to ``retries`` times. Every execution is one attempt of the call
-        (``call.attempt`` counts them) and every client missing from one is a row of
-        :attr:`failures`. Returns the merged result (replies in client-id order) and the number
-        of executions; raises :class:`RoundFailedError` when ``need`` is still not met.
+        ``need`` clients answered, the whole call is run again up to ``retries`` times. Every
+        execution is one attempt of the call (``call.attempt`` counts them) and every client
+        missing from one is a row of :attr:`failures`. Returns the merged result (replies in
+        client-id order) and the number of executions; raises :class:`RoundFailedError` when
+        ``need`` is still not met.
+
+        ``settings.round_timeout`` is the deadline of the whole call: the first execution starts
+        it, and every execution (each step of a privacy protocol inside one too) waits only for
+        what is left of it. Once it has passed nobody is asked again and the call is not run again.
+        Under secure aggregation with a deadline the cohort is one protocol instance: a second
+        instance would not fit the deadline, and its sum next to a released first one would give
+        away the difference.
         """
         retried = 0
         whole = self.executor.whole_cohort_retries
-        call = call.with_quorum(need)
+        deadline = self.settings.round_timeout
+        call = call.with_quorum(need).with_deadline(None if deadline is None else time.monotonic() + deadline)
+        if whole and deadline is not None:
+            ask_missing = 0
         while True:
             # Under secure aggregation a sum that will be asked again is held back (quorum: everyone).
             res = self._execute(call.with_quorum(len(tasks) if whole and ask_missing else need), tasks)
             for k in range(ask_missing):
                 missing = sorted(set(res.failed) | set(res.late))
-                if not missing:
+                if not missing or _past(call):
                     break
                 call = call.again()
                 if whole:  # the whole original cohort again, in a new protocol instance
@@ -162,15 +167,15 @@ class Server:
                 res.errors = {**res.errors, **again.errors}
             if len(res.replies) >= need:
                 return res, call.attempt + 1
-            if retried >= retries:
+            if retried >= retries or _past(call):
                 raise RoundFailedError(self._shortfall(call, res, len(tasks), retried))
             retried += 1
             log.warning("%s: %d of %d clients answered (federation.min_clients=%d); attempt %d of %d", call.label(),
-                        len(res.replies), len(tasks), self.min_clients, retried + 1, retries + 1)
+                        len(res.replies), len(tasks), self.settings.min_clients, retried + 1, retries + 1)
             call = call.again()
 
     def _execute(self, call: Call, tasks: dict[int, Task]) -> ExecResult:
-        res = self.executor.execute(call, tasks, self.round_timeout)
+        res = self.executor.execute(call, tasks, call.remaining())
         if res.user_errors:
             raise type_of_user_error(res.user_errors[min(res.user_errors)])
         if res.failed or res.late:
@@ -180,13 +185,16 @@ class Server:
     def _shortfall(self, call: Call, res: ExecResult, n_tasks: int, retried: int) -> str:
         """The one-line error of a round that kept fewer than ``federation.min_clients`` answers."""
         first = next(iter(res.errors.values()), "")
-        how = (f"; retried {retried} time(s) (federation.round_retries={self.round_retries})"
-               if self.round_retries else "; set federation.round_retries to retry such rounds")
+        how = (f"; retried {retried} time(s) (federation.round_retries={self.settings.round_retries})"
+               if self.settings.round_retries else "; set federation.round_retries to retry such rounds")
+        if _past(call):
+            how = (f"; the round's deadline runtime.round_timeout={self.settings.round_timeout:g} s passed after "
+                   f"{retried + 1} attempt(s)")
         if first:
             log.info("%s: first client failure:\n%s", call.label(), first)
         last = first.strip().splitlines()[-1] if first.strip() else ""
         return (f"{call.label()}: {len(res.replies)} of {n_tasks} clients answered ({len(res.failed)} failed, "
-                f"{len(res.late)} late); federation.min_clients={self.min_clients}" + how
+                f"{len(res.late)} late); federation.min_clients={self.settings.min_clients}" + how
                 + (f"; first failure: {last} (-v shows its traceback)" if last else ""))
 
     def _count_clients(self, tasks: dict[int, Task], replies: Any) -> int:
@@ -246,7 +254,7 @@ class Server:
         call's stream round (the round, or -1 - stage for an evaluation pass)."""
         spill = set(res.spillover)
         rows = [(cid, "failed", (res.errors.get(cid, "").strip().splitlines() or [""])[-1]) for cid in res.failed]
-        rows += [(cid, "late", f"no answer within runtime.round_timeout={self.round_timeout}"
+        rows += [(cid, "late", f"no answer within runtime.round_timeout={self.settings.round_timeout}"
                   + (SPILLOVER if cid in spill else "")) for cid in res.late]
         for cid, kind, err in rows:
             self.failures.append({"round": call.stream_round, "attempt": call.attempt, "client_id": cid,
@@ -356,6 +364,11 @@ class Server:
         self.budget = snap.get("budget", self.budget)
         self.max_rounds = int(snap.get("max_rounds", self.max_rounds))
         self.executor.restore(snap["report"])
+
+
+def _past(call: Call) -> bool:
+    """Whether ``call``'s deadline (the round's) has passed."""
+    return call.deadline is not None and call.remaining() == 0.0
 
 
 def round_cap(rounds: int | None, budget: int | None) -> int:

@@ -202,6 +202,7 @@ class RayExecutor(Executor):
         self._call_all("apply_scaler", shift, scale)
 
     def execute(self, call: Call, tasks: dict[int, Task], timeout: float | None = None) -> ExecResult:
+        timeout = call.timeout(timeout)  # what is left of the round's deadline, if it has one
         first = one_task(tasks)
         if (first is not None and first.summed and self.sums_in_hosts and timeout is None and not self._dead
                 and not self._late and len(tasks) > 1):

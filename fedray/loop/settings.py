@@ -1,0 +1,61 @@
+"""The round loop's settings, typed from the configuration to the :class:`~fedray.loop.server.Server`.
+
+A session reads them from its configuration by name (:meth:`fedray.api.session.Session.run`
+builds one :class:`ServerSettings` per run) and hands the frozen object to the server, in this
+process or, on Ray, through the server actor (:class:`fedray.actors.server_actor.ServerActor`):
+
+========================  =======================================  ============================================
+setting                   from the configuration                   where it acts
+========================  =======================================  ============================================
+``seed``                  ``seed``                                 :func:`fedray.core.seeding.sample_clients`
+``fraction``              ``federation.fraction``                  :meth:`Server.step` samples the cohort
+``max_rounds``            ``federation.rounds`` (the round cap)    :meth:`Server.step` ends the run
+``min_clients``           ``federation.min_clients``               :meth:`Server.gather` (``need``)
+``round_timeout``         ``runtime.round_timeout``                :meth:`Server.gather`: the round's deadline
+``round_retries``         ``federation.round_retries``             :meth:`Server.gather` (``retries``)
+========================  =======================================  ============================================
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    """What the round loop needs from the configuration.
+
+    Parameters
+    ----------
+    seed : int
+        The run's seed (the server's sampling stream is keyed by it and the round).
+    fraction : float
+        Share of clients sampled each round, in (0, 1].
+    max_rounds : int or None
+        The round cap; None: the algorithm's own budget (:func:`fedray.loop.server.round_cap`).
+    min_clients : int
+        A round with fewer answers is run again (``round_retries``) or fails.
+    round_timeout : float or None
+        Seconds from a round's first call to clients to its deadline: every execution of that round
+        (the privacy protocol's steps, missing clients asked again, the whole round run again) waits
+        only until then, and clients that have not answered by then are late. None: no deadline.
+    round_retries : int
+        Times a round with fewer than ``min_clients`` answers is run again before it fails.
+    """
+
+    seed: int
+    fraction: float = 1.0
+    max_rounds: int | None = None
+    min_clients: int = 1
+    round_timeout: float | None = None
+    round_retries: int = 0
+
+    def __post_init__(self) -> None:
+        if not 0.0 < float(self.fraction) <= 1.0:
+            raise ValueError(f"ServerSettings.fraction: must be in (0, 1]; got {self.fraction!r}")
+        if self.round_timeout is not None and not (math.isfinite(self.round_timeout) and self.round_timeout > 0):
+            raise ValueError(f"ServerSettings.round_timeout: must be a positive number of seconds or None; "
+                             f"got {self.round_timeout!r}")
+        if self.min_clients < 0 or self.round_retries < 0:
+            raise ValueError(f"ServerSettings: min_clients and round_retries must be >= 0; got "
+                             f"{self.min_clients!r} and {self.round_retries!r}")
