@@ -9,7 +9,12 @@ from typing import Any
 import ray
 
 from fedray.core.extras import preload
-from fedray.runtime.host import ClientHost, PackedOutcomes, pack_parts
+from fedray.runtime.clients import PackedOutcomes, pack_parts
+from fedray.runtime.host import ClientHost
+from fedray.runtime.messages import HostFailure, HostReply, HostTask
+
+#: What a restarted incarnation answers until the executor has set it up again.
+NOT_SET_UP = HostFailure("was restarted: its shards were rebuilt, its client state is lost", restarted=True)
 
 
 def _tune_heap() -> None:
@@ -133,22 +138,20 @@ class ClientActor:
     def apply_scaler(self, shift, scale) -> int:
         return self.host.apply_scaler(shift, scale)
 
-    def run(self, round_: int, tasks: list, *shared: Any) -> list | str:
+    def run(self, task: HostTask, *shared: Any) -> HostReply | HostFailure:
+        """Run ``task`` with the call's ``shared`` objects (resolved by Ray from the object store). A
+        summed call's first half (``task.keep``, :meth:`ClientHost.keep`) keeps the replies here."""
         if not self._adopted:
-            return "restarted"
-        return pack_parts(self.host.run_parts(round_, tasks, *shared, sink=_store))
-
-    def run_kept(self, round_: int, tasks: Any, *shared: Any) -> Any:
-        """A summed call's first half (:meth:`ClientHost.run_kept`): the replies stay here."""
-        if not self._adopted:
-            return "restarted"
-        return self.host.run_kept(round_, tasks, *shared, store=_store)
+            return NOT_SET_UP
+        if task.keep:
+            return self.host.keep(task.round, task.items, *shared, store=_store)
+        return HostReply(pack_parts(self.host.run_parts(task.round, task.items, *shared, sink=_store)))
 
     def fold_kept(self, acc: Any) -> Any:
         """A summed call's second half: continue the sum of the hosts before this one."""
         return self.host.fold_kept(acc)
 
-    def take_kept(self) -> Any:
+    def take_kept(self) -> HostReply:
         """A summed call's kept replies, per client (another host answered client by client)."""
         return self.host.take_kept()
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from fedray.core.contract import Task
+from fedray.core.contract import Reply, Task
 from fedray.core.seeding import client_rng
 from fedray.core.stats import Stats, StatsBlock
 
@@ -136,6 +136,26 @@ class Outcome:
     error: str | None = None
     user_error: bool = False
 
+    # The interface a reply part offers the executor (here and in PackedOutcomes): ``columns`` adds
+    # what it holds column-wise to a result and returns the outcomes left to :meth:`record` one by one;
+    # ``outcomes`` gives every client's outcome.
+    def columns(self, result: Any) -> list[Outcome]:
+        return [self]
+
+    def outcomes(self) -> list[Outcome]:
+        return [self]
+
+    def record(self, result: Any) -> None:
+        """Add this outcome to ``result`` (an :class:`~fedray.runtime.executor.ExecResult`): a reply, a
+        user error, or a failure."""
+        if self.error is None:
+            result.replies.append(Reply(self.client_id, self.update, self.seconds, self.nbytes))
+        elif self.user_error:
+            result.user_errors[self.client_id] = self.error
+        else:
+            result.errors[self.client_id] = self.error
+            result.failed.append(self.client_id)
+
 
 @dataclass(frozen=True)
 class PackedOutcomes:
@@ -164,6 +184,15 @@ class PackedOutcomes:
         b = self.block().narrowed()
         return PackedOutcomes(self.client_ids, self.seconds, self.nbytes, b.arrays, self.others, b.narrow)
 
+    def columns(self, result: Any) -> list[Outcome]:
+        """Add the replies to ``result`` straight from the columns (a row view per client, a ``Reply``
+        built only if something reads one); returns the outcomes of :attr:`others`."""
+        result.replies.add_columns(self.client_ids, self.block(), self.seconds, self.nbytes)
+        return self.others
+
+    def outcomes(self) -> list[Outcome]:
+        return self.unpack()
+
     def unpack(self) -> list[Outcome]:
         rows = self.block().rows()
         out = [Outcome(cid, rows[i], sec, nb) for i, (cid, sec, nb) in
@@ -185,33 +214,23 @@ def pack_outcomes(outcomes: list[Outcome]) -> list[Outcome] | PackedOutcomes:
                           np.array([o.nbytes for o in ok]), arrays, others)
 
 
-def pack_parts(parts: list[Outcome | PackedOutcomes]) -> list[Outcome | PackedOutcomes] | PackedOutcomes:
-    """What an actor sends for :meth:`ClientHost.run_parts`: blocks as they are, the rest packed; counts
-    and tables travel as small integers (:meth:`PackedOutcomes.narrowed`)."""
+def pack_parts(parts: list[Outcome | PackedOutcomes]) -> list[Any]:
+    """What an actor sends for :meth:`ClientHost.run_parts`: a list of parts, blocks as they are, the
+    per-client outcomes packed where they can be; counts and tables travel as small integers
+    (:meth:`PackedOutcomes.narrowed`)."""
     packed = [p.narrowed() for p in parts if isinstance(p, PackedOutcomes)]
     single = [p for p in parts if isinstance(p, Outcome)]
     sent = [p for p in parts if not isinstance(p, (Outcome, PackedOutcomes))]  # parts stored already (sink)
     rest = pack_outcomes(single)
-    if isinstance(rest, PackedOutcomes):
-        rest = rest.narrowed()
-    if not packed and not sent:
-        return rest
-    return packed + sent + ([rest] if isinstance(rest, PackedOutcomes) else rest)
+    return packed + sent + ([rest.narrowed()] if isinstance(rest, PackedOutcomes) else rest)
 
 
-def unpack_outcomes(batch: list[Outcome | PackedOutcomes] | PackedOutcomes) -> list[Outcome]:
-    """Outcomes of a host's reply (any of the packed forms), in client-id order."""
-    if isinstance(batch, PackedOutcomes):
-        return batch.unpack()
-    if not any(isinstance(p, PackedOutcomes) for p in batch):
-        return batch
-    out: list[Outcome] = []
-    for p in batch:
-        if isinstance(p, PackedOutcomes):
-            out.extend(p.unpack())
-        else:
-            out.append(p)
-    return sorted(out, key=lambda o: o.client_id)
+def unpack_outcomes(parts: list[Outcome | PackedOutcomes]) -> list[Outcome]:
+    """Outcomes of a host's parts (per client or column-wise), in client-id order where any part was
+    column-wise (per-client parts alone keep their order)."""
+    if all(isinstance(p, Outcome) for p in parts):
+        return parts
+    return sorted((o for p in parts for o in p.outcomes()), key=lambda o: o.client_id)
 
 
 class UniformTasks:

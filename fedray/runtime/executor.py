@@ -3,7 +3,7 @@
 * :class:`LocalExecutor` — every client in this process (the reference for
   correctness and speed);
 * :class:`RayExecutor` — clients packed into Ray actors
-  (:class:`fedray.actors.ClientActor`), created in batches with the configured
+  (:class:`fedray.actors.client_actor.ClientActor`), created in batches with the configured
   resources and placement; each round's shared input is one object in the
   object store, replies are collected with a deadline.
 
@@ -20,8 +20,7 @@ import numpy as np
 
 from fedray.core.calls import Call
 from fedray.core.contract import CohortTasks, Reply, Task, one_task
-from fedray.core.replies import Replies
-from fedray.runtime.host import Outcome, PackedOutcomes, UniformTasks
+from fedray.runtime.clients import UniformTasks
 
 log = logging.getLogger(__name__)
 
@@ -83,42 +82,18 @@ def host_items(ids: Any, tasks: dict[int, Task], which: dict[int, int]) -> Any:
     return [(cid, tasks[cid], which[cid]) for cid in ids]
 
 
-def _client_id(r: Reply) -> int:
-    return r.client_id
-
-
 def sort_replies(result: ExecResult) -> None:
-    if isinstance(result.replies, Replies):
-        result.replies.sort_by_client()
-    else:
-        result.replies.sort(key=_client_id)
+    """Put a runtime's replies (a :class:`~fedray.core.replies.Replies`) in client-id order."""
+    result.replies.sort_by_client()
 
 
-def collect_outcomes(outcomes: Any, result: ExecResult) -> None:
-    parts = outcomes if isinstance(outcomes, list) else [outcomes]
-    if any(isinstance(p, PackedOutcomes) for p in parts):
-        rest: list[Outcome] = []
-        for p in parts:
-            if isinstance(p, PackedOutcomes):
-                # Replies straight from the columns: one row view per client, no Outcome in between.
-                # Kept as columns: a Reply per client is built only if something reads one.
-                if isinstance(result.replies, Replies):
-                    result.replies.add_columns(p.client_ids, p.block(), p.seconds, p.nbytes)
-                else:
-                    result.replies.extend(map(Reply, p.client_ids.tolist(), p.block().rows(), p.seconds.tolist(),
-                                              p.nbytes.tolist()))
-                rest.extend(p.others)
-            else:
-                rest.append(p)
-        outcomes = rest
-    for o in outcomes:
-        if o.error is None:
-            result.replies.append(Reply(o.client_id, o.update, o.seconds, o.nbytes))
-        elif o.user_error:
-            result.user_errors[o.client_id] = o.error
-        else:
-            result.errors[o.client_id] = o.error
-            result.failed.append(o.client_id)
+def collect_outcomes(parts: list[Any], result: ExecResult) -> None:
+    """Add a host's reply parts (:class:`~fedray.runtime.clients.Outcome` or
+    :class:`~fedray.runtime.clients.PackedOutcomes`, see :func:`~fedray.runtime.clients.pack_parts`) to
+    ``result``: the column-wise replies first, then the per-client outcomes in order."""
+    rest = [o for p in parts for o in p.columns(result)]
+    for o in rest:
+        o.record(result)
 
 
 class Executor:

@@ -33,7 +33,7 @@ from fedray.core.stats import StatsBlock, fold_rows
 from fedray.data.checks import Descriptions, describe_block, describe_shard
 from fedray.data.federation import generate_rows, materialize_many, regenerable
 from fedray.data.recipes import recipe_ids, recipe_name
-from fedray.runtime.clients import (
+from fedray.runtime.clients import (  # Client lives there; the names in __all__ stay importable from here
     Client,
     ClientBatch,
     ClientData,
@@ -47,9 +47,10 @@ from fedray.runtime.clients import (
     task_items,
     unpack_outcomes,
 )
+from fedray.runtime.messages import HostReply, KeptSum
 
-__all__ = ["Client", "ClientBatch", "ClientData", "ClientHost", "Outcome", "PackedOutcomes", "UniformTasks",
-           "pack_outcomes", "pack_parts", "task_items", "unpack_outcomes"]
+__all__ = ["ClientData", "ClientHost", "Outcome", "PackedOutcomes", "UniformTasks", "pack_outcomes", "pack_parts",
+           "task_items", "unpack_outcomes"]
 
 log = logging.getLogger(__name__)
 
@@ -345,12 +346,12 @@ class ClientHost:
         return out
 
     # --- summed calls (Task.summed): the host adds its clients' updates -----------
-    def run_kept(self, round_: int, tasks: Any, *shared: Any, store: Any = None) -> tuple[Any, ...]:
-        """Run ``tasks`` and keep their replies here for :meth:`fold_kept`; returns ``("kept", ids, seconds,
-        bytes, columns, names)`` with the statistics of one value a client as columns (summed pairwise by the
-        caller), or ``("plain", outcomes)`` when the replies are not all column-wise statistics, or take more
-        than ``KEEP_BYTES``: then the parts past them went to ``store`` (the Ray actor's object store sink)
-        as they were computed, as in :meth:`run_parts`, and the answer holds them as they are."""
+    def keep(self, round_: int, tasks: Any, *shared: Any, store: Any = None) -> HostReply:
+        """Run ``tasks`` and keep their replies here for :meth:`fold_kept`; the answer's ``kept`` holds who
+        answered and the statistics of one value a client as columns (summed pairwise by the caller).
+        When the replies are not all column-wise statistics, or take more than ``KEEP_BYTES``, the answer
+        holds them (``parts``) instead: the parts past ``KEEP_BYTES`` went to ``store`` (the Ray actor's
+        object store sink) as they were computed, as in :meth:`run_parts`."""
         held = 0
 
         def keep(part: Any) -> Any:
@@ -364,13 +365,18 @@ class ClientHost:
         self._kept = None
         parts = self.run_parts(round_, tasks, *shared, sink=keep)
         if not parts or not all(isinstance(p, PackedOutcomes) and not p.others for p in parts):
-            return ("plain", pack_parts(parts))
+            return HostReply(pack_parts(parts))
         self._kept = parts
         cat = np.concatenate
         keys = [k for k, v in parts[0].arrays.items() if int(np.prod(v.shape[1:])) < 2]
-        return ("kept", cat([p.client_ids for p in parts]), cat([p.seconds for p in parts]),
-                cat([p.nbytes for p in parts]), {k: cat([p.arrays[k] for p in parts]) for k in keys},
-                list(parts[0].arrays))
+        return HostReply(kept=KeptSum(cat([p.client_ids for p in parts]), cat([p.seconds for p in parts]),
+                                      cat([p.nbytes for p in parts]), {k: cat([p.arrays[k] for p in parts]) for k in keys},
+                                      list(parts[0].arrays)))
+
+    def run_kept(self, round_: int, tasks: Any, *shared: Any, store: Any = None) -> tuple[Any, ...]:
+        """:meth:`keep` in its earlier tuple form: ``("kept", *KeptSum)`` or ``("plain", parts)``."""
+        reply = self.keep(round_, tasks, *shared, store=store)
+        return ("kept", *reply.kept) if reply.kept is not None else ("plain", reply.parts)
 
     def fold_kept(self, acc: dict[str, np.ndarray] | None) -> dict[str, np.ndarray]:
         """Continue ``acc`` (the sum over the clients before this host's) with the kept replies, client
@@ -382,11 +388,11 @@ class ClientHost:
                 out[k] = fold_rows([p.arrays[k] for p in parts], out.get(k))
         return out
 
-    def take_kept(self) -> list[Outcome | PackedOutcomes] | PackedOutcomes:
+    def take_kept(self) -> HostReply:
         """The kept replies themselves, per client (when another host could not keep its own and the
         call's replies go to the server one by one after all); they are forgotten here."""
         parts, self._kept = self._kept or [], None
-        return pack_parts(parts)
+        return HostReply(pack_parts(parts))
 
     def _batch(self, round_: int, ids: np.ndarray, evaluation: bool) -> ClientBatch:
         X, y, offsets = self._rows(ids)

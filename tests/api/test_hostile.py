@@ -15,6 +15,7 @@ from fedray.api import checkpoint, outputs
 from fedray.api import run as run_api
 from fedray.core import calls
 from fedray.core.errors import ConfigError
+from fedray.runtime.messages import HostTask
 from fedray.tools.cli import main
 
 CLI = [sys.executable, "-c", "import sys; from fedray.tools.cli import main; sys.exit(main())"]
@@ -365,7 +366,7 @@ def test_calls_to_stuck_actors_fail_within_call_timeout(ray_session):
 
     with fedray.Session(RCFG, runtime={**RCFG["runtime"], "call_timeout": 2.0}) as s:
         sleepy = fedray.Task(delayed, {"delay": 6.0, "fn": _moments, "payload": None})
-        blocker = s.executor.actors[0].run.remote(0, [(0, sleepy, -1)])
+        blocker = s.executor.actors[0].run.remote(HostTask(0, [(0, sleepy, -1)]))
         with pytest.raises(fedray.RoundFailedError, match=r"client state: client actors did not answer within "
                                                           r"runtime.call_timeout=2 s"):
             s.executor.get_state([0, 1])
@@ -394,8 +395,8 @@ def test_a_checkpoint_blocked_by_a_stuck_actor_is_skipped_not_hung(ray_session, 
 
     cfg = fedray.make_config(RCFG, runtime={**RCFG["runtime"], "call_timeout": 1.5}, checkpoint={"every": 1})
     with fedray.Session(cfg) as s:
-        blocker = s.executor.actors[2].run.remote(0, [(2, fedray.Task(delayed, {"delay": 4.0, "fn": _moments,
-                                                                               "payload": None}), -1)])
+        blocker = s.executor.actors[2].run.remote(HostTask(0, [(2, fedray.Task(delayed, {"delay": 4.0, "fn": _moments,
+                                                                                         "payload": None}), -1)]))
         with caplog.at_level("WARNING", logger="fedray"):
             path = Checkpointer(cfg, tmp_path, s).save({"round": 3})
         import ray

@@ -17,6 +17,7 @@ wherever it stands (module level, under ``TYPE_CHECKING``, inside functions). Ca
 from __future__ import annotations
 
 import ast
+import re
 from collections import deque
 from dataclasses import dataclass
 from functools import cache
@@ -76,7 +77,7 @@ LAZY_FEDRAY_IMPORTS: dict[tuple[str, str], str] = {
     ("fedray.algorithms.fedcref_client", "fedray.nn.batched"): "fedcref's client: " + _TORCH_FREE,
     ("fedray.algorithms.fedcref_client", "fedray.nn.train"): "fedcref's client: " + _TORCH_FREE,
     ("fedray.algorithms.fedcref_report", "fedray.nn.autoencoder"): "fedcref's report: " + _TORCH_FREE,
-    ("fedray.runtime.ray_executor", "fedray.actors.client_actor"): "the Ray actor class: ray only when the ray "
+    ("fedray.runtime.startup", "fedray.actors.client_actor"): "the Ray actor class: ray only when the ray "
                                                                      "backend starts",
     ("fedray.api.session", "fedray.actors.server_actor"): "the Ray actor class: ray only when the ray backend runs",
 }
@@ -416,3 +417,76 @@ def test_a_fresh_interpreter_importing_the_client_actor_loads_no_heavy_package()
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert json.loads(out.stdout.strip().splitlines()[-1]) == [], "a fresh interpreter importing LEAN loaded these"
+
+
+# --- references in docs and docstrings ------------------------------------------------------------------
+#: A dotted name of the package (``fedray.runtime.host.ClientHost.run``) or a file of the repository
+#: (``fedray/runtime/host.py``, ``docs/performance.md``) as docs and docstrings write them.
+_DOTTED = re.compile(r"(?<![\w./-])(fedray(?:\.\w+)+)")
+_FILE = re.compile(r"(?<![\w./-])((?:fedray|actors|algorithms|benchmarks|docs|experiments|examples|tests|"
+                   r"cluster_configs|notebooks)/[\w/.-]*\w\.(?:py|md|yaml|ipynb))")
+
+
+def _defined(tree: ast.AST) -> set[str]:
+    """Names a module (or a class body) defines at its top: classes, functions, assignments, imports."""
+    out: set[str] = set()
+    for node in getattr(tree, "body", []):
+        if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            out.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            out |= {t.id for t in targets if isinstance(t, ast.Name)}
+        for sub in ast.walk(node) if isinstance(node, (ast.Import, ast.ImportFrom, ast.If, ast.Try)) else ():
+            if isinstance(sub, (ast.Import, ast.ImportFrom)):
+                out |= {(a.asname or a.name).split(".")[0] for a in sub.names}
+    return out
+
+
+def _resolves(ref: str) -> bool:
+    """Whether ``fedray.a.b.Name.member`` names a module, a name it defines, and a member of that class."""
+    mods, parts = modules(), ref.split(".")
+    for i in range(len(parts), 0, -1):
+        module = mods.get(".".join(parts[:i]))
+        if module is None:
+            continue
+        rest = parts[i:]
+        if not rest:
+            return True
+        text = module.path.read_text(encoding="utf-8")
+        if module.name == "fedray" and f'"{rest[0]}"' in text:  # the facade's lazy names
+            return True
+        if rest[0] not in _defined(module.tree):
+            return False
+        cls = next((n for n in module.tree.body if isinstance(n, ast.ClassDef) and n.name == rest[0]), None)
+        return len(rest) < 2 or cls is None or rest[1] in _defined(cls)
+    return False
+
+
+def _texts() -> list[tuple[str, str]]:
+    """(where, text) of every docstring of the package and every page of docs/ and the README."""
+    out = []
+    for module in modules().values():
+        for node in ast.walk(module.tree):
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+                doc = ast.get_docstring(node, clean=False)
+                if doc:
+                    out.append((f"{module.path.relative_to(REPO)}:{getattr(node, 'lineno', 1)}", doc))
+    for page in sorted((REPO / "docs").rglob("*.md")) + [REPO / "README.md"]:
+        out.append((str(page.relative_to(REPO)), page.read_text(encoding="utf-8")))
+    return out
+
+
+def test_docs_and_docstrings_name_modules_and_files_that_exist():
+    """Every ``fedray.x.y`` name in a docstring, docs/ or the README resolves (module, top-level name,
+    member of a class), and every repository file they name exists (``fedray/actors/`` and
+    ``fedray/algorithms/`` are read as the folders pyproject maps them from)."""
+    problems = []
+    for where, text in _texts():
+        for ref in sorted(set(_DOTTED.findall(text))):
+            if not _resolves(ref):
+                problems.append(f"{where}: {ref} names nothing in the package")
+        for path in sorted(set(_FILE.findall(text))):
+            real = re.sub(r"^fedray/(actors|algorithms)/", r"\1/", path)
+            if not (REPO / real).exists():
+                problems.append(f"{where}: {path} does not exist")
+    _fail_if(problems, f"{len(problems)} references to modules or files that are not there")
