@@ -13,6 +13,7 @@ import logging
 from typing import Any
 
 from fedray.core.centers import CenterAlgorithm, CenterParams
+from fedray.core.client_view import ClientView
 from fedray.core.contract import (
     Algorithm,
     FederationInfo,
@@ -71,7 +72,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
-    "Algorithm", "ArrayData", "CenterAlgorithm", "CenterParams", "ConfigError", "DataError", "EmptyClusterWarning",
+    "Algorithm", "ArrayData", "CenterAlgorithm", "CenterParams", "ClientView", "ConfigError", "DataError", "EmptyClusterWarning",
     "ExperimentConfig", "FederationInfo", "FedrayError", "FedrayWarning", "Params", "Reply", "Result",
     "RoundContext", "RoundFailedError", "Session", "resume", "Stats", "StatsBlock", "SupervisedAlgorithm", "SupervisedParams",
     "Task", "available_algorithms", "batched", "from_arrays", "make_config", "register", "run", "total",

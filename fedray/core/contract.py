@@ -23,9 +23,10 @@ from typing import Any, ClassVar
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
+from fedray.core.client_view import ClientView
 from fedray.core.seeding import ALGORITHM_STREAM, server_rng
 
-ClientFn = Callable[[Any, Any, Any], Any]
+ClientFn = Callable[[Any, Any, ClientView], Any]  # fn(payload, shared, client)
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ The arithmetic is fixed, so the bits do not depend on how rows are grouped:
 Two implementations compute exactly that: a compiled one (numba, when it is
 installed: about 15 ms for 5 x 10^5 rows of 8 features and 8 centres on one core)
 and a numpy one (3 to 9 times slower). They give the same bits
-(``tests/test_kernels.py``), so a node without numba computes what the others
+(``tests/core/test_kernels.py``), so a node without numba computes what the others
 compute, and calls smaller than :data:`JIT_MIN_WORK` take the numpy one. Fuzzy
 c-means with a fuzzifier other than 2 needs ``pow``, whose last bit may differ
 between the two, so it always runs in numpy. ``FEDRAY_KERNELS=numpy`` in the

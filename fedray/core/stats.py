@@ -239,7 +239,7 @@ def total(items: Iterable[Stats]) -> Stats:
     Items that are not :class:`Stats` are added with ``+`` in order.
 
     ``items`` may also be a round's replies (:class:`~fedray.core.contract.Reply` objects,
-    or the :class:`~fedray.core.contract.Replies` that ``aggregate`` receives): their
+    or the :class:`~fedray.core.replies.Replies` that ``aggregate`` receives): their
     updates are summed. Replies that hosts sent column-wise are summed straight from
     the columns, with the same bits and no per-client object.
     """
