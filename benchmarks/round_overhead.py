@@ -17,7 +17,8 @@ Usage::
 
     python benchmarks/round_overhead.py                       # the foundation table
     python benchmarks/round_overhead.py --add-5000 --fcm --clients-per-actor auto,1 \\
-        --max-literal 10 --actors 10 --out benchmarks/results   # the full report
+        --max-literal 10 --actor-counts 10 --out benchmarks/results   # the full report
+    python benchmarks/round_overhead.py --actors --ref-tree /tmp/fedray-ref   # one actor per client, 200 clients
     python benchmarks/round_overhead.py --scale --backends ray --rounds 5 \\
         --out benchmarks/results/scale                          # 10^4, 10^5, 10^6 clients
     python benchmarks/round_overhead.py --population --out benchmarks/results/population
@@ -26,6 +27,10 @@ Usage::
 ``--scale`` runs the large federations: 10 000 clients x 1000 points, 100 000 x 100
 and 1 000 000 x 10 (10^7 rows of 8 features each); ``--sizes`` names others as
 ``clients:points`` pairs. ``points`` in the table is the points per client.
+
+``--actors`` runs ``benchmarks/actor_overhead.py`` (one Ray actor per client: start-up, memory per
+actor, peak memory and a k-means round, against another version with ``--ref-tree PATH``; its other
+options, e.g. ``--n-clients 40``, pass through; see that file).
 
 ``--population`` (cross-device scale; ``--resident always,never`` also compares keeping the
 shards with generating them again): 10^5, 10^6 and 10^7 clients (``--populations``) of
@@ -411,7 +416,20 @@ def population_main(p: argparse.ArgumentParser, args: argparse.Namespace, argv: 
     return 0 if not any(r.get("error") for r in rows) else 1
 
 
+def actors_main(argv: list[str]) -> int:
+    """``--actors``: :mod:`actor_overhead` (next to this file) with the other arguments."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("actor_overhead", Path(__file__).with_name("actor_overhead.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.main(argv)
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if "--actors" in argv:
+        return actors_main([a for a in argv if a != "--actors"])
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--clients", default="10,100,1000", help="client counts (comma-separated)")
     p.add_argument("--add-5000", action="store_true", help="also 5000 clients")
@@ -424,7 +442,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="algorithms (comma-separated; default kmeans[,federated-fcm]; --population: kmeans)")
     p.add_argument("--backends", default=None, help="runtimes (default local,ray; --population: ray)")
     p.add_argument("--clients-per-actor", default="auto", help="ray layouts, e.g. auto,1,50")
-    p.add_argument("--actors", default="", help="also ray layouts with this many actors, e.g. 10 "
+    p.add_argument("--actor-counts", dest="actors", default="", help="also ray layouts with this many actors, e.g. 10 "
                    "(clients_per_actor = ceil(clients / actors); skipped where it equals another layout)")
     p.add_argument("--max-literal", type=int, default=100,
                    help="largest client count run with clients_per_actor=1 (one process per client)")
