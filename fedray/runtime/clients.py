@@ -253,13 +253,17 @@ class UniformTasks:
         task, sidx = self.task, self.shared_index
         return ((cid, task, sidx) for cid in self.ids.tolist())
 
+    def __getitem__(self, part: slice) -> UniformTasks:
+        """The items of ``part`` (a slice), as a list of items would give them."""
+        return UniformTasks(self.ids[part], self.task, self.shared_index)
+
     def client_ids(self) -> list[int]:
         return self.ids.tolist()
 
 
 def task_items(tasks: Any) -> list[tuple[int, Task, int]]:
     """``[(client_id, task, shared_index)]`` from a list of them or :class:`UniformTasks`."""
-    return list(tasks) if isinstance(tasks, UniformTasks) else tasks
+    return list(tasks)
 
 
 class ClientBatch:

@@ -421,8 +421,7 @@ class ClientHost:
             out: list[Outcome | PackedOutcomes] = []
             for lo in range(0, len(ids), per):
                 part = slice(lo, lo + per)
-                sub = (UniformTasks(items.ids[part], items.task, items.shared_index)
-                       if isinstance(items, UniformTasks) else task_items(items)[part])
+                sub = items[part]  # the same form: a list of items, or UniformTasks
                 got = self._run_batch(round_, fn, ids[part], payloads[part],
                                       sidx[part] if isinstance(sidx, list) else sidx, evaluation, shared, sub)
                 sink = self._sink
