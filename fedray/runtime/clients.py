@@ -105,7 +105,7 @@ class Client:
         return self._y
 
 
-class _TrainingView:
+class TrainingView:
     """The client as a training task of an unsupervised algorithm sees it: no labels."""
 
     __slots__ = ("_c",)

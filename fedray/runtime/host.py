@@ -40,8 +40,8 @@ from fedray.runtime.clients import (  # Client lives there; the names in __all__
     ClientsView,
     Outcome,
     PackedOutcomes,
+    TrainingView,
     UniformTasks,
-    _TrainingView,
     pack_outcomes,
     pack_parts,
     task_items,
@@ -404,7 +404,7 @@ class ClientHost:
             for i, cid in enumerate(ids.tolist()):
                 lo, hi = int(offsets[i]), int(offsets[i + 1])
                 c = self.client(cid, round_, X[lo:hi], y[lo:hi] if y is not None else None)
-                out.append(c if see_labels else _TrainingView(c))
+                out.append(c if see_labels else TrainingView(c))
             return out
 
         return ClientBatch(ids, views, X, offsets, y if see_labels else None)
@@ -465,7 +465,7 @@ class ClientHost:
         out = []
         for cid, task, sidx in tasks:
             client = self.client(cid, round_)
-            view = client if (task.evaluation or self.supervised) else _TrainingView(client)
+            view = client if (task.evaluation or self.supervised) else TrainingView(client)
             t0 = time.perf_counter()
             try:
                 update = task.fn(task.payload, shared[sidx] if sidx >= 0 else None, view)

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import fedray
-from fedray.runtime.clients import Client, _TrainingView
+from fedray.runtime.clients import Client, TrainingView
 
 
 def test_both_views_a_client_function_receives_are_client_views():
@@ -13,13 +13,13 @@ def test_both_views_a_client_function_receives_are_client_views():
     every member of the protocol, with the values the host keeps."""
     states: dict = {}
     c = Client(3, "c3", np.zeros((2, 2)), np.array([0, 1]), 5, False, (2,), states, {}, {"group": 1}, 4)
-    for view in (c, _TrainingView(c)):
+    for view in (c, TrainingView(c)):
         assert isinstance(view, fedray.ClientView)
         assert (view.id, view.name, view.round, view.meta) == (3, "c3", 4, {"group": 1})
         view.state["k"] = 1
     assert states == {3: {"k": 1}}
     with pytest.raises(AttributeError):
-        _TrainingView(c).labels  # noqa: B018 - training tasks of unsupervised algorithms see no labels
+        TrainingView(c).labels  # noqa: B018 - training tasks of unsupervised algorithms see no labels
 
 
 def test_an_object_missing_a_member_is_not_a_client_view():

@@ -490,3 +490,33 @@ def test_docs_and_docstrings_name_modules_and_files_that_exist():
             if not (REPO / real).exists():
                 problems.append(f"{where}: {path} does not exist")
     _fail_if(problems, f"{len(problems)} references to modules or files that are not there")
+
+
+# --- private names ------------------------------------------------------------------------------------
+#: Private names (a leading underscore) that one module imports from another, counted over the package.
+#: The count may only fall: where modules share internals, make the names public or move them together.
+MAX_PRIVATE_CROSSINGS = 37
+#: Floors whose modules neither import nor give away a private name.
+NO_PRIVATE_CROSSINGS = ("runtime", "loop")
+
+
+def _private_crossings() -> list[Import]:
+    out = []
+    for imp in imports():
+        last = imp.name.rsplit(".", 1)[-1]
+        if imp.target is not None and imp.target != imp.module and last.startswith("_") and not last.startswith("__"):
+            out.append(imp)
+    return out
+
+
+def test_private_names_do_not_cross_into_or_out_of_the_runtime_and_the_loop():
+    problems = [f"{imp.where} imports {imp.name.rsplit('.', 1)[-1]} from {imp.target}" for imp in _private_crossings()
+                if floor_of(imp.module) in NO_PRIVATE_CROSSINGS or floor_of(imp.target) in NO_PRIVATE_CROSSINGS]
+    _fail_if(problems, "private names crossing a module boundary of the runtime or the loop")
+
+
+def test_private_names_crossing_module_boundaries_only_become_fewer():
+    crossing = _private_crossings()
+    assert len(crossing) <= MAX_PRIVATE_CROSSINGS, (
+        f"{len(crossing)} private names cross module boundaries (at most {MAX_PRIVATE_CROSSINGS}); the new ones: "
+        + "; ".join(f"{imp.where} {imp.statement}" for imp in crossing))
