@@ -17,7 +17,8 @@ from tests.loop.test_server import FakeExecutor, Recorder, _info
 
 
 class SlowExecutor(FakeExecutor):
-    """The fake executor, taking ``seconds`` per execution and recording the timeout each got."""
+    """The fake executor, taking ``seconds`` per execution and recording how long a waiting executor
+    would wait (the timeout it got, capped by the call's deadline)."""
 
     def __init__(self, script: Any, seconds: float) -> None:
         super().__init__(script)
@@ -25,7 +26,7 @@ class SlowExecutor(FakeExecutor):
         self.timeouts: list[float | None] = []
 
     def execute(self, call: Call, tasks: dict[int, Task], timeout: float | None = None) -> ExecResult:
-        self.timeouts.append(timeout)
+        self.timeouts.append(call.timeout(timeout))
         time.sleep(self.seconds)
         return super().execute(call, tasks, timeout)
 
@@ -109,6 +110,16 @@ def test_before_the_deadline_missing_clients_are_asked_again():
     server.run()
     assert [ids for _, ids in ex.calls] == [(0, 1, 2, 3, 4), (0, 1, 2)]
     assert server.history[0]["clients_answered"] == 5
+
+
+def test_the_local_runtime_has_no_deadline_so_its_bits_do_not_depend_on_the_clock():
+    """A local executor waits for nothing: its calls carry no deadline and it gets the configured
+    timeout unchanged (injected virtual delays compare with it), however long the round takes."""
+    ex = SlowExecutor({(CallKind.TRAIN, 0, 0): {0: "fail"}}, 0.35)
+    ex.backend = "local"
+    server = _server(ex, ask_missing=1, round_timeout=0.3)
+    server.run()
+    assert [c.deadline for c, _ in ex.calls] == [None, None] and ex.timeouts == [0.3, 0.3]
 
 
 def test_a_call_caps_every_wait_by_what_is_left_of_its_deadline():
