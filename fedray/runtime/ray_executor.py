@@ -181,7 +181,7 @@ class RayExecutor(Executor):
         """One :class:`HostTask` per hosting actor; collect until ``timeout``, count the rest late."""
         result = ExecResult(Replies())
         for a in (self.pool.dead.intersection(per_actor) if self.pool.dead else ()):
-            _fail(HostFailure("dead (runtime.max_restarts exhausted)"), a, per_actor.pop(a), result)
+            _fail(HostFailure("is dead (runtime.max_restarts exhausted)"), a, per_actor.pop(a), result)
         self.pool.forget_finished()
         busy = set(self.pool.late)
         t0 = time.monotonic()
