@@ -252,10 +252,11 @@ class PrivacyConfig(_Section):
     min_cohort: int = Field(default=3, ge=2, description="secure aggregation refuses smaller cohorts or survivor sets")
     secagg_threshold: float = Field(default=0.5, gt=0, lt=1,
                                     description="Shamir threshold t = floor(value * peers) + 1")
-    release_rule: Literal["strict", "count"] = Field(
-        default="strict", description="two un-noised secure sums of the same statistics whose cohorts differ by fewer "
-        "than min_cohort clients: strict: never released (narrowed to an earlier cohort or refused); count: released "
-        "and counted as 'differencing' disclosures")
+    release_rule: Literal["strict", "count"] = Field(default="strict", description="an un-noised secure sum with "
+        "which a combination of the released sums singles out < min_cohort clients: strict: narrowed or refused; "
+        "count: released and counted (docs/reliability.md)")
+    cohorts: Literal["random", "blocks"] = Field(default="random", description="blocks: partial participation "
+        "samples whole fixed blocks of min_cohort clients (un-noised sums never single out fewer)")
     dp: DPConfig | None = Field(default=None, description="differential privacy: set clip and noise_multiplier "
                                 "to turn on (None: off)")
     min_samples_guard: bool = Field(default=False, description="a client withholds its statistics when N_m F <= L "

@@ -21,7 +21,7 @@ from fedray.core.calls import Call
 from fedray.core.contract import Algorithm, CohortTasks, Reply, RoundContext, Task, one_task
 from fedray.core.errors import DataError, FedrayError, PluginError, RoundFailedError
 from fedray.core.replies import reply_columns
-from fedray.core.seeding import sample_clients
+from fedray.core.seeding import sample_blocks, sample_clients
 from fedray.core.sizes import nbytes_of
 from fedray.runtime.executor import ExecResult, Executor
 
@@ -54,11 +54,14 @@ class Server:
     round_retries : int
         A round with fewer than ``min_clients`` answers is run again (same tasks, same
         round number) up to this many times before it fails.
+    blocks : ndarray of int, optional
+        Each client's fixed block (:func:`~fedray.core.seeding.client_blocks`): a round samples
+        whole blocks (``privacy.cohorts: blocks``); None: clients one by one.
     """
 
     def __init__(self, algorithm: Algorithm, executor: Executor, *, seed: int, fraction: float = 1.0,
                  max_rounds: int | None = None, min_clients: int = 1, round_timeout: float | None = None,
-                 round_retries: int = 0) -> None:
+                 round_retries: int = 0, blocks: np.ndarray | None = None) -> None:
         self.algorithm = algorithm
         self.executor = executor
         self.seed = int(seed)
@@ -68,6 +71,7 @@ class Server:
         self.min_clients = int(min_clients)
         self.round_timeout = round_timeout
         self.round_retries = int(round_retries)
+        self.blocks = blocks  # privacy.cohorts='blocks': each client's fixed block (cohorts are whole blocks)
         self.round = 0
         self.history: list[dict[str, Any]] = []
         self.failures: list[dict[str, Any]] = []  # one row per client that failed or was late
@@ -93,7 +97,8 @@ class Server:
             return None
         t0 = time.perf_counter()
         info = self.algorithm.info
-        cohort = sample_clients(self.seed, self.round, info.n_clients, self.fraction)
+        cohort = (sample_clients(self.seed, self.round, info.n_clients, self.fraction) if self.blocks is None
+                  else sample_blocks(self.seed, self.round, self.blocks, self.fraction))
         sampled = tuple(cohort.tolist())
         ctx = RoundContext(self.round, self.seed, sampled, info, self.fraction, cohort=cohort)
         phase = self.algorithm.phase
