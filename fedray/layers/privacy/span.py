@@ -12,7 +12,7 @@ some nonzero v in the row space of A is supported inside G.
   has at least ``min_cohort`` clients, no combination of the released sums, whatever its
   coefficients, is supported on fewer than ``min_cohort`` clients. This is the test the strict
   rule applies (sound for groups; it may refuse a sum that exposes only larger unions of small
-  atoms). One label per client id, updated in O(n) per new cohort (no rank computation).
+  atoms). One label per client id, recoded to 0..atoms in O(n) per new cohort (no rank computation).
 * the **isolated clients**: client i is isolated when e_i is in the row space, i.e. its leverage
   ``a_i^T (A A^T)^+ a_i`` (a_i: its column) is 1. Only a client alone in its atom can be
   isolated, so the leverage is computed for those only (reports and ``release_rule: count``).
@@ -22,8 +22,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-
-_COMPACT = 1 << 40  # labels are recoded into 0..atoms when the next label would pass this
 
 
 @dataclass(frozen=True)
@@ -88,12 +86,11 @@ class System:
     def add(self, ids: np.ndarray) -> None:
         if ids.size == 0 or self.has(ids):
             return
-        self._label = self._with(ids)
-        self._next *= 2
-        if self._next > _COMPACT:
-            u, inv = np.unique(self._label, return_inverse=True)
-            self._label = inv.astype(np.int64) + (0 if u[0] == 0 else 1)
-            self._next = int(self._label.max()) + 1
+        lab = self._with(ids)  # labels below 2 * self._next: recode them to 0 (no cohort), 1, 2, ...
+        present = np.bincount(lab, minlength=1) > 0
+        present[0] = True
+        self._label = (np.cumsum(present) - 1)[lab]
+        self._next = int(present.sum())
         self._keys.add(ids.tobytes())
         self.rows.append(ids)
 
@@ -114,6 +111,10 @@ class System:
         indptr = np.cumsum([0] + [r.size for r in self.rows])
         A = sparse.csr_matrix((np.ones(indptr[-1]), np.concatenate(self.rows), indptr), shape=(len(self.rows), n))
         G = (A @ A.T).toarray()
-        C = A[:, who].toarray()  # (rows, candidates): each candidate's column
-        lev = np.einsum("rk,rk->k", C, np.linalg.pinv(G, rcond=1e-10, hermitian=True) @ C)
-        return who[lev > 1.0 - 1e-6]
+        Gp = np.linalg.pinv(G, rcond=1e-10, hermitian=True)
+        A = A.tocsc()
+        out = []
+        for k in range(0, who.size, 65536):  # (rows, candidates) columns, a chunk at a time
+            C = A[:, who[k:k + 65536]].toarray()
+            out.append(who[k:k + 65536][np.einsum("rk,rk->k", C, Gp @ C) > 1.0 - 1e-6])
+        return np.concatenate(out)
