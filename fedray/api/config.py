@@ -24,6 +24,7 @@ from pydantic import (
 
 from fedray.api.overrides import _nest_kwargs, parse_override, set_dotted
 from fedray.api.tracking import check_available as check_trackers
+from fedray.api.uris import redact_config
 from fedray.core.errors import ConfigError, format_validation_error
 from fedray.core.extras import check_requirements, missing
 from fedray.core.registry import get_algorithm, make_params
@@ -255,8 +256,7 @@ class PrivacyConfig(_Section):
     release_rule: Literal["strict", "count"] = Field(default="strict", description="an un-noised secure sum with "
         "which a combination of the released sums singles out < min_cohort clients: strict: narrowed or refused; "
         "count: released and counted (docs/reliability.md)")
-    cohorts: Literal["random", "blocks"] = Field(default="random", description="blocks: partial participation "
-        "samples whole fixed blocks of min_cohort clients (un-noised sums never single out fewer)")
+    cohorts: Literal["random", "blocks"] = Field(default="random", description="blocks: sample fixed blocks")
     dp: DPConfig | None = Field(default=None, description="differential privacy: set clip and noise_multiplier "
                                 "to turn on (None: off)")
     min_samples_guard: bool = Field(default=False, description="a client withholds its statistics when N_m F <= L "
@@ -303,7 +303,7 @@ class ExperimentConfig(_Section):
         return {"dataset": v} if isinstance(v, ArrayData) else v
 
     def to_dict(self) -> dict[str, Any]:
-        return self.model_dump(mode="json")
+        return redact_config(self.model_dump(mode="json"))  # no credentials of a tracking URI
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.to_dict(), sort_keys=False)
