@@ -106,7 +106,7 @@ class FederationConfig(_Section):
                                "that this cap, not the algorithm, ends warns and records stop_reason 'round cap'")
     min_clients: int = Field(default=1, ge=1, description="answers a round needs to go on; fewer fail the round "
                              "(or retry it)")
-    round_retries: int = Field(default=0, ge=0, description="re-run a round that got fewer than min_clients answers")
+    round_retries: int = Field(default=0, ge=0, le=1000, description="re-run a round with < min_clients answers")
 
 
 class ClientResources(_Section):
