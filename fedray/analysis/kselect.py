@@ -41,7 +41,7 @@ import pandas as pd
 from fedray.algorithms.fedfuzzdb import crisp_davies_bouldin, fuzzy_davies_bouldin
 from fedray.analysis.validation import federated_crisp_db, federated_fuzzy_db
 from fedray.api.config import make_config
-from fedray.api.outputs import record
+from fedray.api.outputs import prepare, record, release
 from fedray.api.session import Session
 from fedray.core import calls
 from fedray.core.contract import Task
@@ -301,6 +301,8 @@ def select_k(config: Any = None, *, k_min: int = 2, k_max: int = 8, method: str 
         raise ConfigError(f"select-k: algorithm {cfg.algorithm.name!r} has no n_clusters parameter")
     fuzzy = index == "fuzzy-db" or (index == "auto" and cls.fuzzy)
     index_name = "fuzzy-db" if fuzzy else "crisp-db"
+    if output:  # claimed before any work, as a run claims its folder (output.overwrite replaces fedray's files)
+        prepare(output, overwrite=cfg.output.overwrite)
     own = session is None
     sess = Session(cfg) if own else session
     try:
@@ -309,6 +311,8 @@ def select_k(config: Any = None, *, k_min: int = 2, k_max: int = 8, method: str 
     finally:
         if own:
             sess.close()
+        if output:
+            release(output)
 
 
 def _local_curves(sess: Any, local_k_range: tuple[int, int] | None, k_min: int, k_max: int, ks: list[int],
