@@ -139,6 +139,7 @@ class KSelection:
         names = ("k_selection.parquet", "k_selection.json", "messages.parquet", "k_selection.md", "centers.npz",
                  "plots/k_selection.png")
         record(out, [out / n for n in names if (out / n).is_file()])  # what --overwrite may delete later
+        release(out)  # claimed by select_k: written now
         self.output_dir = out
         return out
 
@@ -311,8 +312,6 @@ def select_k(config: Any = None, *, k_min: int = 2, k_max: int = 8, method: str 
     finally:
         if own:
             sess.close()
-        if output:
-            release(output)
 
 
 def _local_curves(sess: Any, local_k_range: tuple[int, int] | None, k_min: int, k_max: int, ks: list[int],

@@ -253,9 +253,8 @@ class PrivacyConfig(_Section):
     min_cohort: int = Field(default=3, ge=2, description="secure aggregation refuses smaller cohorts or survivor sets")
     secagg_threshold: float = Field(default=0.5, gt=0, lt=1,
                                     description="Shamir threshold t = floor(value * peers) + 1")
-    release_rule: Literal["strict", "count"] = Field(default="strict", description="an un-noised secure sum with "
-        "which a combination of the released sums singles out < min_cohort clients: strict: narrowed or refused; "
-        "count: released and counted (docs/reliability.md)")
+    release_rule: Literal["strict", "count"] = Field(default="strict", description="a sum with which a combination "
+        "of released sums singles out < min_cohort clients: strict: narrowed or refused; count: released, counted")
     cohorts: Literal["random", "blocks"] = Field(default="random", description="blocks: sample fixed blocks")
     dp: DPConfig | None = Field(default=None, description="differential privacy: set clip and noise_multiplier "
                                 "to turn on (None: off)")
