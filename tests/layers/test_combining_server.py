@@ -135,3 +135,21 @@ def test_atoms_and_the_isolated_clients_of_a_system():
     assert not e.safe and e.smallest == (3,)
     sys.add(minus3)
     assert sys.isolated().tolist() == [3]
+
+
+def test_a_dropout_in_a_block_cohort_is_narrowed_to_the_whole_blocks_that_answered():
+    """Blocks {0,1,2}, {3,4,5}, {6,7,8}; a set-up sum over all nine and a round over blocks 1 and 2;
+    then a round over blocks 0 and 1 in which client 4 dropped: {0,1,2,3,5} would make {3,5} an atom
+    of two (a combination of the three sums is their sum), so the sum is narrowed to block 0, the
+    whole block that answered (every atom stays a union of blocks)."""
+    from fedray.layers.privacy.release import Release, ReleaseLog
+
+    log = ReleaseLog(3)
+    log.blocks = np.repeat(np.arange(3), 3)
+    stats = frozenset({"s:(2,)", "n:(1,)"})
+    log.add(Release("setup", -1000, 0, frozenset(range(9)), stats, False))
+    log.add(Release("train", 0, 0, frozenset(range(3, 9)), frozenset({"sums:(3, 2)"}), False))
+    verdict, cohort, exposure = log.decide(frozenset({0, 1, 2, 3, 5}), frozenset({"sums:(3, 2)"}), False)
+    assert (verdict, cohort) == ("narrowed", frozenset({0, 1, 2}))
+    assert not exposure.safe and exposure.smallest == (3, 5)
+    assert log.decide(frozenset(range(6)), frozenset({"counts:(3,)"}), False)[0] == "release"
