@@ -153,3 +153,15 @@ def test_a_dropout_in_a_block_cohort_is_narrowed_to_the_whole_blocks_that_answer
     assert (verdict, cohort) == ("narrowed", frozenset({0, 1, 2}))
     assert not exposure.safe and exposure.smallest == (3, 5)
     assert log.decide(frozenset(range(6)), frozenset({"counts:(3,)"}), False)[0] == "release"
+
+
+def test_block_cohorts_are_seeded_unions_of_fixed_blocks_of_at_least_min_cohort():
+    from fedray.core.seeding import client_blocks, sample_blocks
+
+    blocks = client_blocks(5, 20, 3)
+    assert np.array_equal(blocks, client_blocks(5, 20, 3)) and np.bincount(blocks).min() >= 3
+    assert np.bincount(blocks).sum() == 20 and len(np.bincount(blocks)) == 6
+    for r in range(10):
+        c = sample_blocks(5, r, blocks, 0.5)
+        assert np.array_equal(c, sample_blocks(5, r, blocks, 0.5))  # same seed, same cohort
+        assert len(set(blocks[c])) == 3 and np.isin(blocks, blocks[c]).sum() == c.size  # whole blocks only
