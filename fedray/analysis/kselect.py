@@ -41,7 +41,7 @@ import pandas as pd
 from fedray.algorithms.fedfuzzdb import crisp_davies_bouldin, fuzzy_davies_bouldin
 from fedray.analysis.validation import federated_crisp_db, federated_fuzzy_db
 from fedray.api.config import make_config
-from fedray.api.outputs import record
+from fedray.api.outputs import prepare, record, release
 from fedray.api.session import Session
 from fedray.core import calls
 from fedray.core.contract import Task
@@ -139,6 +139,7 @@ class KSelection:
         names = ("k_selection.parquet", "k_selection.json", "messages.parquet", "k_selection.md", "centers.npz",
                  "plots/k_selection.png")
         record(out, [out / n for n in names if (out / n).is_file()])  # what --overwrite may delete later
+        release(out)  # claimed by select_k: written now
         self.output_dir = out
         return out
 
@@ -301,6 +302,8 @@ def select_k(config: Any = None, *, k_min: int = 2, k_max: int = 8, method: str 
         raise ConfigError(f"select-k: algorithm {cfg.algorithm.name!r} has no n_clusters parameter")
     fuzzy = index == "fuzzy-db" or (index == "auto" and cls.fuzzy)
     index_name = "fuzzy-db" if fuzzy else "crisp-db"
+    if output:  # claimed before any work, as a run claims its folder (output.overwrite replaces fedray's files)
+        prepare(output, overwrite=cfg.output.overwrite)
     own = session is None
     sess = Session(cfg) if own else session
     try:

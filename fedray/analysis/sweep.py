@@ -50,7 +50,7 @@ import pandas as pd
 import yaml
 
 from fedray.api.config import ExperimentConfig, make_config
-from fedray.api.outputs import record
+from fedray.api.outputs import prepare, record, release
 from fedray.api.overrides import parse_override
 from fedray.api.session import Session
 from fedray.core.errors import ConfigError, FedrayError
@@ -298,7 +298,13 @@ def sweep(config: Any = None, grid: Mapping[str, list[Any]] | None = None, *, ou
     base = make_config(config, overrides=overrides)
     combos = expand_grid(grid) if grid else [{}]
     cfgs = [make_config(base, overrides={k: v for k, v in combo.items()}) for combo in combos]
-    rows = _run_all(combos, cfgs, repeats, stop_on_error, memory_interval)
+    if out is not None:  # claimed before any run, as a run claims its folder (output.overwrite: replace ours)
+        prepare(out, overwrite=base.output.overwrite)
+    try:
+        rows = _run_all(combos, cfgs, repeats, stop_on_error, memory_interval)
+    finally:
+        if out is not None:
+            release(out)
     df = pd.DataFrame(rows)
     for key, values in grid.items():  # e.g. clients_per_actor = 1 and "auto": one type per Parquet column
         if key in df.columns and len({type(v) for v in values}) > 1:

@@ -39,6 +39,10 @@
   the local backend needs bundle 0 only.
 * **Outputs.** Each trial's fedray outputs (``summary.json``, ``rounds.parquet``, plots,
   checkpoints) are in ``fedray/`` inside the trial's folder.
+* **Client state in Tune's storage.** A checkpoint holds every client's state (its shard's
+  statistics, its model, its random streams), and Tune copies each one into its
+  ``storage_path`` (local or cloud): keep that storage as private as the data. Local copies
+  are made owner-only (files 0600, folders 0700); a cloud bucket's access is yours to set.
 * **Keys.** Checkpoints are signed (:mod:`fedray.api.checkpoint`); the trials get the
   driver's signing key through the object store, never through their configuration.
 
@@ -123,7 +127,13 @@ class Reporter:
         checkpoint = None
         if (int(row["round"]) + 1) % self.every == 0 and (self.folder / FILENAME).is_file():
             checkpoint = tune.Checkpoint.from_directory(str(self.folder))
-        tune.report(dict(self.last), checkpoint=checkpoint)
+        # Tune copies the checkpoint (every client's state) into its storage while reporting: the
+        # copies get owner-only modes (files 0600, folders 0700), as fedray's own checkpoint has.
+        old = os.umask(0o077)
+        try:
+            tune.report(dict(self.last), checkpoint=checkpoint)
+        finally:
+            os.umask(old)
 
 
 def run_trial(config: Mapping[str, Any], *, base: Any, checkpoint_every: int = 5,

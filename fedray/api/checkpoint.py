@@ -28,7 +28,10 @@ variable on both).
 
 Each checkpoint holds, under its tag, the id of its run, which fedray's marker of
 the output folder (:mod:`fedray.api.outputs`) also records: a checkpoint copied
-into another run's folder is refused.
+into another run's folder is refused. The marker is not signed, so this binding
+guards against mix-ups only: whoever can edit the marker can make any checkpoint
+signed with the key resumable there (the signature, not the binding, is what keeps
+foreign files from being unpickled).
 
 ``fedray run --resume DIR`` (or :func:`resume`) rebuilds the session from the
 saved configuration, restores the server and the clients and runs the remaining

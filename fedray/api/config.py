@@ -24,6 +24,7 @@ from pydantic import (
 
 from fedray.api.overrides import _nest_kwargs, parse_override, set_dotted
 from fedray.api.tracking import check_available as check_trackers
+from fedray.api.uris import redact_config
 from fedray.core.errors import ConfigError, format_validation_error
 from fedray.core.extras import check_requirements, missing
 from fedray.core.registry import get_algorithm, make_params
@@ -105,7 +106,7 @@ class FederationConfig(_Section):
                                "that this cap, not the algorithm, ends warns and records stop_reason 'round cap'")
     min_clients: int = Field(default=1, ge=1, description="answers a round needs to go on; fewer fail the round "
                              "(or retry it)")
-    round_retries: int = Field(default=0, ge=0, description="re-run a round that got fewer than min_clients answers")
+    round_retries: int = Field(default=0, ge=0, le=1000, description="re-run a round with < min_clients answers")
 
 
 class ClientResources(_Section):
@@ -252,10 +253,9 @@ class PrivacyConfig(_Section):
     min_cohort: int = Field(default=3, ge=2, description="secure aggregation refuses smaller cohorts or survivor sets")
     secagg_threshold: float = Field(default=0.5, gt=0, lt=1,
                                     description="Shamir threshold t = floor(value * peers) + 1")
-    release_rule: Literal["strict", "count"] = Field(
-        default="strict", description="two un-noised secure sums of the same statistics whose cohorts differ by fewer "
-        "than min_cohort clients: strict: never released (narrowed to an earlier cohort or refused); count: released "
-        "and counted as 'differencing' disclosures")
+    release_rule: Literal["strict", "count"] = Field(default="strict", description="a sum with which a combination "
+        "of released sums singles out < min_cohort clients: strict: narrowed or refused; count: released, counted")
+    cohorts: Literal["random", "blocks"] = Field(default="random", description="blocks: sample fixed blocks")
     dp: DPConfig | None = Field(default=None, description="differential privacy: set clip and noise_multiplier "
                                 "to turn on (None: off)")
     min_samples_guard: bool = Field(default=False, description="a client withholds its statistics when N_m F <= L "
@@ -302,7 +302,7 @@ class ExperimentConfig(_Section):
         return {"dataset": v} if isinstance(v, ArrayData) else v
 
     def to_dict(self) -> dict[str, Any]:
-        return self.model_dump(mode="json")
+        return redact_config(self.model_dump(mode="json"))  # no credentials of a tracking URI
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.to_dict(), sort_keys=False)

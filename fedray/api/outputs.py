@@ -18,11 +18,13 @@ there. File names never decide whether a folder is fedray's: a user's ``config.y
 """
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
 import secrets
 import socket
+import stat
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -151,14 +153,36 @@ def _empty(out: Path, doc: dict[str, Any]) -> None:
     folders they leave empty."""
     _retire(out, doc)
     for name in doc["files"]:
-        p = out / name
-        if p.is_file() or p.is_symlink():
-            p.unlink()
+        _remove_inside(out, name, os.unlink)
     for d in sorted({p for f in doc["files"] for p in Path(f).parents if p.parts}, key=lambda p: -len(p.parts)):
-        try:
-            (out / d).rmdir()
-        except OSError:
-            pass
+        _remove_inside(out, d.as_posix(), os.rmdir)
+
+
+_NOFOLLOW_DIR = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0)
+
+
+def _remove_inside(out: Path, name: str, remove: Any) -> None:
+    """``remove`` (``os.unlink`` / ``os.rmdir``) the entry ``name`` of ``out`` through directory
+    descriptors: each folder on the way is opened without following links, so an entry swapped for a
+    link meanwhile (``plots`` -> ``/etc``) stops the removal there instead of reaching outside. The
+    last entry itself is removed, never what it links to."""
+    parts = Path(name).parts
+    if not parts or any(p in ("..", ".", "") for p in parts) or Path(name).is_absolute():
+        return
+    fds = [os.open(out, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))]
+    try:
+        for part in parts[:-1]:
+            fds.append(os.open(part, _NOFOLLOW_DIR, dir_fd=fds[-1]))
+        st = os.stat(parts[-1], dir_fd=fds[-1], follow_symlinks=False)
+        if remove is os.unlink and stat.S_ISDIR(st.st_mode):
+            return
+        remove(parts[-1], dir_fd=fds[-1])
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            log.warning("not removing %s from %s: a folder on its way is a link", name, out)
+    finally:
+        for fd in reversed(fds):
+            os.close(fd)
 
 
 def _take_over(out: Path, overwrite: bool, run_id: str | None) -> dict[str, Any]:
@@ -239,8 +263,21 @@ def _resume_into(out: Path, run_id: str | None) -> bool:
     if _alive(doc) and doc.get("pid") != os.getpid():
         raise ConfigError(f"output folder {str(out)!r} is being written by another fedray run (process "
                           f"{doc.get('pid')}); choose another folder")
+    links = _links_inside(out)
+    if links:
+        raise ConfigError(f"--resume: output folder {str(out)!r} holds links fedray did not make ({', '.join(links[:3])}"
+                          f"); a resumed run would write through them: remove them, or resume into a new --out")
     _write(out, {**doc, "pid": os.getpid(), "host": socket.gethostname()})
     return True
+
+
+def _links_inside(out: Path) -> list[str]:
+    """Symbolic links anywhere in ``out`` (fedray writes none: a link there was planted)."""
+    found = []
+    for dirpath, dirnames, filenames in os.walk(out):  # links to folders are listed, not followed
+        here = Path(dirpath)
+        found += [(here / n).relative_to(out).as_posix() for n in dirnames + filenames if (here / n).is_symlink()]
+    return sorted(found)
 
 
 def run_id_of(directory: str | Path) -> str | None:

@@ -34,7 +34,7 @@ from fedray.core.stats import Stats, total
 from fedray.data.checks import Descriptions, check_descriptions, check_magnitude, column_moments
 from fedray.data.federation import Federation, build_federation, check_memory, shard_residency
 from fedray.layers.privacy import PrivacyLayer
-from fedray.layers.stack import build_stack, find_layer, secure_layer
+from fedray.layers.stack import build_stack, cohort_blocks, find_layer, secure_layer
 from fedray.loop.server import round_cap
 from fedray.loop.settings import ServerSettings
 from fedray.runtime.backends import make_executor
@@ -270,7 +270,8 @@ class Session:
         cfg = self.config.model_copy(update={"federation": fed.model_copy(update={"rounds": cap})})
         fed = cfg.federation
         settings = ServerSettings(seed=cfg.seed, fraction=fed.fraction, max_rounds=cap, min_clients=fed.min_clients,
-                                  round_timeout=cfg.runtime.round_timeout, round_retries=fed.round_retries)
+                                  round_timeout=cfg.runtime.round_timeout, round_retries=fed.round_retries,
+                                  blocks=cohort_blocks(cfg, len(self.federation.specs), self.layers))
         return cfg, settings, cap, budget
 
     def _driver(self, alg: Algorithm, settings: ServerSettings, resume_from: dict[str, Any] | None) -> Any:

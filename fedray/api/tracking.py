@@ -38,6 +38,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from fedray.api.uris import redact_uri, secrets_of
 from fedray.core.errors import ConfigError
 from fedray.core.extras import missing
 
@@ -254,7 +255,10 @@ def _uri_error(uri: str) -> Iterator[None]:
         yield
     except Exception as exc:  # noqa: BLE001 - MLflow's own errors, of many classes
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise ConfigError(f"output.mlflow_tracking_uri: MLflow cannot use {uri!r}: {first}") from None
+        first = first.replace(uri, redact_uri(uri))
+        for secret in secrets_of(uri):
+            first = first.replace(secret, "***")
+        raise ConfigError(f"output.mlflow_tracking_uri: MLflow cannot use {redact_uri(uri)!r}: {first}") from None
 
 
 def mlflow_uri(option: str | None) -> str:
@@ -308,7 +312,7 @@ class Trackers:
             with _uri_error(uri):
                 tracker = MLflowTracker(uri, self.cfg.output.mlflow_experiment, self.out.name or
                                         self.cfg.algorithm.name, None if self.new else state.get("mlflow_run_id"))
-            self.state.update(mlflow_run_id=tracker.run_id, mlflow_tracking_uri=uri)
+            self.state.update(mlflow_run_id=tracker.run_id, mlflow_tracking_uri=redact_uri(uri))
             self.items.append(tracker)
         self._write_state()
 

@@ -25,6 +25,19 @@ log = logging.getLogger(__name__)
 # package -> extra of fedray that installs it
 EXTRA_OF = {"torch": "nn", "dp_accounting": "privacy"}
 _PRELOADING: set[str] = set()
+#: Optional libraries fedray imports when they are there: resolved before the working folder goes on
+#: ``sys.path`` (:func:`block_absent_optionals`), so a file of that name there is never imported.
+OPTIONAL_LIBRARIES = ["torch", "torchvision", "dp_accounting", "mlflow", "tensorboard", "tensorboardX",
+                      "matplotlib", "psutil", "numba", "pyarrow", "hypothesis", "nbformat", "nbclient", "ray"]
+
+
+def block_absent_optionals() -> list[str]:
+    """Mark each optional library not installed as absent in ``sys.modules`` (its import then fails as
+    a missing package, whatever ``sys.path`` later holds); returns those names."""
+    absent = [name for name in OPTIONAL_LIBRARIES if name not in sys.modules and missing((name,))]
+    for name in absent:
+        sys.modules[name] = None  # type: ignore[assignment]
+    return absent
 
 
 def requirements(cls: Any) -> tuple[str, ...]:

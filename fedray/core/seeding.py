@@ -24,6 +24,7 @@ SAMPLING_STREAM = 1  #: the clients sampled each round (sample_clients)
 ALGORITHM_STREAM = 7  #: RoundContext.rng, the algorithm's own server draws
 FAULT_STREAM = 11  #: the injected faults' plan (fedray.layers.faults)
 MASK_RING_STREAM = 13  #: the public mask graph of secure aggregation (privacy.mask_neighbors)
+BLOCKS_STREAM = 17  #: the fixed client blocks of privacy.cohorts='blocks' (client_blocks)
 # Client streams, keyed by (seed, client, round, stream, ...):
 DP_NOISE_STREAM = 29  #: seeded DP noise (privacy.dp.seeded_noise, debugging only)
 # Data streams, keyed by (seed, stream, ...):
@@ -189,6 +190,28 @@ def sample_clients(seed: int, round_: int, n_clients: int, fraction: float) -> n
         return np.arange(n_clients)
     rng = server_rng(seed, round_, SAMPLING_STREAM)
     return np.sort(rng.choice(n_clients, size=m, replace=False))
+
+
+def client_blocks(seed: int, n_clients: int, size: int) -> np.ndarray:
+    """Each client's fixed block (privacy.cohorts='blocks'): a seeded permutation of the clients cut
+    into ``n_clients // size`` blocks of ``size`` clients, the last also holding the remainder
+    (every block has at least ``size`` clients; one block when there are fewer than ``2 size``)."""
+    n_blocks = max(1, n_clients // size)
+    order = server_rng(seed, 0, BLOCKS_STREAM).permutation(n_clients)
+    blocks = np.empty(n_clients, dtype=np.int64)
+    blocks[order] = np.minimum(np.arange(n_clients) // size, n_blocks - 1)
+    return blocks
+
+
+def sample_blocks(seed: int, round_: int, blocks: np.ndarray, fraction: float) -> np.ndarray:
+    """Client ids taking part in ``round_`` when cohorts are unions of fixed ``blocks``:
+    max(1, floor(fraction * blocks)) whole blocks without replacement; sorted ascending."""
+    n_blocks = int(blocks.max()) + 1 if blocks.size else 0
+    m = n_sampled(fraction, n_blocks)
+    if m >= n_blocks:
+        return np.arange(blocks.size)
+    chosen = server_rng(seed, round_, SAMPLING_STREAM).choice(n_blocks, size=m, replace=False)
+    return np.flatnonzero(np.isin(blocks, chosen))
 
 
 def n_sampled(fraction: float, n_clients: int) -> int:

@@ -378,14 +378,15 @@ def check_memory(cfg: Any) -> None:
     except Exception:  # noqa: BLE001 - no estimate without psutil
         return
     opts = {**BLOBS_DEFAULTS, **(cfg.data.options or {})}
-    try:
-        rows, d = int(opts["points_per_client"]), int(opts["n_features"])
-    except (TypeError, ValueError):
+    try:  # 1e10 and "1e10" are sizes too (YAML reads 1e10 as a string)
+        rows, d, k = (int(float(opts[key])) for key in ("points_per_client", "n_features", "n_centers"))
+    except (TypeError, ValueError, OverflowError, KeyError):
         return  # reported by the federation builder with the key named
     n = int(cfg.federation.n_clients)
     need = n * RECIPE_BYTES
     if _hosts_here(cfg):
-        need += n * CLIENT_BYTES
+        # one client's shard and the centres are built at least once, whatever is kept
+        need += n * CLIENT_BYTES + (rows * (d + 1) + k * d) * 8
         data = n * rows * (d + 1) * 8
         if cfg.runtime.resident == "always" or (cfg.runtime.resident == "auto" and data <= available / 2):
             need += data  # kept in memory (else generated again whenever clients run)

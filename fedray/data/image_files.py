@@ -127,21 +127,35 @@ _CIFAR_GLOBALS = {("numpy.core.multiarray", "_reconstruct"): _RECONSTRUCT,
 
 
 class _CifarUnpickler(pickle.Unpickler):
-    """Admits only numpy's array reconstruction: dicts, lists, bytes, str and ints need no global."""
+    """Admits only numpy's array reconstruction: dicts, lists, bytes, str and ints need no global. An
+    array may not declare more bytes than the file holds (its data must be in the file)."""
+
+    def __init__(self, file: Any, *, limit: int, **kw: Any) -> None:
+        super().__init__(file, **kw)
+        self.limit = int(limit)
+
+    def _reconstruct(self, subtype: Any, shape: Any, dtype: Any) -> Any:
+        try:
+            size = int(np.prod(np.asarray(shape, dtype=np.int64), dtype=np.int64)) * np.dtype(dtype).itemsize
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise pickle.UnpicklingError(f"bad array declaration ({exc})") from None
+        if size > self.limit:
+            raise pickle.UnpicklingError(f"an array declares {size} bytes, more than the file's {self.limit}")
+        return _RECONSTRUCT(subtype, shape, dtype)
 
     def find_class(self, module: str, name: str) -> Any:
         obj = _CIFAR_GLOBALS.get((module, name))
         if obj is None:
             raise pickle.UnpicklingError(f"refused {module}.{name}: a CIFAR-10 batch holds only numpy arrays, "
                                          "lists, bytes and numbers")
-        return obj
+        return self._reconstruct if obj is _RECONSTRUCT else obj
 
 
 def read_cifar_pickle(path: Path) -> tuple[np.ndarray, np.ndarray]:
     """A CIFAR-10 Python batch (a pickled dict with ``data`` and ``labels``), read without running code."""
     raw = _read_bytes(path)
     try:
-        doc = _CifarUnpickler(io.BytesIO(raw), encoding="bytes").load()
+        doc = _CifarUnpickler(io.BytesIO(raw), limit=len(raw), encoding="bytes").load()
     except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, IndexError, KeyError,
             struct.error) as exc:
         raise DataError(f"{path}: not a CIFAR-10 Python batch ({type(exc).__name__}: "

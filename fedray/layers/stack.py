@@ -18,6 +18,9 @@ from __future__ import annotations
 
 from typing import Any, TypeVar
 
+import numpy as np
+
+from fedray.core.seeding import client_blocks
 from fedray.layers.faults import FaultInjector
 from fedray.layers.messages import MessageLog
 from fedray.layers.privacy import PrivacyLayer
@@ -60,3 +63,16 @@ def secure_layer(top: Executor, cfg: Any) -> PrivacyLayer:
     alone = cfg.privacy.model_copy(update={"secure_aggregation": True, "dp": None, "min_samples_guard": False,
                                            "min_cluster_count": 0, "min_cohort": 2})
     return PrivacyLayer(top, alone, cfg.seed)
+
+
+def cohort_blocks(cfg: Any, n_clients: int, top: Executor) -> np.ndarray | None:
+    """Each client's fixed block when ``privacy.cohorts`` is ``blocks`` under secure aggregation and
+    partial participation (None otherwise); the stack's privacy layer narrows to whole blocks."""
+    p = cfg.privacy
+    if not (p.secure_aggregation and p.cohorts == "blocks" and cfg.federation.fraction < 1):
+        return None
+    blocks = client_blocks(cfg.seed, n_clients, p.min_cohort)
+    layer = find_layer(top, PrivacyLayer)
+    if layer is not None:
+        layer.releases.blocks = blocks
+    return blocks

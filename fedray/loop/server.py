@@ -21,7 +21,7 @@ from fedray.core.calls import Call
 from fedray.core.contract import Algorithm, CohortTasks, Reply, RoundContext, Task, one_task
 from fedray.core.errors import DataError, FedrayError, PluginError, RoundFailedError
 from fedray.core.replies import reply_columns
-from fedray.core.seeding import sample_clients
+from fedray.core.seeding import sample_blocks, sample_clients
 from fedray.core.sizes import nbytes_of
 from fedray.loop.settings import ServerSettings
 from fedray.runtime.executor import ExecResult, Executor
@@ -87,7 +87,9 @@ class Server:
             return None
         t0 = time.perf_counter()
         info = self.algorithm.info
-        cohort = sample_clients(self.seed, self.round, info.n_clients, self.settings.fraction)
+        cohort = (sample_clients(self.seed, self.round, info.n_clients, self.settings.fraction)
+                  if self.settings.blocks is None
+                  else sample_blocks(self.seed, self.round, self.settings.blocks, self.settings.fraction))
         sampled = tuple(cohort.tolist())
         ctx = RoundContext(self.round, self.seed, sampled, info, self.settings.fraction, cohort=cohort)
         phase = self.algorithm.phase

@@ -13,12 +13,15 @@ setting                   from the configuration                   where it acts
 ``min_clients``           ``federation.min_clients``               :meth:`Server.gather` (``need``)
 ``round_timeout``         ``runtime.round_timeout``                :meth:`Server.gather`: the round's deadline
 ``round_retries``         ``federation.round_retries``             :meth:`Server.gather` (``retries``)
+``blocks``                ``privacy.cohorts: blocks``              :meth:`Server.step` samples whole blocks
 ========================  =======================================  ============================================
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+import numpy as np
 
 
 @dataclass(frozen=True)
@@ -41,6 +44,9 @@ class ServerSettings:
         only until then, and clients that have not answered by then are late. None: no deadline.
     round_retries : int
         Times a round with fewer than ``min_clients`` answers is run again before it fails.
+    blocks : ndarray of int, optional
+        Each client's fixed block (:func:`~fedray.core.seeding.client_blocks`): a round samples
+        whole blocks (``privacy.cohorts: blocks``); None: clients one by one.
     """
 
     seed: int
@@ -49,6 +55,7 @@ class ServerSettings:
     min_clients: int = 1
     round_timeout: float | None = None
     round_retries: int = 0
+    blocks: np.ndarray | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if not 0.0 < float(self.fraction) <= 1.0:

@@ -7,6 +7,8 @@ that holds only
   inside it (``data/``, ``notebooks/``);
 * files that no ``.gitignore`` ignores (those of the package's folders and of the folders
   above it, up to the repository's root);
+* no link to a file outside the package (links to folders are not followed), and a link is
+  matched against ``.gitignore`` by its own path, not its target's;
 * no dotfile or dot-folder (``.env``, ``.git/``, ``.ssh/``) and no key file (``id_rsa``,
   ``*.pem``, ``*.key``, ...);
 
@@ -16,11 +18,14 @@ the copy and logs what was shipped and how large it was.
 """
 from __future__ import annotations
 
+import logging
 import os
 import re
 from pathlib import Path
 
 from fedray.core.errors import ConfigError
+
+log = logging.getLogger(__name__)
 
 _SKIP_DIRS = {"__pycache__"}
 _SKIP_SUFFIXES = (".pyc", ".pyo")
@@ -89,7 +94,8 @@ class GitIgnore:
             self.rules.append((base, re.compile(_glob_to_regex(line.lstrip("/"))), negate, dir_only, anchored))
 
     def ignored(self, path: Path, is_dir: bool) -> bool:
-        path = path.resolve()
+        # the entry's own path (its folder resolved, never the entry: a link is judged by its name)
+        path = path.parent.resolve() / path.name
         result = False
         for base, rx, negate, dir_only, anchored in self.rules:
             try:
@@ -124,17 +130,27 @@ def plugin_files(path: Path) -> dict[str, Path]:
     if path.is_file():
         return {path.name: path}
     ignore = _gitignores_above(path.parent)
+    root = path.resolve()
     files: dict[str, Path] = {}
-    for dirpath, dirnames, filenames in os.walk(path):
+    for dirpath, dirnames, filenames in os.walk(path):  # links to folders are not followed
         here = Path(dirpath)
         ignore.add_file(here / ".gitignore")
         dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS and not is_secret(d)
+                             and not (here / d).is_symlink()
                              and (here / d / "__init__.py").is_file() and not ignore.ignored(here / d, True))
         for name in sorted(filenames):
             if name.endswith(_SKIP_SUFFIXES) or is_secret(name) or ignore.ignored(here / name, False):
                 continue
+            if (here / name).is_symlink() and not _inside((here / name).resolve(), root):
+                log.warning("not shipping %s: a link to %s, outside the package", here / name,
+                            (here / name).resolve())
+                continue
             files[(Path(path.name) / here.relative_to(path) / name).as_posix()] = here / name
     return files
+
+
+def _inside(target: Path, root: Path) -> bool:
+    return target == root or root in target.parents
 
 
 def check_size(name: str, files: dict[str, Path], max_mb: float) -> int:

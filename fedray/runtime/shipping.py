@@ -170,6 +170,8 @@ def stage_plugin(name: str, path: Path, max_mb: float) -> Path:
     size = check_size(name, files, max_mb)
     shown = ", ".join(sorted(files)[:8]) + (", ..." if len(files) > 8 else "")
     log.info("shipping plug-in %r to the Ray workers: %d files, %.1f kB (%s)", name, len(files), size / 1e3, shown)
+    for rel, src in sorted(files.items()):
+        log.debug("shipping %s (from %s, %d bytes)", rel, src, src.stat().st_size)
     if path.is_file():
         return path
     return stage(files) / path.name

@@ -20,6 +20,7 @@ from fedray.api.checkpoint import load
 from fedray.api.config import make_config
 from fedray.api.run import resume, run
 from fedray.core.errors import ConfigError, FedrayError
+from fedray.core.extras import block_absent_optionals
 from fedray.core.plugins import ENTRY_POINT_GROUP, entry_points
 from fedray.core.registry import available_algorithms
 from fedray.data import available_datasets, available_partitions
@@ -176,11 +177,14 @@ def _plugins_from_current_folder() -> None:
     """Let ``package.module:Name`` plug-ins be found in the current folder, after every library.
 
     The current folder goes last on ``sys.path`` (where ``python -c`` / ``python -m`` put it
-    first), so a ``matplotlib.py`` or ``numpy.py`` lying there never shadows the library.
+    first), so a ``matplotlib.py`` or ``numpy.py`` lying there never shadows the library; an optional
+    library that is not installed (``dp_accounting``, ...) is marked absent first, never imported from there.
     """
     cwd = os.getcwd()
     here = {"", ".", cwd}
-    sys.path[:] = [p for p in sys.path if p not in here] + [cwd]
+    sys.path[:] = [p for p in sys.path if p not in here]
+    block_absent_optionals()  # an optional library that is not installed is not looked for in the folder
+    sys.path.append(cwd)
 
 
 def main(argv: list[str] | None = None) -> int:

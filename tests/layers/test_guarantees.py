@@ -78,19 +78,17 @@ def test_an_evaluation_over_everyone_cannot_be_differenced_with_a_training_sum_o
         assert _pairs_apart(layer.account["releases"], 3) == []
 
 
-def test_the_issue_run_evaluates_over_the_trained_cohort_and_says_who_is_missing():
-    """kmeans, 6 clients, fraction 0.84, one training round over {0,2,3,4,5}: the evaluation over all
-    six would give client 1 away against the training sum; it is narrowed, and the run says so."""
-    res = fedray.run(algorithm={"name": "kmeans", "params": {"n_clusters": 3, "max_rounds": 1}}, data=DATA,
-                     federation={"n_clients": 6, "fraction": 0.84}, runtime=LOCAL, seed=5,
-                     privacy={"secure_aggregation": True}, **{"output.messages": True})
-    releases = res.extras["releases"]
-    assert _pairs_apart(releases, 3) == []
-    stage0, stage1 = [r for r in releases if r["kind"] == "evaluate"]
-    assert stage0["clients"] == [0, 2, 3, 4, 5]  # sums, counts, SSE: narrowed to the training cohort
-    assert stage1["clients"] == list(range(6))  # distances to the means: no released sum of them to subtract
-    assert res.summary["privacy"]["release_rule"]["narrowed"] == 1
-    assert res.final["evaluation_coverage"]["missing"] == [1]
+def test_the_issue_run_refuses_the_round_that_the_set_up_sums_would_give_away():
+    """kmeans, 6 clients, fraction 0.84: the set-up moments cover all six; a training round over
+    {0,2,3,4,5} would give client 1's column sums as the set-up sums minus the round's per-cluster
+    sums (one quantity under two names), so it is refused, naming the fixes; with
+    release_rule 'count' it is released, and the summary counts client 1 as isolated."""
+    kw = dict(algorithm={"name": "kmeans", "params": {"n_clusters": 3, "max_rounds": 1}}, data=DATA,
+              federation={"n_clients": 6, "fraction": 0.84}, runtime=LOCAL, seed=5)
+    with pytest.raises(RoundFailedError, match=r"single out 1 client\(s\) \[1\].*privacy.dp.*privacy.cohorts"):
+        fedray.run(privacy={"secure_aggregation": True}, **kw)
+    res = fedray.run(privacy={"secure_aggregation": True, "release_rule": "count"}, **kw)
+    assert res.summary["privacy"]["release_rule"]["isolated_clients"] == 1
 
 
 def test_partial_participation_without_dp_refuses_sums_a_few_clients_apart(tmp_path):
@@ -104,7 +102,7 @@ def test_partial_participation_without_dp_refuses_sums_a_few_clients_apart(tmp_p
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert summary["status"] == "failed"
     rule = summary["privacy"]["release_rule"]
-    assert (rule["release"], rule["refused"]) == (1, 1)
+    assert (rule["release"], rule["refused"]) == (0, 1)  # round 1 minus the set-up sums would give client 1
 
 
 def test_partial_participation_with_dp_releases_only_pairs_that_dp_covers_and_the_summary_counts_them():

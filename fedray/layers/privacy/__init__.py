@@ -88,9 +88,12 @@ Differential privacy (Gaussian mechanism; Abadi et al. 2016; Mironov 2017)
     set-up and ad-hoc sums are not, and the summary lists them (``dp.unnoised_releases``).
 
 Release rule (:mod:`~fedray.layers.privacy.release`)
-    Under secure aggregation the layer never unmasks two un-noised sums of a common statistic
-    whose cohorts differ by 1 to ``min_cohort - 1`` clients (their difference would be those
-    clients' statistics): the second is narrowed to a released cohort or refused. A sum over
+    Under secure aggregation the layer never unmasks an un-noised sum with which some linear
+    combination of the released sums of one quantity (least squares over the cohorts; names
+    that encode the same quantity share one system) would be a sum over fewer than
+    ``min_cohort`` clients: every atom of clients in exactly the same released cohorts keeps at
+    least ``min_cohort`` clients. Otherwise the sum is narrowed (to whole fixed blocks under
+    ``privacy.cohorts: blocks``, or to a released cohort) or refused. A sum over
     fewer survivors than the call's quorum (:attr:`Call.quorum <fedray.core.calls.Call.quorum>`)
     is never unmasked; failed clients are asked again with the whole cohort.
 

@@ -312,15 +312,20 @@ class PrivacyLayer(ExecutorWrapper):
         arrived = sorted(r.client_id for _, r in masked)
         release = release_of(call, arrived, layout, noised)
         verdict = "release"
+        if len(arrived) < call.quorum:  # the caller would throw the sum away: never unmask it
+            return self._refuse(res, masked, call, f"only {len(arrived)} of the {call.quorum} answers the call "
+                                f"needs arrived; the sum is not released", "held")
         if len(arrived) >= cfg.min_cohort:
-            verdict, cohort, hits = self.releases.decide(release.clients, release.statistics, noised)
+            verdict, cohort, exposure = self.releases.decide(release.clients, release.statistics, noised)
             if verdict in ("narrowed", "refused") and cfg.release_rule == "count":
                 verdict, cohort = "release", release.clients
-                self._disclose("differencing", sum(not h.noised for h in hits))
+                before = self.releases.exposure(None, release.statistics).clients_in_small_groups
+                self._disclose("differencing", max(1, exposure.clients_in_small_groups - before))
             if verdict == "refused":
-                return self._refuse(res, masked, call, conflict_message(release.clients, hits, cfg.min_cohort), "refused")
+                why = conflict_message(release.clients, exposure, self.releases.released, cfg.min_cohort)
+                return self._refuse(res, masked, call, why, "refused")
             if verdict == "narrowed":
-                self._leave_out(res, [c for c in arrived if c not in cohort], call, hits)
+                self._leave_out(res, [c for c in arrived if c not in cohort], call)
                 masked = [(k, r) for k, r in enumerate(res.replies) if isinstance(r.update, MaskedStats)]
                 release = release_of(call, sorted(cohort), layout, noised)
         survivors = sorted(release.clients)
@@ -361,11 +366,10 @@ class PrivacyLayer(ExecutorWrapper):
         self.releases.add(release)
         self.account["releases"].append({**release.row(), "summed": True})
 
-    def _leave_out(self, res: ExecResult, out: list[int], call: Call, hits: list[Release]) -> None:
+    def _leave_out(self, res: ExecResult, out: list[int], call: Call) -> None:
         """Survivors the release rule leaves out of the sum: treated as dropped (their self-masks stay secret)."""
-        r = next(h for h in hits if not h.noised)
-        why = (f"{call.label()}: left out of the secure sum by the release rule: with it, the sum would differ "
-               f"from the one released in {r.kind} round {r.round} by fewer than privacy.min_cohort clients")
+        why = (f"{call.label()}: left out of the secure sum by the release rule: with it, a combination of the "
+               f"released sums would single out fewer than privacy.min_cohort clients")
         log.warning("%s: client(s) %s left out of the secure sum (release rule)", call.label(), out)
         gone = set(out)
         res.replies = [r for r in res.replies if r.client_id not in gone]
@@ -459,7 +463,7 @@ class PrivacyLayer(ExecutorWrapper):
 
     def report(self) -> dict[str, Any]:
         acc = {**self.account, "rounds": list(self.account["rounds"]), "releases": list(self.account["releases"]),
-               "release_rule": dict(self.account["release_rule"]),
+               "release_rule": {**self.account["release_rule"], **self.releases.isolation()},
                "disclosures": dict(self.account.get("disclosures", {}))}
         cfg = self.cfg
         acc["config"] = {"secure_aggregation": cfg.secure_aggregation, "mask_neighbors": cfg.mask_neighbors,

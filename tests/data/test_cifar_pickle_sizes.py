@@ -1,0 +1,44 @@
+"""A CIFAR-10 Python batch cannot make the reader allocate more than the file holds."""
+from __future__ import annotations
+
+import pickle
+import tracemalloc
+
+import numpy as np
+import pytest
+
+from fedray.core.errors import DataError
+from fedray.data.image_files import read_cifar_pickle
+
+_RECONSTRUCT = np.zeros(0).__reduce__()[0]
+
+
+class _Declares:
+    """Pickles as numpy's array reconstruction with a declared shape of 614 MB and no data."""
+
+    def __reduce__(self):
+        return _RECONSTRUCT, (np.ndarray, (200_000, 3072), b"B")
+
+
+def test_an_array_declaring_more_bytes_than_the_file_is_refused_before_it_is_allocated(tmp_path):
+    """Property: reading a 0.4 MB batch never allocates the 614 MB it declares (on today's main the
+    array was allocated before the shape check)."""
+    path = tmp_path / "data_batch_1"
+    path.write_bytes(pickle.dumps({b"data": _Declares(), b"labels": [0] * 100, b"pad": b"x" * 400_000}))
+    tracemalloc.start()
+    try:
+        with pytest.raises(DataError, match=r"declares 614400000 bytes, more than the file's"):
+            read_cifar_pickle(path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 50e6
+
+
+def test_a_real_batch_still_reads(tmp_path):
+    rng = np.random.default_rng(0)
+    data = rng.integers(0, 256, size=(10, 3072), dtype=np.uint8)
+    path = tmp_path / "data_batch_1"
+    path.write_bytes(pickle.dumps({b"data": data, b"labels": list(range(10))}))
+    X, y = read_cifar_pickle(path)
+    assert X.shape == (10, 3, 32, 32) and (X.reshape(10, -1) == data).all() and y.tolist() == list(range(10))
