@@ -123,6 +123,9 @@ class Result:
             "stop_reason": str(state.get("stop_reason", "")),
             "wall_time_s": float(wall_s),
             "startup_s": float(session.startup_s),
+            # the session's start-up steps (Ray, client actors, data checks), shared by its runs
+            "startup_steps": {k: round(float(v), 3) for k, v in getattr(session, "startup_stages", {}).items()},
+            "rounds_s": float(history["wall_s"].sum()) if len(history) else 0.0,
             "evaluation_s": float(state.get("evaluation_s", 0.0)),
             "failures": {"failed": failures, "late": late, "late_spillover": spill, "in_evaluation": in_eval},
             "bytes": {"down": int(history["bytes_down"].sum()) if len(history) else 0,
@@ -265,7 +268,7 @@ class Result:
                  f"{'dataset':<28}{self.summary['dataset']}",
                  f"{'clients / samples':<28}{self.summary['n_clients']} / {self.summary['n_samples']}",
                  f"{'rounds (stopped by)':<28}{self.summary['rounds']} ({self.summary.get('stop_reason') or '-'})",
-                 f"{'wall time':<28}{self.summary['wall_time_s']:.2f} s"]
+                 *_time_lines(self.summary)]
         lines += [f"{k:<28}{fin[k]:.4f}" for k in keys if isinstance(fin[k], (int, float))]
         cov = fin.get("evaluation_coverage")
         if cov:
@@ -277,6 +280,18 @@ class Result:
                     text = f"\033[31m{text}\033[0m"
             lines.append(text)
         return "\n".join(lines)
+
+
+def _time_lines(summary: dict[str, Any]) -> list[str]:
+    """Start-up (Ray, client actors, data checks; once per session) apart from the run itself."""
+    steps = summary.get("startup_steps") or {}
+    slow = "; ".join(f"{k} {v:.1f} s" for k, v in steps.items() if v >= 0.5)
+    lines = [f"{'start-up (once a session)':<28}{summary.get('startup_s', 0.0):.2f} s" + (f" ({slow})" if slow else "")]
+    rounds_s = summary.get("rounds_s")
+    run = f"{summary['wall_time_s']:.2f} s"
+    if rounds_s is not None:
+        run += f" (rounds {rounds_s:.2f} s, final evaluation {summary.get('evaluation_s', 0.0):.2f} s)"
+    return lines + [f"{'run':<28}{run}"]
 
 
 def _columns_of_rows(rows: dict[Any, dict[str, Any]], n: int) -> dict[str, np.ndarray]:
