@@ -8,7 +8,9 @@ Output folder layout::
     rounds.parquet    one row a round (``wall_s`` = seconds of that round)
     clients.parquet   one row a client: samples, rounds_participated (rounds it answered a task of the
                       algorithm), rounds_evaluated (rounds it only evaluated the current model), bytes
-                      sent, compute seconds; accuracy, acc, cluster and true_group where the method has them
+                      sent, compute_share_s (the client's seconds of compute: its own for a call per client,
+                      an equal share of its host's for a batched call); n_train and n_test where the
+                      clients split their rows; accuracy, acc, cluster and true_group where the method has them
     model.npz         the model's arrays (``centers``; ``m`` where fuzzy)
     config.yaml       the validated configuration
     plots/*.png       convergence; centres over the data density (federated PCA beyond 2-D);
@@ -99,8 +101,10 @@ class Result:
         if cols is None:  # a server of an earlier version: one row per client that answered
             cols = _columns_of_rows(state.get("client_rows", {}), len(desc))
         rows = pd.DataFrame({"client_id": desc.ids, "name": desc.all_names(), "n_samples": desc.n,
-                             **{k: cols[k][desc.ids] for k in ("rounds_participated", "rounds_evaluated", "bytes_up",
-                                                              "compute_s")}})
+                             **_train_test_rows(alg, session, desc),
+                             **{k: cols[k][desc.ids] for k in ("rounds_participated", "rounds_evaluated", "bytes_up")},
+                             # a batched call on a host is timed once and shared equally by its clients
+                             "compute_share_s": cols["compute_s"][desc.ids]})
         clients = _with_client_results(rows, model, final, session.info.extras or {})
         # Counted from the same rows as failures.parquet: every attempt of every round, and
         # the evaluation passes (negative rounds).
@@ -280,6 +284,26 @@ class Result:
                     text = f"\033[31m{text}\033[0m"
             lines.append(text)
         return "\n".join(lines)
+
+
+def _train_test_rows(alg: Any, session: Any, desc: Any) -> dict[str, np.ndarray]:
+    """``n_train`` and ``n_test`` per client for methods that train on a split of each client's rows
+    (the federation's own split where it fixes one, as FEMNIST's writers, else the algorithm's
+    ``test_fraction`` as :func:`fedray.nn.split.split_rows` draws it); nothing for the others."""
+    if not getattr(type(alg), "supervised", False):
+        return {}
+    fraction = float(getattr(getattr(alg, "params", None), "test_fraction", 0.15))
+    specs = session.federation.specs
+    n_test = []
+    for cid, n in zip(np.asarray(desc.ids).tolist(), np.asarray(desc.n).tolist()):
+        fixed = specs[cid].meta.get("n_test") if cid < len(specs) else None
+        if fixed is not None:
+            n_test.append(int(fixed))
+        else:
+            t = int(round(fraction * n))
+            n_test.append(min(max(t, 1), n - 1) if n >= 2 else 0)
+    tests = np.asarray(n_test, dtype=np.int64)
+    return {"n_train": np.asarray(desc.n, dtype=np.int64) - tests, "n_test": tests}
 
 
 def _time_lines(summary: dict[str, Any]) -> list[str]:

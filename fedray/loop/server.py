@@ -120,7 +120,7 @@ class Server:
             metrics = {("objective_sampled" if k == "objective" else k): v for k, v in metrics.items()}
         out = {"round": self.round, "phase": phase, "clients_sampled": len(tasks),
                "clients_answered": len(res.replies), "clients_failed": len(res.failed),
-               "clients_late": len(res.late), **metrics,
+               "clients_late": len(res.late), **self._cohort_split(), **metrics,
                "bytes_down": _bytes_down(tasks), "bytes_up": bytes_up,
                "wall_s": time.perf_counter() - t0}
         if self.round_retries or executions > 1:
@@ -202,11 +202,19 @@ class Server:
             only_eval = np.full(n_rep, bool(first.evaluation))
         else:
             only_eval = np.fromiter((tasks[c].evaluation for c in ids.tolist()), dtype=bool, count=n_rep)
+        self._split = (n_rep - int(only_eval.sum()), int(only_eval.sum()))  # (trained, only evaluated)
         self._rounds[ids[~only_eval]] += 1  # a client answers once a round: no repeated index
         self._evaluated[ids[only_eval]] += 1
         self._bytes_up[ids] += up
         self._compute_s[ids] += seconds
         return int(up.sum())
+
+    def _cohort_split(self) -> dict[str, int]:
+        """Where some clients of the round only evaluated the current model (supervised methods
+        evaluate every client): how many trained and how many only evaluated, apart."""
+        trained, evaluated = getattr(self, "_split", (0, 0))
+        self._split = (0, 0)
+        return {"clients_trained": trained, "clients_evaluated": evaluated} if evaluated else {}
 
     def _grow(self, n: int) -> None:
         if n > len(self._rounds):
