@@ -105,7 +105,8 @@ class Server:
                               f"{{client id: Task}}; got {type(tasks).__name__} {tasks!r:.60} in round {self.round}")
         if tasks is None:
             self.finished = True
-            self.stop_reason = "converged" if self.algorithm.converged else "algorithm"
+            self.stop_reason = ("converged" if self.algorithm.converged
+                                else getattr(self.algorithm, "stop_note", "") or "algorithm")
             return None
         res, executions = self.gather(calls.train(self.round), tasks, need=min(self.min_clients, len(tasks)),
                                       retries=self.round_retries,
