@@ -44,7 +44,13 @@ QUICKSTART = {
 
 
 def _default_out(name: str) -> Path:
-    return Path("fedray-output") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    """``fedray-output/NAME-TIMESTAMP``, numbered ``-2``, ``-3``, ... when a run of the same second has it."""
+    base = Path("fedray-output") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    out, n = base, 1
+    while out.exists():
+        n += 1
+        out = base.with_name(f"{base.name}-{n}")
+    return out
 
 
 def cmd_run(args: argparse.Namespace) -> int:
