@@ -81,7 +81,7 @@ def _has_widgets() -> bool:
 
 
 def _fmt(v: Any) -> Any:
-    return f"{v:.4g}" if isinstance(v, float) else v
+    return f"{v:.4g}" if isinstance(v, float) else v  # a count kept as a float (clients_trained) shows as 4
 
 
 def clock(seconds: float) -> str:
@@ -124,6 +124,8 @@ class Progress:
     def update(self, row: dict[str, Any]) -> None:
         self.done += 1
         shown = {k: _fmt(row[k]) for k in HEADLINE if k in row and row[k] == row[k]}
+        if "clients_evaluated" in shown:  # trained and evaluated apart say it: answered is their union
+            shown.pop("clients_answered", None)
         if self.bar is not None:
             self.bar.update(1)
             self.bar.set_postfix(shown)

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from fedray.api.headlines import accuracy_account, accuracy_lines
 from fedray.api.outputs import record
 from fedray.api.plotdata import PlotData
 from fedray.core.contract import Algorithm
@@ -140,6 +141,7 @@ class Result:
         }
         if session.executor.backend == "ray":
             summary["actors"] = session.executor.n_actors
+        summary.update(accuracy_account(history, clients))
         extras = _reliability_extras(state, summary)
         return cls(cfg, history, clients, model, summary, type(alg), session.scaler, extras=extras)
 
@@ -273,11 +275,15 @@ class Result:
                  f"{'clients / samples':<28}{self.summary['n_clients']} / {self.summary['n_samples']}",
                  f"{'rounds (stopped by)':<28}{self.summary['rounds']} ({self.summary.get('stop_reason') or '-'})",
                  *_time_lines(self.summary)]
-        lines += [f"{k:<28}{fin[k]:.4f}" for k in keys if isinstance(fin[k], (int, float))]
+        lines += [f"{k:<28}{fin[k]:.4f}" for k in keys if isinstance(fin[k], (int, float)) and k != "accuracy"]
+        lines += accuracy_lines(self.summary)
         cov = fin.get("evaluation_coverage")
         if cov:
             text = (f"{'evaluated':<28}{cov['clients']} of {cov['of_clients']} clients, "
                     f"{cov['samples']} of {cov['of_samples']} samples")
+            rows = (self.summary.get("accuracy_measured_on") or {}).get("test_rows")
+            if rows is not None:  # the evaluation pass covers the clients; accuracy reads their test rows
+                text += f" (accuracy on their {rows} test rows)"
             if cov["clients"] < cov["of_clients"]:
                 text += " (INCOMPLETE)"
                 if color:

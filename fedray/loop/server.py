@@ -204,6 +204,7 @@ class Server:
         else:
             only_eval = np.fromiter((tasks[c].evaluation for c in ids.tolist()), dtype=bool, count=n_rep)
         self._split = (n_rep - int(only_eval.sum()), int(only_eval.sum()))  # (trained, only evaluated)
+        self._answered = n_rep
         self._rounds[ids[~only_eval]] += 1  # a client answers once a round: no repeated index
         self._evaluated[ids[only_eval]] += 1
         self._bytes_up[ids] += up
@@ -211,11 +212,14 @@ class Server:
         return int(up.sum())
 
     def _cohort_split(self) -> dict[str, int]:
-        """Where some clients of the round only evaluated the current model (supervised methods
-        evaluate every client): how many trained and how many only evaluated, apart."""
-        trained, evaluated = getattr(self, "_split", (0, 0))
+        """In a round where clients outside the trained cohort evaluate the current model
+        (supervised methods, every ``eval_every`` rounds; the cohort evaluates too): how many
+        trained and how many evaluated, apart (``clients_answered`` counts both)."""
+        trained, only_evaluated = getattr(self, "_split", (0, 0))
         self._split = (0, 0)
-        return {"clients_trained": trained, "clients_evaluated": evaluated} if evaluated else {}
+        if not only_evaluated:
+            return {}
+        return {"clients_trained": trained, "clients_evaluated": int(getattr(self, "_answered", 0))}
 
     def _grow(self, n: int) -> None:
         if n > len(self._rounds):
