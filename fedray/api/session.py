@@ -252,6 +252,8 @@ class Session:
             ending = Activity(alg.name, show)
             ending.stage("final evaluation")
             final, model, state = driver.finish()
+            for note in state.get("notes", ()):  # the server's warnings, here rather than tagged with its actor
+                log.warning("%s", note)
             self._remember_releases(state)
         except BaseException as exc:
             if ending is not None:

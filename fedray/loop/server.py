@@ -83,6 +83,7 @@ class Server:
         # "converged", "algorithm" (its own budget or rule), "rounds done" (an algorithm that
         # trains for federation.rounds reached it) or "round cap" (the cap cut the run short)
         self.stop_reason = ""
+        self.notes: list[str] = []  # warnings for the user, logged where the run was started
 
     def step(self) -> dict[str, Any] | None:
         """Run one round; returns its history row, or None when the run is over."""
@@ -338,15 +339,17 @@ class Server:
         if alg.trains_for_rounds:
             return "rounds done"
         own = f" (it asks for up to {self.budget} rounds)" if self.budget is not None else ""
-        log.warning("%s stopped at the round cap federation.rounds=%d before it finished by its own rule%s; "
-                    "raise federation.rounds, or leave it unset to use the algorithm's budget",
-                    alg.name, self.max_rounds, own)
+        # A note for the driver to log (a server actor's own warning would arrive tagged with its pid)
+        self.notes.append(f"{alg.name} stopped at the round cap federation.rounds={self.max_rounds} before it "
+                          f"finished by its own rule{own}; raise federation.rounds, or leave it unset to use the "
+                          "algorithm's budget")
         return "round cap"
 
     def state(self) -> dict[str, Any]:
         return {"round": self.round, "history": self.history, "client_columns": self.client_columns(),
                 "finished": self.finished, "converged": self.algorithm.converged, "stop_reason": self.stop_reason, "phase": self.algorithm.phase,
-                "failures": self.failures, "report": self.executor.report(), "evaluation_s": self.evaluation_s}
+                "failures": self.failures, "report": self.executor.report(), "evaluation_s": self.evaluation_s,
+                "notes": list(self.notes)}
 
     # --- checkpoints (see fedray.api.checkpoint) ----------------------------------------
     def snapshot(self) -> dict[str, Any]:

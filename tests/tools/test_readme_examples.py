@@ -46,7 +46,7 @@ def test_the_yaml_example_runs_twice_in_a_row(tmp_path, data_dir):
     ["algorithm.name=examples.plugins.kmedians:FederatedKMedians", "algorithm.params.n_clusters=3",
      "evaluation.central_baseline=true"],
     ["algorithm.name=examples.plugins.fedprox:FedProx", "algorithm.params.mu=0.01", "data.dataset=sklearn:digits",
-     "data.partition={name: rotated, samples: [80, 240]}", "federation.n_clients=20", "federation.rounds=2"],
+     "data.partition={name: rotated, samples: [40, 80]}", "federation.n_clients=20", "federation.rounds=2"],
     ["algorithm.name=flacc", "data.dataset=sklearn:digits", "algorithm.params.n_merge=1",
      "data.partition={name: rotated, samples: [30, 60]}", "federation.n_clients=16", "federation.fraction=0.25",
      "federation.rounds=2"],
