@@ -175,8 +175,10 @@ class Activity:
 
     every = 10.0
 
-    def __init__(self, title: str, show: bool | None = None) -> None:
+    def __init__(self, title: str, show: bool | None = None, lazy: bool = False) -> None:
         show = _resolve(show)
+        self.lazy = lazy  # lines mode: a step's line only once it has lasted a second (short steps say nothing)
+        self._pending = ""
         self.title, self.text, self._key, self.t0 = title, "", "", time.perf_counter()
         self.stages: dict[str, float] = {}
         self._stage_t0 = self.t0
@@ -218,7 +220,10 @@ class Activity:
         self.text = text
         if self.mode == "lines":
             self._last_line = time.perf_counter()
-            emit(f"{self.title}: {text} ...")
+            if self.lazy:
+                self._pending = text
+            else:
+                emit(f"{self.title}: {text} ...")
 
     def _line(self) -> str:
         return f"{self.title}: {self.text} ... {self.elapsed:.0f} s"
@@ -226,9 +231,14 @@ class Activity:
     def _redraw(self) -> None:
         """The thread: the terminal line four times a second, or a "still ..." line every :attr:`every` s."""
         while not self._stop.wait(0.25):
+            waited = time.perf_counter() - self._last_line
             if self.mode == "tty":
-                self._write(self._line())
-            elif self.text and time.perf_counter() - self._last_line >= self.every:
+                if not self.lazy or self.elapsed >= 1.0:
+                    self._write(self._line())
+            elif self._pending and self._pending == self.text and waited >= 1.0:
+                self._pending = ""
+                emit(f"{self.title}: {self.text} ...")
+            elif self.text and waited >= self.every:
                 self._last_line = time.perf_counter()
                 emit(f"{self.title}: still {self.text} ({self.elapsed:.0f} s)")
 

@@ -68,7 +68,8 @@ class Session:
         self.runtime_env: dict[str, Any] | None = None  # given to every actor (fedray.runtime.shipping)
         act = Activity("start-up", rt.progress)  # what start-up does, with its seconds, while it runs
         try:
-            act.stage(f"reading {cfg.data.dataset} into {cfg.federation.n_clients} clients", "data")
+            n = cfg.federation.n_clients
+            act.stage(f"reading {cfg.data.dataset}" + (f" into {n} clients" if n else ""), "data")
             self.federation: Federation = build_federation(cfg.data, cfg.federation.n_clients, cfg.seed)
             if rt.backend == "ray":
                 act.stage(f"connecting to Ray at {rt.address}" if rt.address else "starting Ray on this machine",
@@ -249,7 +250,7 @@ class Session:
                 for fn in on_round:
                     fn(row)
             bar.close()
-            ending = Activity(alg.name, show)
+            ending = Activity(alg.name, show, lazy=True)  # said only when it lasts (a large federation)
             ending.stage("final evaluation")
             final, model, state = driver.finish()
             for note in state.get("notes", ()):  # the server's warnings, here rather than tagged with its actor
