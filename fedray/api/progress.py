@@ -151,7 +151,7 @@ class Progress:
                  + (f" ({stopped_by})" if stopped_by else ""))
 
 
-#: The activities open in this process, outermost first (an inner one writes into the outer's line).
+#: The activities open in this process, outermost first (an inner one writes into the outermost's line).
 _OPEN: list[Activity] = []
 _LOCK = threading.Lock()
 
@@ -187,7 +187,7 @@ class Activity:
         self._last_line = self.t0
         self._width = 0
         with _LOCK:
-            self.outer = _OPEN[-1] if _OPEN else None
+            self.outer = _OPEN[0] if _OPEN else None  # the outermost: its line shows every inner step
             if show is False:
                 self.mode = "off"
             elif self.outer is not None:
@@ -224,6 +224,8 @@ class Activity:
                 self._pending = text
             else:
                 emit(f"{self.title}: {text} ...")
+        elif self.mode == "tty" and not self.lazy:
+            self._write(self._line())
 
     def _line(self) -> str:
         return f"{self.title}: {self.text} ... {self.elapsed:.0f} s"

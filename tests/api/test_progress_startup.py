@@ -71,6 +71,10 @@ def test_on_a_terminal_one_line_is_redrawn_and_an_inner_step_writes_into_it(monk
     inner.stage("starting Ray")
     time.sleep(0.6)
     assert outer.text == "K=3 (2 of 4) · start-up: starting Ray"
+    deeper = Activity("data")
+    deeper.stage("checks")
+    assert outer.text == "K=3 (2 of 4) · start-up: starting Ray · data: checks"
+    deeper.close()
     inner.close("ready")
     assert outer.text == "K=3 (2 of 4)"
     outer.close("done")
