@@ -8,7 +8,9 @@ and sends, per cluster c, U_c = sum_j u_cj^m and WS_c = sum_j u_cj^m x_j. The
 server sets v_c = sum_clients WS_c / sum_clients U_c (a cluster with no mass
 keeps its centre). It stops when the Frobenius norm of the centre change is
 below ``tol`` (paper: 0.005) or after ``max_rounds`` (paper: 30). With every
-client taking part this is exactly central FCM on the union of the shards.
+client taking part this is exactly central FCM on the union of the shards. With a
+fraction of clients a round, the shift falls only to a floor set by the cohorts, and
+``settle_window`` stops the run there (:mod:`fedray.core.settle`).
 
 Clients send only U_c and WS_c, as in Algorithm 2 of the paper; with
 ``objective=True`` they add their share of the objective J_m = sum u^m ||x - v||^2
@@ -39,6 +41,9 @@ class FCMParams(CenterParams):
     m: float = Field(default=2.0, gt=1.0, description="λ, the fuzzifier (> 1; paper: 2)")
     tol: float = Field(default=0.005, gt=0, description="ε: stop when ‖V_t − V_{t−1}‖_F < ε (paper: 0.005)")
     max_rounds: int = Field(default=30, ge=1, description="cap on rounds (paper: 30)")
+    settle_window: int = Field(default=5, ge=0, description="W: with federation.fraction < 1, stop when the mean "
+                               "centre shift of the last W rounds no longer falls and average their centres "
+                               "(fedray.core.settle); 0: only tol (never used at fraction 1)")
     min_sample_guard: bool = Field(default=False, description="the paper's guard: a client sends its sums only if "
                                    "N_m > C (F + 1) / F (N_m samples, C clusters, F features)")
     objective: bool = Field(default=False, description="clients also send their share of the objective sum u^m d^2 "

@@ -26,6 +26,9 @@ from fedray.core.stats import Stats, StatsBlock, total
 
 class KMeansParams(CenterParams):
     tol: float = Field(default=1e-6, gt=0, description="stop when ‖C_t − C_{t−1}‖_F ≤ tol")
+    settle_window: int = Field(default=5, ge=0, description="W: with federation.fraction < 1, stop when the mean "
+                               "centre shift of the last W rounds no longer falls and average their centres "
+                               "(fedray.core.settle); 0: only tol (never used at fraction 1)")
 
 
 def lloyd_stats_many(payloads: list[Any], centers: np.ndarray, batch: Any) -> StatsBlock:

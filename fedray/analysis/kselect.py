@@ -42,6 +42,7 @@ from fedray.algorithms.fedfuzzdb import crisp_davies_bouldin, fuzzy_davies_bould
 from fedray.analysis.validation import federated_crisp_db, federated_fuzzy_db
 from fedray.api.config import make_config
 from fedray.api.outputs import prepare, record, release
+from fedray.api.progress import Activity, clock
 from fedray.api.session import Session
 from fedray.core import calls
 from fedray.core.contract import Task
@@ -334,27 +335,19 @@ def _local_curves(sess: Any, local_k_range: tuple[int, int] | None, k_min: int, 
     return out
 
 
-def _select(sess: Any, cfg: Any, cls: Any, k_min: int, k_max: int, method: str, fuzzy: bool, index_name: str,
-            central: bool, local: bool, local_k_range: tuple[int, int] | None, hide_n: bool, n_init: int,
-            output: str | Path | None) -> KSelection:
-    info = sess.info
-    if k_max > info.total_samples:
-        raise DataError(f"select-k --k-max: k_max={k_max} is more than the {info.total_samples} samples of the federation")
-    base = dict(cfg.algorithm.params)
-    defaults = cls.Params.model_fields
-    m = float(base.get("m", defaults["m"].default if "m" in defaults else 2.0))
-    q = float(base.get("q", defaults["q"].default if "q" in defaults else 1.0))
-    p = float(base.get("p", defaults["p"].default if "p" in defaults else 2.0))
-    tol = float(base.get("local_tol", 1e-3))
-    ks = list(range(k_min, k_max + 1))
+def _runs(sess: Any, cfg: Any, base: dict[str, Any], ks: list[int], fuzzy: bool, index_name: str, central: bool,
+          X_union: np.ndarray | None, hide_n: bool, opts: tuple[float, float, float, float, int], act: Activity
+          ) -> tuple[list[dict[str, Any]], dict[int, np.ndarray], dict[int, np.ndarray]]:
+    """One run of the algorithm and the federated index for every K (and the central curve's point)."""
+    m, q, p, tol, n_init = opts
     rows: list[dict[str, Any]] = []
     fed_centers: dict[int, np.ndarray] = {}
     cen_centers: dict[int, np.ndarray] = {}
-    X_union = None
-    if central:
-        X_union = np.vstack([part[1] for part in sess.executor.gather_data(labels=False)])
-    for k in ks:
+    start = time.perf_counter()
+    for i, k in enumerate(ks):
         t0 = time.perf_counter()
+        eta = f", ETA {clock((t0 - start) / i * (len(ks) - i))}" if i else ""
+        act.stage(f"K={k} ({i + 1} of {len(ks)}){eta}", f"K={k}")
         res = sess.run(cfg.algorithm.name, {**base, "n_clusters": k}, output=False, progress=False,
                        central_baseline=False)
         C = np.asarray(res.model["centers"])
@@ -370,11 +363,38 @@ def _select(sess: Any, cfg: Any, cls: Any, k_min: int, k_max: int, method: str, 
         rows.append(row)
         log.info("select-k: K=%d federated %s=%.4f%s (%d rounds)", k, index_name, value,
                  f", central {row['central']:.4f}" if central else "", row["rounds"])
-    table = pd.DataFrame(rows)
-    if local:
-        for name, values in _local_curves(sess, local_k_range, k_min, k_max, ks, payload={
-                "fuzzy": fuzzy, "m": m, "q": q, "p": p, "tol": tol, "n_init": n_init}).items():
-            table[name] = values
+    return rows, fed_centers, cen_centers
+
+
+def _select(sess: Any, cfg: Any, cls: Any, k_min: int, k_max: int, method: str, fuzzy: bool, index_name: str,
+            central: bool, local: bool, local_k_range: tuple[int, int] | None, hide_n: bool, n_init: int,
+            output: str | Path | None) -> KSelection:
+    info = sess.info
+    if k_max > info.total_samples:
+        raise DataError(f"select-k --k-max: k_max={k_max} is more than the {info.total_samples} samples of the federation")
+    base = dict(cfg.algorithm.params)
+    defaults = cls.Params.model_fields
+    m = float(base.get("m", defaults["m"].default if "m" in defaults else 2.0))
+    q = float(base.get("q", defaults["q"].default if "q" in defaults else 1.0))
+    p = float(base.get("p", defaults["p"].default if "p" in defaults else 2.0))
+    tol = float(base.get("local_tol", 1e-3))
+    ks = list(range(k_min, k_max + 1))
+    X_union = None
+    act = Activity("select-k", None)  # which K runs, with the elapsed seconds and an ETA
+    try:
+        if central:
+            act.stage("gathering the union for the central baseline")
+            X_union = np.vstack([part[1] for part in sess.executor.gather_data(labels=False)])
+        rows, fed_centers, cen_centers = _runs(sess, cfg, base, ks, fuzzy, index_name, central, X_union, hide_n,
+                                               (m, q, p, tol, n_init), act)
+        table = pd.DataFrame(rows)
+        if local:
+            act.stage(f"local-only baselines on {info.n_clients} clients")
+            for name, values in _local_curves(sess, local_k_range, k_min, k_max, ks, payload={
+                    "fuzzy": fuzzy, "m": m, "q": q, "p": p, "tol": tol, "n_init": n_init}).items():
+                table[name] = values
+    finally:
+        act.close(f"{len(ks)} values of K in {act.elapsed:.1f} s")
     chosen: dict[str, int | None] = {"federated": choose_k(table["k"], table["federated"], method)}
     if central:
         chosen["central"] = choose_k(table["k"], table["central"], method)

@@ -52,6 +52,7 @@ import yaml
 from fedray.api.config import ExperimentConfig, make_config
 from fedray.api.outputs import prepare, record, release
 from fedray.api.overrides import parse_override
+from fedray.api.progress import Activity, clock
 from fedray.api.session import Session
 from fedray.core.errors import ConfigError, FedrayError
 from fedray.plots.style import grid_size, new_figure, panel_grid, save_figure, styled
@@ -208,8 +209,10 @@ def measure_run(config: ExperimentConfig, *, memory_interval: float = 0.25) -> d
         t0 = time.perf_counter()
         ray_init_s = 0.0
         if cfg.runtime.backend == "ray":
-            if ensure_ray(cfg.runtime.address, cfg.runtime.num_cpus, cfg=cfg):
-                ray_init_s = time.perf_counter() - t0
+            with Activity("start-up", cfg.runtime.progress) as act:
+                act.stage("starting Ray" if not cfg.runtime.address else f"connecting to Ray at {cfg.runtime.address}")
+                if ensure_ray(cfg.runtime.address, cfg.runtime.num_cpus, cfg=cfg):
+                    ray_init_s = time.perf_counter() - t0
         t1 = time.perf_counter()
         with Session(cfg) as session:
             startup_s = time.perf_counter() - t1
@@ -324,6 +327,8 @@ def _run_all(combos: list[dict[str, Any]], cfgs: list[Any], repeats: int, stop_o
     rows: list[dict[str, Any]] = []
     started_here = False
     ray_key: tuple[Any, Any] | None = None
+    act = Activity("sweep", None)  # which run, with the elapsed seconds and an ETA
+    total = len(cfgs) * int(repeats)
     try:
         for i, (combo, cfg) in enumerate(zip(combos, cfgs)):
             if cfg.runtime.backend == "ray":
@@ -336,6 +341,10 @@ def _run_all(combos: list[dict[str, Any]], cfgs: list[Any], repeats: int, stop_o
                 ray_key = key
             for rep in range(int(repeats)):
                 log.info("sweep run %d/%d %s (repeat %d)", i + 1, len(cfgs), combo, rep)
+                n = len(rows)
+                eta = f", ETA {clock(act.elapsed / n * (total - n))}" if n else ""
+                act.stage(f"run {n + 1} of {total} ({', '.join(f'{k}={v}' for k, v in combo.items())}){eta}",
+                          f"run {n + 1}")
                 try:
                     was_up = _ray_up()
                     row = measure_run(cfg, memory_interval=memory_interval)
@@ -348,6 +357,7 @@ def _run_all(combos: list[dict[str, Any]], cfgs: list[Any], repeats: int, stop_o
                     log.warning("sweep run %s failed: %s", combo, exc)
                 rows.append({**{k: _cell(v) for k, v in combo.items()}, "repeat": rep, **row})
     finally:
+        act.close(f"{len(rows)} runs in {act.elapsed:.1f} s")
         if started_here:
             import ray
 

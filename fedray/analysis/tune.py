@@ -71,6 +71,8 @@ log = logging.getLogger(__name__)
 #: Metrics every report carries (NaN in a round without them) unless ``metrics=`` says otherwise.
 DEFAULT_METRICS = tuple(k for k in HEADLINE if k != "phase")
 OUTPUT = "fedray"
+#: Metrics whose value in a trial's last report is the run's final one (the last round's is ``round_NAME``).
+FINAL_REPLACES = ("accuracy",)
 
 
 def trial_config(base: Any, config: Mapping[str, Any], checkpoint_every: int) -> ExperimentConfig:
@@ -159,9 +161,22 @@ def run_trial(config: Mapping[str, Any], *, base: Any, checkpoint_every: int = 5
             params = _mutated_params(trial_config(base, config, checkpoint_every),
                                      load(folder, bound=False)["config"])
             result = resume(folder, output=out, progress=False, on_round=hooks, algorithm_params=params, adopt=True)
-    final = {f"final_{k}": v for k, v in numeric_items(result.final).items()}
-    tune.report({**reporter.last, **final})
+    tune.report(final_report(reporter.last, numeric_items(result.final)))
     return result
+
+
+def final_report(last: dict[str, Any], final: dict[str, float]) -> dict[str, Any]:
+    """The trial's last report: the metrics of :data:`FINAL_REPLACES` hold the run's final values (``accuracy`` is the final
+    accuracy of ``docs/results.md``, the number of ``summary.json``, the table and the trackers), so
+    that a search ranking finished trials by their last report ranks them by it; ``final_NAME``
+    repeats them and ``round_NAME`` keeps the last round's values they replace."""
+    out = dict(last)
+    for k, v in final.items():
+        if k in FINAL_REPLACES:
+            out[f"round_{k}"] = last.get(k, math.nan)
+            out[k] = v
+        out[f"final_{k}"] = v
+    return out
 
 
 def _mutated_params(cfg: ExperimentConfig, saved: dict[str, Any]) -> dict[str, Any]:

@@ -409,7 +409,7 @@ def make_config(config: ExperimentConfig | dict | str | Path | None = None,
     try:
         cfg = ExperimentConfig(**raw)
     except ValidationError as exc:
-        raise ConfigError(format_validation_error(exc)) from None
+        raise ConfigError(format_validation_error(exc, model=ExperimentConfig)) from None
     except TypeError as exc:
         raise ConfigError(f"invalid configuration: {exc}") from None
     validate_static(cfg)

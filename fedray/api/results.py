@@ -8,7 +8,9 @@ Output folder layout::
     rounds.parquet    one row a round (``wall_s`` = seconds of that round)
     clients.parquet   one row a client: samples, rounds_participated (rounds it answered a task of the
                       algorithm), rounds_evaluated (rounds it only evaluated the current model), bytes
-                      sent, compute seconds; accuracy, acc, cluster and true_group where the method has them
+                      sent, compute_share_s (the client's seconds of compute: its own for a call per client,
+                      an equal share of its host's for a batched call); n_train and n_test where the
+                      clients split their rows; accuracy, acc, cluster and true_group where the method has them
     model.npz         the model's arrays (``centers``; ``m`` where fuzzy)
     config.yaml       the validated configuration
     plots/*.png       convergence; centres over the data density (federated PCA beyond 2-D);
@@ -28,6 +30,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from fedray.api.headlines import accuracy_account, accuracy_lines
 from fedray.api.outputs import record
 from fedray.api.plotdata import PlotData
 from fedray.core.contract import Algorithm
@@ -99,8 +102,10 @@ class Result:
         if cols is None:  # a server of an earlier version: one row per client that answered
             cols = _columns_of_rows(state.get("client_rows", {}), len(desc))
         rows = pd.DataFrame({"client_id": desc.ids, "name": desc.all_names(), "n_samples": desc.n,
-                             **{k: cols[k][desc.ids] for k in ("rounds_participated", "rounds_evaluated", "bytes_up",
-                                                              "compute_s")}})
+                             **_train_test_rows(alg, session, desc),
+                             **{k: cols[k][desc.ids] for k in ("rounds_participated", "rounds_evaluated", "bytes_up")},
+                             # a batched call on a host is timed once and shared equally by its clients
+                             "compute_share_s": cols["compute_s"][desc.ids]})
         clients = _with_client_results(rows, model, final, session.info.extras or {})
         # Counted from the same rows as failures.parquet: every attempt of every round, and
         # the evaluation passes (negative rounds).
@@ -123,6 +128,9 @@ class Result:
             "stop_reason": str(state.get("stop_reason", "")),
             "wall_time_s": float(wall_s),
             "startup_s": float(session.startup_s),
+            # the session's start-up steps (Ray, client actors, data checks), shared by its runs
+            "startup_steps": {k: round(float(v), 3) for k, v in getattr(session, "startup_stages", {}).items()},
+            "rounds_s": float(history["wall_s"].sum()) if len(history) else 0.0,
             "evaluation_s": float(state.get("evaluation_s", 0.0)),
             "failures": {"failed": failures, "late": late, "late_spillover": spill, "in_evaluation": in_eval},
             "bytes": {"down": int(history["bytes_down"].sum()) if len(history) else 0,
@@ -133,6 +141,7 @@ class Result:
         }
         if session.executor.backend == "ray":
             summary["actors"] = session.executor.n_actors
+        summary.update(accuracy_account(history, clients))
         extras = _reliability_extras(state, summary)
         return cls(cfg, history, clients, model, summary, type(alg), session.scaler, extras=extras)
 
@@ -265,18 +274,54 @@ class Result:
                  f"{'dataset':<28}{self.summary['dataset']}",
                  f"{'clients / samples':<28}{self.summary['n_clients']} / {self.summary['n_samples']}",
                  f"{'rounds (stopped by)':<28}{self.summary['rounds']} ({self.summary.get('stop_reason') or '-'})",
-                 f"{'wall time':<28}{self.summary['wall_time_s']:.2f} s"]
-        lines += [f"{k:<28}{fin[k]:.4f}" for k in keys if isinstance(fin[k], (int, float))]
+                 *_time_lines(self.summary)]
+        lines += [f"{k:<28}{fin[k]:.4f}" for k in keys if isinstance(fin[k], (int, float)) and k != "accuracy"]
+        lines += accuracy_lines(self.summary)
         cov = fin.get("evaluation_coverage")
         if cov:
             text = (f"{'evaluated':<28}{cov['clients']} of {cov['of_clients']} clients, "
                     f"{cov['samples']} of {cov['of_samples']} samples")
+            rows = (self.summary.get("accuracy_measured_on") or {}).get("test_rows")
+            if rows is not None:  # the evaluation pass covers the clients; accuracy reads their test rows
+                text += f" (accuracy on their {rows} test rows)"
             if cov["clients"] < cov["of_clients"]:
                 text += " (INCOMPLETE)"
                 if color:
                     text = f"\033[31m{text}\033[0m"
             lines.append(text)
         return "\n".join(lines)
+
+
+def _train_test_rows(alg: Any, session: Any, desc: Any) -> dict[str, np.ndarray]:
+    """``n_train`` and ``n_test`` per client for methods that train on a split of each client's rows
+    (the federation's own split where it fixes one, as FEMNIST's writers, else the algorithm's
+    ``test_fraction`` as :func:`fedray.nn.split.split_rows` draws it); nothing for the others."""
+    if not getattr(type(alg), "supervised", False):
+        return {}
+    fraction = float(getattr(getattr(alg, "params", None), "test_fraction", 0.15))
+    specs = session.federation.specs
+    n_test = []
+    for cid, n in zip(np.asarray(desc.ids).tolist(), np.asarray(desc.n).tolist()):
+        fixed = specs[cid].meta.get("n_test") if cid < len(specs) else None
+        if fixed is not None:
+            n_test.append(int(fixed))
+        else:
+            t = int(round(fraction * n))
+            n_test.append(min(max(t, 1), n - 1) if n >= 2 else 0)
+    tests = np.asarray(n_test, dtype=np.int64)
+    return {"n_train": np.asarray(desc.n, dtype=np.int64) - tests, "n_test": tests}
+
+
+def _time_lines(summary: dict[str, Any]) -> list[str]:
+    """Start-up (Ray, client actors, data checks; once per session) apart from the run itself."""
+    steps = summary.get("startup_steps") or {}
+    slow = "; ".join(f"{k} {v:.1f} s" for k, v in steps.items() if v >= 0.5)
+    lines = [f"{'start-up (once a session)':<28}{summary.get('startup_s', 0.0):.2f} s" + (f" ({slow})" if slow else "")]
+    rounds_s = summary.get("rounds_s")
+    run = f"{summary['wall_time_s']:.2f} s"
+    if rounds_s is not None:
+        run += f" (rounds {rounds_s:.2f} s, final evaluation {summary.get('evaluation_s', 0.0):.2f} s)"
+    return lines + [f"{'run':<28}{run}"]
 
 
 def _columns_of_rows(rows: dict[Any, dict[str, Any]], n: int) -> dict[str, np.ndarray]:

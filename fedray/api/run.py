@@ -9,7 +9,8 @@ from typing import Any
 
 from fedray.api.checkpoint import load
 from fedray.api.config import make_config
-from fedray.api.outputs import prepare, release, run_id_of
+from fedray.api.outputs import MARKER, prepare, release, run_id_of
+from fedray.api.progress import showing
 from fedray.api.results import Result, peak_memory_mb
 from fedray.api.session import Session
 from fedray.api.tracking import Trackers
@@ -29,7 +30,8 @@ def run(config: Any = None, *, overrides: list[str] | dict[str, Any] | None = No
     config : ExperimentConfig, mapping or path to a YAML file, optional
     overrides : ``["federation.n_clients=100", ...]`` or a mapping of dotted keys
     output : folder for ``summary.json``, ``rounds.parquet``, ... (default: ``output.directory``)
-    progress : show a progress bar (default: when stderr is a terminal)
+    progress : show progress, Ray start-up included (True), nothing (False), or by default a bar on a
+        terminal or in a notebook and lines on standard error (or fedray's logger) otherwise
     central_baseline : also run the central algorithm on the union from the same start
     on_round : functions called with each round's history row (after its checkpoint, when one is due)
     **kwargs : configuration sections or dotted keys, e.g. ``algorithm={"name": "kmeans"}``
@@ -43,17 +45,32 @@ def run(config: Any = None, *, overrides: list[str] | dict[str, Any] | None = No
     cfg = make_config(config, overrides=overrides, **kwargs)
     out = cfg.output.directory if output is None else output
     Trackers(cfg, out).check()  # the trackers' options and MLflow's store, before anything is written
+    existed = bool(out) and Path(out).exists()
     if out:  # before Ray starts and before any data is read: claims the folder for this run
         prepare(out, cfg.output.overwrite)
+    ok = False
     try:
-        with Session(cfg) as session:
+        with showing(progress), Session(cfg) as session:  # start-up shows progress too, or nothing with False
             result = session.run(output=output, progress=progress, central_baseline=central_baseline,
                                  on_round=on_round)
             result.peak_memory_mb = peak_memory_mb()
+            ok = True
             return result
     finally:
         if out:  # also when the session could not start: the folder is free again
             release(out)
+            if not ok and not existed:
+                _drop_if_only_marker(Path(out))
+
+
+def _drop_if_only_marker(folder: Path) -> None:
+    """A run that failed before writing anything leaves no folder holding only fedray's marker."""
+    try:
+        if [p.name for p in folder.iterdir()] == [MARKER]:
+            (folder / MARKER).unlink()
+            folder.rmdir()
+    except OSError:
+        pass
 
 
 def resume(directory: str | Path, progress: bool | None = None, output: str | Path | None = None,
@@ -99,7 +116,7 @@ def resume(directory: str | Path, progress: bool | None = None, output: str | Pa
     Trackers(cfg, out).check()
     done = int(blob["server"]["round"])
     log.info("resuming %s after round %d from %s", cfg.algorithm.name, done - 1, blob["path"])
-    with Session(cfg) as session:
+    with showing(progress), Session(cfg) as session:
         result = session.run(output=out, progress=progress, resume_from=blob, on_round=on_round)
         result.peak_memory_mb = peak_memory_mb()
     return result

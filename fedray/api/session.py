@@ -21,7 +21,7 @@ from fedray.api.checkpoint import Checkpointer
 from fedray.api.config import ExperimentConfig, make_config
 from fedray.api.drivers import LocalDriver, RayDriver
 from fedray.api.outputs import prepare, release, write_partial
-from fedray.api.progress import Progress
+from fedray.api.progress import Activity, Progress, startup_line
 from fedray.api.results import Result
 from fedray.api.tracking import Trackers
 from fedray.core import calls
@@ -63,20 +63,32 @@ class Session:
         # torch for the neural methods: the client actors import it while they build their shards
         self._preloaded = requirements(self.algorithm_cls)
         check_memory(cfg)
-        self.federation: Federation = build_federation(cfg.data, cfg.federation.n_clients, cfg.seed)
         rt = cfg.runtime
         self._started_ray = False
         self._spare_server: Any = None  # a server actor started ahead for the next run (ray)
         self.runtime_env: dict[str, Any] | None = None  # given to every actor (fedray.runtime.shipping)
-        if rt.backend == "ray":
-            self._started_ray = ensure_ray(rt.address, rt.num_cpus, cfg=cfg)
-            self.runtime_env = actor_runtime_env(cfg)
-            self._prestart_server()  # its process starts while the client actors build their shards
+        act = Activity("start-up", rt.progress)  # what start-up does, with its seconds, while it runs
+        try:
+            n = cfg.federation.n_clients
+            act.stage(f"reading {cfg.data.dataset}" + (f" into {n} clients" if n else ""), "data")
+            self.federation: Federation = build_federation(cfg.data, cfg.federation.n_clients, cfg.seed)
+            if rt.backend == "ray":
+                act.stage(f"connecting to Ray at {rt.address}" if rt.address else "starting Ray on this machine",
+                          "Ray")
+                self._started_ray = ensure_ray(rt.address, rt.num_cpus, cfg=cfg)
+                self.runtime_env = actor_runtime_env(cfg)
+                self._prestart_server()  # its process starts while the client actors build their shards
+        except BaseException:
+            act.close()
+            raise
         # Disclosures outside the protected path, counted for the privacy summary (fedray.layers.privacy).
         self.disclosures: dict[str, int] = {}
         self.outside_messages: list[dict[str, Any]] = []  # message-log rows of calls outside runs
         try:
             self.resident = shard_residency(cfg, self.federation.specs)
+            act.stage(f"starting the client actors of {len(self.federation.specs)} clients" if rt.backend == "ray"
+                      else f"building {len(self.federation.specs)} clients", "client actors" if rt.backend == "ray"
+                      else "clients")
             if not self.resident and rt.resident == "auto":
                 log.info("the shards would take more than half of the memory available: they are generated again "
                          "whenever clients run (runtime.resident: auto)")
@@ -88,13 +100,17 @@ class Session:
             # K selection, validation, plots); each run starts its records afresh.
             self.layers: Executor = build_stack(self.executor, cfg, self.disclosures)
             self._secure: PrivacyLayer | None = None
+            act.stage("checking the data (per-client summaries)", "data checks")
             self.descriptions: Descriptions = self.executor.describe(private=True) if cfg.privacy.active else self.executor.describe()
             self.info, self.scaler = self._check_and_scale(self.descriptions)
             self.descriptions.drop_moments()  # summed already; per client they would stay for nothing
         except BaseException:
+            act.close()
             self.close()
             raise
         self.startup_s = time.perf_counter() - t0
+        act.close(startup_line(self.startup_s, act.stages))
+        self.startup_stages: dict[str, float] = act.stages  # seconds of each start-up step (summary.json)
         log.info("session ready: %d clients on %s in %.2f s", self.info.n_clients, rt.backend, self.startup_s)
 
     # --- data checks and scaling --------------------------------------------
@@ -219,8 +235,9 @@ class Session:
         if resume_from is not None and resume_from.get("clients"):
             self.executor.set_state(resume_from["clients"])
         self._stash_outside_records()
-        bar = Progress(alg.name, min(cap, budget) if budget else cap,
-                       progress if progress is not None else cfg.runtime.progress)
+        show = progress if progress is not None else cfg.runtime.progress
+        bar = Progress(alg.name, min(cap, budget) if budget else cap, show)
+        ending = None
         trackers = Trackers(cfg, out, None if resume_from is None else int(resume_from["server"]["round"]))
         driver = self._driver(alg, settings, resume_from)
         try:
@@ -233,9 +250,16 @@ class Session:
                 trackers.log_round(row)
                 for fn in on_round:
                     fn(row)
+            bar.close()
+            ending = Activity(alg.name, show, lazy=True)  # said only when it lasts (a large federation)
+            ending.stage("final evaluation")
             final, model, state = driver.finish()
+            for note in state.get("notes", ()):  # the server's warnings, here rather than tagged with its actor
+                log.warning("%s", note)
             self._remember_releases(state)
         except BaseException as exc:
+            if ending is not None:
+                ending.close()
             trackers.close("KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED")
             if out:
                 self._save_partial(out, exc, driver.state, cfg)
@@ -248,10 +272,12 @@ class Session:
                 self._prestart_server()  # the next run's, started while this one's results are built
         status = "FAILED"
         try:
+            ending.stage("central baseline and outputs")
             result = self._complete(cfg, alg, state, model, final, t0, out, central_baseline)
             trackers.finish(result)
             status = "FINISHED"
         finally:
+            ending.close()
             trackers.close(status)
         return result
 

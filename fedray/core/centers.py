@@ -39,6 +39,7 @@ from fedray.core.ops import (
     memberships_from_d2,
     sq_distances,
 )
+from fedray.core.settle import Settling
 from fedray.core.stats import Stats, StatsBlock, total
 
 log = logging.getLogger(__name__)
@@ -180,6 +181,8 @@ class CenterAlgorithm(Algorithm):
         self.centers: np.ndarray | None = None
         self.rounds_done = 0
         self.converged = False
+        self.stop_note = ""  # "settled": the partial-participation rule stopped the run (fedray.core.settle)
+        self._settling: Settling | None = None
         self._warned: set[int] = set()  # clusters already reported empty
         init = params.init
         if isinstance(init, list):
@@ -208,7 +211,7 @@ class CenterAlgorithm(Algorithm):
     def configure_round(self, ctx: RoundContext) -> dict[int, Task] | None:
         if self.phase == "init":
             return self.init_tasks(ctx)
-        if self.converged or self.rounds_done >= self.params.max_rounds:
+        if self.converged or self.stop_note or self.rounds_done >= self.params.max_rounds:
             return None
         task = self.round_task()
         return ctx.each(task)
@@ -216,7 +219,15 @@ class CenterAlgorithm(Algorithm):
     def aggregate(self, ctx: RoundContext, replies: list[Reply]) -> dict[str, float]:
         if self.phase == "init":
             return self.aggregate_init(ctx, replies)
-        return self.update(ctx, replies)
+        row = self.update(ctx, replies)
+        window = int(getattr(self.params, "settle_window", 0) or 0)
+        if window and ctx.fraction < 1.0 and not self.converged and "center_shift" in row:
+            self._settling = self._settling or Settling(window)
+            if self._settling.settled(row["center_shift"], self.centers):
+                self.centers = self._settling.averaged()
+                self.stop_note = "settled"
+                log.info("%s: %s", self.name, self._settling.reason())
+        return row
 
     def round_task(self) -> Task:  # pragma: no cover - abstract
         """The task every sampled client runs in a training round."""

@@ -6,6 +6,8 @@ prints its message without a traceback. Degenerate but recoverable situations
 """
 from __future__ import annotations
 
+import difflib
+import typing
 from typing import Any
 
 
@@ -54,16 +56,36 @@ class SharedSamplesWarning(FedrayWarning):
     """Clients had to share samples because the data pool was too small."""
 
 
-def format_validation_error(exc: Any, prefix: str = "") -> str:
-    """One line per problem: ``key: message (got value)``."""
+def format_validation_error(exc: Any, prefix: str = "", model: Any = None) -> str:
+    """One line for all the problems: ``key: message; got value`` (several joined by `` | ``).
+
+    With the pydantic ``model`` that was validated, an unknown key gets the closest names that
+    model allows at that place (``did you mean 'n_clients'?``)."""
     lines = []
     for err in exc.errors():
-        loc = ".".join(str(p) for p in err.get("loc", ()))
+        parts = tuple(err.get("loc", ()))
+        loc = ".".join(str(p) for p in parts)
         key = f"{prefix}.{loc}" if prefix and loc else (prefix or loc)
         msg = err.get("msg", "invalid")
         if err.get("type") == "extra_forbidden":
-            msg = "unknown parameter"
+            msg = "unknown parameter" + _near_field(model, parts)
         got = err.get("input")
         got_s = "" if isinstance(got, dict) else f"; got {got!r}"
         lines.append(f"{key}: {msg}{got_s}")
-    return "invalid configuration:\n  " + "\n  ".join(lines)
+    return " | ".join(lines) if len(lines) == 1 else f"{len(lines)} invalid values: " + " | ".join(lines)
+
+
+def _near_field(model: Any, loc: tuple[Any, ...]) -> str:
+    """`` (did you mean 'x'?)`` for the field names of the sub-model of ``model`` at ``loc[:-1]``."""
+    for part in loc[:-1]:
+        field = getattr(model, "model_fields", {}).get(part)
+        if field is None:
+            return ""
+        candidates = [field.annotation, *typing.get_args(field.annotation)]
+        model = next((c for c in candidates if isinstance(c, type) and hasattr(c, "model_fields")), None)
+    fields = getattr(model, "model_fields", None)
+    if not fields or not loc:
+        return ""
+    names = [*fields, *(f.alias for f in fields.values() if f.alias)]
+    near = difflib.get_close_matches(str(loc[-1]), names, n=2, cutoff=0.6)
+    return f" (did you mean {' or '.join(repr(n) for n in near)}?)" if near else ""

@@ -174,7 +174,8 @@ def make_params(cls: type[Algorithm], params: Mapping[str, Any] | None) -> Param
     try:
         return cls.Params(**dict(params or {}))
     except ValidationError as exc:
-        raise ConfigError(format_validation_error(exc, prefix=f"algorithm.params ({cls.name})")) from None
+        raise ConfigError(format_validation_error(exc, prefix=f"algorithm.params ({cls.name})",
+                                                  model=cls.Params)) from None
 
 
 def check_algorithm_class(obj: Any, ref: str, key: str = "algorithm.name") -> type:

@@ -77,6 +77,7 @@ class Server:
         # "converged", "algorithm" (its own budget or rule), "rounds done" (an algorithm that
         # trains for federation.rounds reached it) or "round cap" (the cap cut the run short)
         self.stop_reason = ""
+        self.notes: list[str] = []  # warnings for the user, logged where the run was started
 
     def step(self) -> dict[str, Any] | None:
         """Run one round; returns its history row, or None when the run is over."""
@@ -101,7 +102,8 @@ class Server:
                               f"{{client id: Task}}; got {type(tasks).__name__} {tasks!r:.60} in round {self.round}")
         if tasks is None:
             self.finished = True
-            self.stop_reason = "converged" if self.algorithm.converged else "algorithm"
+            self.stop_reason = ("converged" if self.algorithm.converged
+                                else getattr(self.algorithm, "stop_note", "") or "algorithm")
             return None
         res, executions = self.gather(calls.train(self.round), tasks, need=min(self.settings.min_clients, len(tasks)),
                                       retries=self.settings.round_retries,
@@ -116,7 +118,7 @@ class Server:
             metrics = {("objective_sampled" if k == "objective" else k): v for k, v in metrics.items()}
         out = {"round": self.round, "phase": phase, "clients_sampled": len(tasks),
                "clients_answered": len(res.replies), "clients_failed": len(res.failed),
-               "clients_late": len(res.late), **metrics,
+               "clients_late": len(res.late), **self._cohort_split(), **metrics,
                "bytes_down": _bytes_down(tasks), "bytes_up": bytes_up,
                "wall_s": time.perf_counter() - t0}
         if self.settings.round_retries or executions > 1:
@@ -218,11 +220,23 @@ class Server:
             only_eval = np.full(n_rep, bool(first.evaluation))
         else:
             only_eval = np.fromiter((tasks[c].evaluation for c in ids.tolist()), dtype=bool, count=n_rep)
+        self._split = (n_rep - int(only_eval.sum()), int(only_eval.sum()))  # (trained, only evaluated)
+        self._answered = n_rep
         self._rounds[ids[~only_eval]] += 1  # a client answers once a round: no repeated index
         self._evaluated[ids[only_eval]] += 1
         self._bytes_up[ids] += up
         self._compute_s[ids] += seconds
         return int(up.sum())
+
+    def _cohort_split(self) -> dict[str, int]:
+        """In a round where clients outside the trained cohort evaluate the current model
+        (supervised methods, every ``eval_every`` rounds; the cohort evaluates too): how many
+        trained and how many evaluated, apart (``clients_answered`` counts both)."""
+        trained, only_evaluated = getattr(self, "_split", (0, 0))
+        self._split = (0, 0)
+        if not only_evaluated:
+            return {}
+        return {"clients_trained": trained, "clients_evaluated": int(getattr(self, "_answered", 0))}
 
     def _grow(self, n: int) -> None:
         if n > len(self._rounds):
@@ -341,15 +355,17 @@ class Server:
         if alg.trains_for_rounds:
             return "rounds done"
         own = f" (it asks for up to {self.budget} rounds)" if self.budget is not None else ""
-        log.warning("%s stopped at the round cap federation.rounds=%d before it finished by its own rule%s; "
-                    "raise federation.rounds, or leave it unset to use the algorithm's budget",
-                    alg.name, self.max_rounds, own)
+        # A note for the driver to log (a server actor's own warning would arrive tagged with its pid)
+        self.notes.append(f"{alg.name} stopped at the round cap federation.rounds={self.max_rounds} before it "
+                          f"finished by its own rule{own}; raise federation.rounds, or leave it unset to use the "
+                          "algorithm's budget")
         return "round cap"
 
     def state(self) -> dict[str, Any]:
         return {"round": self.round, "history": self.history, "client_columns": self.client_columns(),
                 "finished": self.finished, "converged": self.algorithm.converged, "stop_reason": self.stop_reason, "phase": self.algorithm.phase,
-                "failures": self.failures, "report": self.executor.report(), "evaluation_s": self.evaluation_s}
+                "failures": self.failures, "report": self.executor.report(), "evaluation_s": self.evaluation_s,
+                "notes": list(self.notes)}
 
     # --- checkpoints (see fedray.api.checkpoint) ----------------------------------------
     def snapshot(self) -> dict[str, Any]:

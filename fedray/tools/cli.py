@@ -18,6 +18,7 @@ from typing import Any
 
 from fedray.api.checkpoint import load
 from fedray.api.config import make_config
+from fedray.api.progress import showing
 from fedray.api.run import resume, run
 from fedray.core.errors import ConfigError, FedrayError
 from fedray.core.extras import block_absent_optionals
@@ -44,7 +45,13 @@ QUICKSTART = {
 
 
 def _default_out(name: str) -> Path:
-    return Path("fedray-output") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    """``fedray-output/NAME-TIMESTAMP``, numbered ``-2``, ``-3``, ... when a run of the same second has it."""
+    base = Path("fedray-output") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    out, n = base, 1
+    while out.exists():
+        n += 1
+        out = base.with_name(f"{base.name}-{n}")
+    return out
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -96,11 +103,12 @@ def _check_resume_config(args: argparse.Namespace) -> None:
 
 
 def cmd_quickstart(args: argparse.Namespace) -> int:
+    print("fedray quickstart: federated fuzzy c-means on scikit-learn's iris, 8 clients with label skew, on Ray",
+          flush=True)
     cfg = make_config(QUICKSTART, overrides=args.set or [])
     out = args.out or Path("fedray-output") / "quickstart"
     if args.overwrite or not args.out:  # the default folder is the quickstart's own: rerunning replaces it
         cfg = make_config(cfg, overrides=["output.overwrite=true"])
-    print("fedray quickstart: federated fuzzy c-means on scikit-learn's iris, 8 clients with label skew, on Ray")
     result = run(cfg, output=out, progress=None if not args.quiet else False)
     print(result.table(color=sys.stdout.isatty()))
     print(f"outputs: {result.output_dir} (summary.json, rounds.parquet, clients.parquet, model.npz, plots/)")
@@ -170,6 +178,10 @@ def build_parser() -> argparse.ArgumentParser:
                                  help="more logging (-vv for debug)")
         except argparse.ArgumentError:  # the command has a -v of its own
             pass
+        try:  # every command shows progress for its long steps (Ray start-up included); -q silences it
+            command.add_argument("-q", "--quiet", action="store_true", help="no progress lines or bar")
+        except argparse.ArgumentError:
+            pass
     return p
 
 
@@ -212,7 +224,8 @@ def main(argv: list[str] | None = None) -> int:
             progress.addHandler(handler)
             progress.propagate = False
     try:
-        return int(args.func(args) or 0)
+        with showing(False if getattr(args, "quiet", False) else None):
+            return int(args.func(args) or 0)
     except FedrayError as exc:
         if args.verbose and (exc.__cause__ is not None or args.verbose > 1):  # e.g. a plug-in's own error
             log.info("traceback", exc_info=True)

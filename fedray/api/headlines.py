@@ -1,0 +1,54 @@
+"""What a run's accuracy was measured on, said once for the table and ``summary.json``.
+
+The **final accuracy** (``summary["final"]["accuracy"]``) is the mean over clients of each
+client's accuracy on its own test rows, with the model the algorithm assigns it at the end
+(FedAvg's one model, FLACC's or IFCA's cluster model, a client's own model for ``local``),
+evaluated once after the last round has been aggregated (the evaluation pass). The round
+accuracy in ``rounds.parquet`` is the same mean in that round's evaluation, taken *before* the
+round's training, so the last round's value is that of the models one aggregation earlier,
+with the assignment of that time; the difference from the final accuracy is what the last
+round's training (and, for clustered methods, its re-assignment) changed. ``docs/results.md``
+gives the definitions; the table, ``summary.json``, Tune's last report (``accuracy``) and the
+trackers' ``final/accuracy`` carry the same number.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pandas as pd
+
+
+def accuracy_account(history: pd.DataFrame, clients: pd.DataFrame) -> dict[str, Any]:
+    """``accuracy_measured_on`` (clients and test rows of the final accuracy) and
+    ``last_round_accuracy`` (round and value), for runs that report an accuracy per client."""
+    out: dict[str, Any] = {}
+    if "accuracy" in clients:
+        acc = clients["accuracy"].astype(float)
+        measured = acc.notna()
+        on: dict[str, Any] = {"clients": int(measured.sum()), "of_clients": int(len(clients))}
+        if "n_test" in clients:
+            on["test_rows"] = int(clients.loc[measured, "n_test"].sum())
+            on["train_rows"] = int(clients.loc[measured, "n_train"].sum())
+        out["accuracy_measured_on"] = on
+    if "accuracy" in history and history["accuracy"].notna().any():
+        last = history[history["accuracy"].notna()].iloc[-1]
+        out["last_round_accuracy"] = {"round": int(last["round"]), "accuracy": float(last["accuracy"])}
+    return out
+
+
+def accuracy_lines(summary: dict[str, Any]) -> list[str]:
+    """The table's lines for the final accuracy, what it was measured on, and the last round's."""
+    fin = summary.get("final", {})
+    value = fin.get("accuracy")
+    if not isinstance(value, (int, float)) or math.isnan(float(value)):
+        return []
+    on = summary.get("accuracy_measured_on") or {}
+    rows = f", {on['test_rows']} test rows" if "test_rows" in on else ""
+    lines = [f"{'accuracy (final)':<28}{value:.4f}  mean over {on.get('clients', '?')} clients, each on its own "
+             f"test rows{rows}, after the last round"]
+    last = summary.get("last_round_accuracy")
+    if last:
+        lines.append(f"{'accuracy, round ' + str(last['round']):<28}{last['accuracy']:.4f}  the same, before that "
+                     "round's training (docs/results.md)")
+    return lines
