@@ -86,7 +86,7 @@ IMAGE_SETS.register("femnist", ImageSet(
     "femnist/train/*.json and femnist/test/*.json (LEAF's JSON shards: users, num_samples, user_data)",
     "https://github.com/TalwalkarLab/leaf (data/femnist: ./preprocess.sh -s niid --sf 0.05 -k 0 -t sample)",
     {"classes": f"labels kept, renumbered from 0: {', '.join(CLASS_SUBSETS)} (letters: 52 classes, A-Z then "
-                "a-z; default all)"}))
+                "a-z; default all)"}, natural_partition="by_writer"))
 
 
 # --- IDX sets: EMNIST and Fashion-MNIST ---------------------------------------------------

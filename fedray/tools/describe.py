@@ -214,14 +214,15 @@ def _describe_image_set(name: str) -> Description | None:
     """An image data set read from its authors' files (``cifar10``, ``emnist:SPLIT``, ``images:FOLDER``...)."""
     kind, _, rest = name.partition(":")
     image_set = IMAGE_SETS.get(kind)
-    if image_set is None:
+    if image_set is None or not image_set.files:
         return None
     if rest and rest != image_set.arg:
         check_dataset_name(name)  # a bad split: one line naming the choices
     doc = (f"{image_set.summary}\n  files under data.data_dir: {image_set.files}\n  distributed by: "
            f"{image_set.source} (fedray reads the files; it never downloads them)")
-    rows = [Row(f"data.options.{k}", type(IMAGE_OPTION_DEFAULTS.get(k, "")).__name__,
-                repr(IMAGE_OPTION_DEFAULTS.get(k)), "", meaning) for k, meaning in image_set.options.items()]
+    defaults = {**IMAGE_OPTION_DEFAULTS, **image_set.defaults}
+    rows = [Row(f"data.options.{k}", type(defaults.get(k, "")).__name__,
+                repr(defaults.get(k)), "", meaning) for k, meaning in image_set.options.items()]
     return Description(f"data set {name!r} (read from files under data.data_dir)", doc, rows)
 
 
