@@ -9,6 +9,7 @@ from typing import Any
 from fedray.core.errors import ConfigError
 from fedray.data.datasets import (
     DATA_SOURCES,
+    MNIST_OPTIONS,
     SCENARIOS,
     SKLEARN_SETS,
     Dataset,
@@ -51,9 +52,10 @@ DATA_SOURCES.register("benchmark", DataSource(
     "its ground truth NAME-gt.txt (the G2 sets: benchmark:g2/g2-2-30)", arg="BATTERY/NAME",
     check=_check_benchmark))
 DATA_SOURCES.register("mnist", DataSource(
-    lambda rest, ddir, options: load_mnist(ddir),
-    "MNIST (LeCun et al.): 28x28 grey handwritten digits, the 10,000 test images",
-    "mnist/t10k-{images-idx3,labels-idx1}-ubyte.gz (or the folder itself)", "http://yann.lecun.com/exdb/mnist/"))
+    lambda rest, ddir, options: load_mnist(ddir, options),
+    "MNIST (LeCun et al.): 28x28 grey handwritten digits, 60,000 training and 10,000 test images",
+    "mnist/{train,t10k}-{images-idx3,labels-idx1}-ubyte.gz (or the folder itself)",
+    "http://yann.lecun.com/exdb/mnist/", MNIST_OPTIONS, defaults={"part": "test"}))
 DATA_SOURCES.register("scenario", DataSource(
     _scenario, "a named scenario generated from the run's seed (register_scenario)", arg="NAME",
     check=_check_scenario, open_options=True, seeded=True,
