@@ -120,6 +120,17 @@ def run(data_dir: str | None, sets: list[tuple[int, int]], clients: list[int], r
     return df[wanted].reset_index(drop=True)
 
 
+def complete_repeats(df: pd.DataFrame) -> pd.DataFrame:
+    """Only the repeats every set has (a run stopped early, read from its partial file, weighs every set alike)."""
+    n_sets = df[["dim", "spread"]].drop_duplicates().shape[0]
+    per = df[["dim", "spread", "repeat"]].drop_duplicates().groupby("repeat").size()
+    keep = per[per == n_sets].index
+    if len(keep) < len(per):
+        log.info("tables from repeats %s (the ones every set has); left out %s", list(keep),
+                 sorted(set(per.index) - set(keep)))
+    return df[df["repeat"].isin(keep)].reset_index(drop=True)
+
+
 def correct_rate(df: pd.DataFrame, filtered: bool = True) -> float:
     d = df[df["db_k2"] < THRESHOLD] if filtered else df
     return float(100.0 * (d["chosen_k"] == 2).mean()) if len(d) else float("nan")
@@ -237,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
         clients, repeats, max_rounds = [2, 5, 10], args.repeats, args.max_rounds
     algorithms = ("fedfcm", "fedfcm-avg")
     if args.tables_from:
-        df = pd.concat([pd.read_parquet(f) for f in args.tables_from], ignore_index=True)
+        df = complete_repeats(pd.concat([pd.read_parquet(f) for f in args.tables_from], ignore_index=True))
         repeats = int(df["repeat"].nunique())
     else:
         df = run(args.data_dir, sets, clients, repeats, algorithms, max_rounds, jobs=args.jobs,
