@@ -161,6 +161,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--no-central", action="store_true")
     ap.add_argument("--out", default="results/fedcref")
     ap.add_argument("--quick", action="store_true", help="tiny settings on sklearn:digits (for tests)")
+    ap.add_argument("--resume", action="store_true", help="keep the runs already in --out/runs.parquet and skip "
+                    "their (table, setting, seed); the same command then finishes an interrupted run")
     return ap.parse_args(argv)
 
 
@@ -174,6 +176,9 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     out = Path(args.out)
     (out / "plots").mkdir(parents=True, exist_ok=True)
     rows: list[dict[str, Any]] = []
+    if args.resume and (out / "runs.parquet").exists():
+        rows = pd.read_parquet(out / "runs.parquet").to_dict("records")
+    done = {(r["table"], r["setting"], r["seed"]) for r in rows}
     for table in args.tables:
         if table == "main":
             settings, variants = ["default"], args.variants or list(VARIANTS)
@@ -186,6 +191,9 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
             if table == "clients":
                 setting = int(setting)
             for seed in args.seeds:
+                if (table, str(setting), seed) in done:
+                    log.info("%s=%s seed %d: in %s already", table, setting, seed, out / "runs.parquet")
+                    continue
                 rows += run_setting(args, table, setting, seed, variants, base,
                                     central=table == "main" and not args.no_central and not args.quick,
                                     plots=out / "plots")

@@ -31,7 +31,7 @@ from fedray.analysis.kselect import central_curve, choose_k, select_k
 from fedray.analysis.validation import knowledge_gap
 from fedray.api.session import Session
 from fedray.data import load_dataset
-from fedray.data.scenarios import g2_config
+from fedray.data.scenarios import g2_config, g2_dataset
 
 log = logging.getLogger("stallmann_g2")
 
@@ -46,24 +46,25 @@ PAPER_GAP_K2 = {  # Table 6 (k-means averaging)
 THRESHOLD = 1.3
 
 
-def _reference(dim: int, spread: int, data_dir: str) -> tuple[np.ndarray, np.ndarray]:
-    ds = load_dataset(f"benchmark:g2mg/g2mg_{dim}_{spread}", data_dir)
+def _reference(dim: int, spread: int, data_dir: str, battery: str = "g2mg") -> tuple[np.ndarray, np.ndarray]:
+    ds = load_dataset(g2_dataset(dim, spread, battery), data_dir)
     means = np.vstack([ds.X[ds.y == c].mean(axis=0) for c in np.unique(ds.y)])
     return means, ds.X.var(axis=0)
 
 
 def run_set(data_dir: str | None, dim: int, spread: int, clients: list[int], repeats: int,
             algorithms: tuple[str, ...], max_rounds: int = 50, n_init: int = 10, central_only: bool = False,
-            first_repeat: int = 0) -> list[dict]:
-    """Every repeat, client count and method on one ``g2mg_{dim}_{spread}`` set."""
-    ref, var = _reference(dim, spread, data_dir)
+            first_repeat: int = 0, battery: str = "g2mg") -> list[dict]:
+    """Every repeat, client count and method on one G2 set (``g2mg_{dim}_{spread}``, or ``g2-{dim}-{spread}``
+    with ``battery="g2"``)."""
+    ref, var = _reference(dim, spread, data_dir, battery)
     rows = []
     t0 = time.perf_counter()
     ks = list(range(2, 7))
     for rep in range(first_repeat, first_repeat + repeats):
         curves = []
         if central_only:  # the union in the order select_k builds it (shards of the first P)
-            with Session(g2_config(dim, spread, clients[0], seed=rep, data_dir=data_dir)) as s:
+            with Session(g2_config(dim, spread, clients[0], seed=rep, data_dir=data_dir, battery=battery)) as s:
                 X = np.vstack([part[1] for part in s.executor.gather_data(labels=False)])
             vals, centres = central_curve(X, ks, True, rep, n_init=n_init)
             curves.append(("central", 0, dict(zip(ks, vals)), choose_k(ks, vals), centres))
@@ -72,7 +73,7 @@ def run_set(data_dir: str | None, dim: int, spread: int, clients: list[int], rep
             for P in clients:
                 for alg in algorithms:
                     sel = select_k(g2_config(dim, spread, P, seed=rep, data_dir=data_dir, algorithm=alg,
-                                             params={"max_rounds": max_rounds}),
+                                             params={"max_rounds": max_rounds}, battery=battery),
                                    k_min=2, k_max=6, local=False, central=first, n_init=n_init)
                     for method, p, col, centres in ([("central", 0, "central", sel.central_centers)] if first else []) \
                             + [(alg, P, "federated", sel.federated_centers)]:
@@ -82,17 +83,23 @@ def run_set(data_dir: str | None, dim: int, spread: int, clients: list[int], rep
             rows.append({"dim": dim, "spread": spread, "repeat": rep, "method": method, "P": p, "n_init": n_init,
                          "chosen_k": chosen, "db_k2": idx[2], "gap_k2": knowledge_gap(centres[2], ref, var),
                          **{f"db_k{k}": v for k, v in idx.items()}})
-    log.info("g2mg_%d_%d: %d repeats in %.1f s", dim, spread, repeats, time.perf_counter() - t0)
+    log.info("%s: %d repeat(s) from %d in %.1f s", g2_dataset(dim, spread, battery), repeats, first_repeat,
+             time.perf_counter() - t0)
     return rows
 
 
 def run(data_dir: str | None, sets: list[tuple[int, int]], clients: list[int], repeats: int,
         algorithms: tuple[str, ...], max_rounds: int = 50, jobs: int = 1, partial: Path | None = None,
-        n_init: int = 10, central_only: bool = False, first_repeat: int = 0) -> pd.DataFrame:
-    """All sets, ``jobs`` worker processes; the rows so far are saved to ``partial`` after each set."""
-    rows: list[dict] = []
-    args = [(data_dir, d, s, clients, repeats, algorithms, max_rounds, n_init, central_only, first_repeat)
-            for d, s in sets]
+        n_init: int = 10, central_only: bool = False, first_repeat: int = 0, battery: str = "g2mg") -> pd.DataFrame:
+    """All sets and repeats, ``jobs`` worker processes; the rows so far are saved to ``partial`` after each
+    (set, repeat), and a (set, repeat) already in ``partial`` is not run again (a rerun resumes)."""
+    done = pd.read_parquet(partial) if partial is not None and partial.exists() else pd.DataFrame()
+    rows: list[dict] = done.to_dict("records")
+    have = set(zip(done["dim"], done["spread"], done["repeat"])) if len(done) else set()
+    # repeat by repeat over all sets: a run stopped early leaves every set with the same repeats
+    todo = [(d, s, r) for r in range(first_repeat, first_repeat + repeats) for d, s in sets if (d, s, r) not in have]
+    log.info("%d (set, repeat) pairs to run, %d already in %s", len(todo), len(have), partial)
+    args = [(data_dir, d, s, clients, 1, algorithms, max_rounds, n_init, central_only, r, battery) for d, s, r in todo]
     if jobs <= 1:
         results = (run_set(*a) for a in args)
     else:
@@ -106,7 +113,22 @@ def run(data_dir: str | None, sets: list[tuple[int, int]], clients: list[int], r
             pd.DataFrame(rows).to_parquet(partial, index=False)
     if jobs > 1:
         pool.shutdown()
-    return pd.DataFrame(rows)
+    df = pd.DataFrame(rows)
+    keep = {(d, s) for d, s in sets}
+    wanted = df.apply(lambda r: (r["dim"], r["spread"]) in keep and first_repeat <= r["repeat"] < first_repeat + repeats,
+                      axis=1)
+    return df[wanted].reset_index(drop=True)
+
+
+def complete_repeats(df: pd.DataFrame) -> pd.DataFrame:
+    """Only the repeats every set has (a run stopped early, read from its partial file, weighs every set alike)."""
+    n_sets = df[["dim", "spread"]].drop_duplicates().shape[0]
+    per = df[["dim", "spread", "repeat"]].drop_duplicates().groupby("repeat").size()
+    keep = per[per == n_sets].index
+    if len(keep) < len(per):
+        log.info("tables from repeats %s (the ones every set has); left out %s", list(keep),
+                 sorted(set(per.index) - set(keep)))
+    return df[df["repeat"].isin(keep)].reset_index(drop=True)
 
 
 def correct_rate(df: pd.DataFrame, filtered: bool = True) -> float:
@@ -207,6 +229,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--spreads", type=int, nargs="+", default=None, help="only these spreads S (full run)")
     ap.add_argument("--dims", type=int, nargs="+", default=None, help="only these dimensions D (full run)")
     ap.add_argument("--jobs", type=int, default=1, help="worker processes (sets run in parallel)")
+    ap.add_argument("--battery", choices=("g2mg", "g2"), default="g2mg",
+                    help="g2mg: Gagolewski's g2mg_D_S (D = 1..128, S = 10..90); g2: Fränti's original g2-2-S "
+                         "(D = 2, S = 10..100)")
     ap.add_argument("--tables-from", nargs="+", default=None, metavar="PARQUET",
                     help="skip the runs; build the tables and figures from g2.parquet files of earlier runs")
     args = ap.parse_args(argv)
@@ -214,20 +239,21 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("fedray").setLevel(logging.WARNING)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    g2 = args.battery == "g2"
     if args.quick:
-        sets, clients, repeats, max_rounds = [(2, 10), (8, 30)], [2, 5], 1, 10
+        sets, clients, repeats, max_rounds = ([(2, 10), (2, 60)] if g2 else [(2, 10), (8, 30)]), [2, 5], 1, 10
     else:
-        dims = args.dims or (1, 2, 4, 8, 16, 32, 64, 128)
-        sets = [(d, s) for d in dims for s in (args.spreads or range(10, 100, 10))]
+        dims = args.dims or ((2,) if g2 else (1, 2, 4, 8, 16, 32, 64, 128))
+        sets = [(d, s) for d in dims for s in (args.spreads or range(10, 110 if g2 else 100, 10))]
         clients, repeats, max_rounds = [2, 5, 10], args.repeats, args.max_rounds
     algorithms = ("fedfcm", "fedfcm-avg")
     if args.tables_from:
-        df = pd.concat([pd.read_parquet(f) for f in args.tables_from], ignore_index=True)
+        df = complete_repeats(pd.concat([pd.read_parquet(f) for f in args.tables_from], ignore_index=True))
         repeats = int(df["repeat"].nunique())
     else:
         df = run(args.data_dir, sets, clients, repeats, algorithms, max_rounds, jobs=args.jobs,
                  partial=out / "g2.partial.parquet", n_init=args.n_init, central_only=args.central_only,
-                 first_repeat=args.first_repeat)
+                 first_repeat=args.first_repeat, battery=args.battery)
     df.to_parquet(out / "g2.parquet", index=False)
     md = markdown(df, clients, algorithms, repeats)
     (out / "g2.md").write_text(md)

@@ -1,18 +1,21 @@
-"""Loaders for the data sets a federation can be built from.
+"""Data sources: the ways to name a data set in ``data.dataset``, one registry (:data:`DATA_SOURCES`).
 
-``data.dataset`` is one string:
+``data.dataset`` is one string, ``NAME`` or ``NAME:ARG``; ``NAME`` is a registered :class:`DataSource`:
 
 * ``blobs`` — Gaussian blobs generated per client (see :mod:`fedray.data.federation`);
 * ``sklearn:NAME`` — scikit-learn's bundled ``iris``, ``wine``, ``digits``, ``breast_cancer``;
 * ``benchmark:BATTERY/NAME`` — ``NAME.data.gz`` / ``NAME.labels0.gz`` files under
-  ``data.data_dir`` (or ``$FEDRAY_DATA_DIR``), e.g. ``benchmark:sipu/s1``;
+  ``data.data_dir`` (or ``$FEDRAY_DATA_DIR``), e.g. ``benchmark:sipu/s1``, or a set in the clustering
+  benchmark's own text form, ``NAME.txt`` with ``NAME-gt.txt`` (``benchmark:g2/g2-2-30``);
 * ``csv:PATH`` and ``parquet:PATH`` — the user's own table;
 * ``mnist`` — the MNIST IDX files under ``data.data_dir`` (``mnist/`` sub-folder
   or the folder itself);
+* ``bank`` — UCI Bank Marketing as Stallmann & Wilbik use it (:mod:`fedray.data.tables`);
 * ``femnist``, ``cifar10``, ``emnist:SPLIT``, ``fashion-mnist``, ``kmnist``, ``k49``,
   ``images:FOLDER`` — image sets in their authors' formats under ``data.data_dir``
-  (:data:`IMAGE_SETS`, loaders in :mod:`fedray.data.image_sets`);
-* ``scenario:NAME`` — named scenarios registered by :func:`register_scenario`.
+  (loaders in :mod:`fedray.data.image_sets`);
+* ``scenario:NAME`` — named scenarios registered by :func:`register_scenario`;
+* a user's own, registered with :func:`register_data_source` (``docs/extending.md``).
 
 Loaded arrays are cached per process, so many clients hosted by one actor read a
 file once.
@@ -84,41 +87,78 @@ def resolve_data_dir(data_dir: str | os.PathLike | None) -> Path | None:
 
 
 @dataclass(frozen=True)
-class ImageSet:
-    """A data set in its authors' distribution format, read from ``data.data_dir`` (never downloaded).
+class DataSource:
+    """One way to name a data set in ``data.dataset``: ``NAME`` or ``NAME:ARG``, registered once in
+    :data:`DATA_SOURCES` (built-in sources register the same way a user's does).
 
     Attributes
     ----------
     load : callable
-        ``load(arg, data_dir, options) -> Dataset``; ``arg`` is what follows ``NAME:`` (``""`` if nothing).
+        ``load(arg, data_dir, options) -> Dataset``; ``arg`` is what follows ``NAME:`` (``""`` if nothing),
+        ``data_dir`` a :class:`~pathlib.Path` or None, ``options`` the run's ``data.options``. A ``seeded``
+        source is called with ``seed=`` too.
     summary, files, source : str
-        What it is, the files it reads, where its authors distribute it (``fedray describe NAME``).
+        What it is, the files it reads under ``data.data_dir`` (empty: none), where its authors distribute
+        it (``fedray describe NAME``).
     options : dict of str to str
-        ``data.options`` it accepts and their meaning.
+        ``data.options`` it accepts and their meaning; any other key is a ConfigError (unless ``open_options``).
     arg : str or None
-        The placeholder of the part after ``NAME:`` (``"SPLIT"``, ``"FOLDER"``), None when it takes none.
+        The placeholder of the part after ``NAME:`` (``"SPLIT"``, ``"PATH"``), None when it takes none.
     check : callable or None
         ``check(arg)`` raises :class:`ConfigError` for a bad ``arg`` before anything is read.
+    defaults : dict
+        Defaults of its ``options`` (shown by ``fedray describe``).
+    open_options : bool
+        Its options are the loader's to check (a scenario's keyword arguments, a table's columns).
+    seeded : bool
+        ``load`` also takes ``seed=`` (generated data).
+    natural_partition : str or None
+        The partition used when ``data.partition.name`` is unset (``by_writer`` for FEMNIST).
+    data_options : callable or None
+        ``data_options(data) -> dict``: options taken from the ``data`` section besides ``data.options``
+        (a table's ``feature_columns``, ``label_column``, ``client_column``).
+    federation : callable or None
+        ``federation(arg, data, n_clients, seed, partition_name, partition_options) -> Federation | None``:
+        builds the federation itself (generated data, a table read by each client), or None to split the
+        pooled data set by the partition as usual.
+    listed : tuple of str, or a callable returning a list of str
+        How ``fedray list`` shows it when it is not one name (``sklearn:iris``, ...); default ``key(name)``.
     """
 
-    load: Callable[[str, Path | None, dict[str, Any]], Dataset]
-    summary: str
-    files: str
-    source: str
+    load: Callable[..., Dataset]
+    summary: str = ""
+    files: str = ""
+    source: str = ""
     options: dict[str, str] = field(default_factory=dict)
     arg: str | None = None
     check: Callable[[str], None] | None = None
+    defaults: dict[str, Any] = field(default_factory=dict)
+    open_options: bool = False
+    seeded: bool = False
+    natural_partition: str | None = None
+    data_options: Callable[[Any], dict[str, Any]] | None = None
+    federation: Callable[..., Any] | None = None
+    listed: tuple[str, ...] | Callable[[], list[str]] = ()
 
     def key(self, name: str) -> str:
         return f"{name}:{self.arg}" if self.arg else name
 
+    def shown(self, name: str) -> list[str]:
+        return list(self.listed() if callable(self.listed) else self.listed) or [self.key(name)]
+
+
+#: Former name of :class:`DataSource` (image data sets were the first registered sources).
+ImageSet = DataSource
 
 #: Defaults of the ``data.options`` the image data sets share (``fedray describe NAME``).
 IMAGE_OPTION_DEFAULTS: dict[str, Any] = {"part": "test", "classes": "all", "format": "auto", "verify_md5": False}
-#: Image data sets in their distribution formats (``femnist``, ``cifar10``, ``emnist:SPLIT``...).
-IMAGE_SETS: Registry[ImageSet] = Registry("image data set", modules=("fedray.data.image_sets",))
-#: The partition a data set is split by when ``data.partition.name`` is unset (its natural clients).
-NATURAL_PARTITIONS = {"femnist": "by_writer"}
+#: Every data source, by the name before ``:`` in ``data.dataset`` (``sklearn``, ``benchmark``, ``csv``,
+#: ``mnist``, ``femnist``, ``bank``, a user's own...). Modules that register built-in sources are imported on
+#: first use.
+DATA_SOURCES: Registry[DataSource] = Registry("data source", modules=(
+    "fedray.data.sources", "fedray.data.image_sets", "fedray.data.federation", "fedray.data.tables"))
+#: The image data sets are data sources like any other (kept under their former name).
+IMAGE_SETS = DATA_SOURCES
 
 #: Named scenarios (``scenario:NAME``): ``fn(seed, **options) -> Dataset``.
 SCENARIOS: Registry[Callable[..., Dataset]] = Registry("scenario", modules=("fedray.data.scenarios",))
@@ -129,46 +169,69 @@ def register_scenario(name: str) -> Callable:
     return SCENARIOS.register(name)
 
 
+def register_data_source(name: str, source: DataSource | None = None) -> Any:
+    """Register ``source`` as ``data.dataset: NAME`` (or ``NAME:ARG``); as a decorator above
+    ``load(arg, data_dir, options) -> Dataset`` it registers ``DataSource(load)``."""
+    if not isinstance(name, str) or not name or ":" in name:
+        raise ConfigError(f"register_data_source: the name must be a non-empty string without ':'; got {name!r}")
+    if source is not None:
+        return DATA_SOURCES.register(name, source)
+
+    def deco(fn: Callable[..., Dataset]) -> Callable[..., Dataset]:
+        DATA_SOURCES.register(name, DataSource(fn, summary=(fn.__doc__ or "").strip().split("\n")[0]))
+        return fn
+
+    return deco
+
+
 def available_datasets() -> list[str]:
-    return (
-        ["blobs"]
-        + [f"sklearn:{n}" for n in SKLEARN_SETS]
-        + ["benchmark:BATTERY/NAME", "csv:PATH", "parquet:PATH", "mnist"]
-        + [IMAGE_SETS[n].key(n) for n in IMAGE_SETS.names()]
-        + [f"scenario:{n}" for n in SCENARIOS.names()]
-    )
+    return [shown for name, src in DATA_SOURCES.entries().items() for shown in src.shown(name)]
+
+
+#: Entry-point group of installed data sources: ``NAME = "package.module:SOURCE"`` (a :class:`DataSource`).
+DATA_SOURCE_GROUP = "fedray.data_sources"
+
+
+def _installed_source(kind: str) -> DataSource | None:
+    """The data source an installed package declares as ``kind`` in :data:`DATA_SOURCE_GROUP`, registered."""
+    from importlib.metadata import entry_points
+
+    found = [ep for ep in entry_points(group=DATA_SOURCE_GROUP) if ep.name == kind]
+    if not found:
+        return None
+    try:
+        obj = found[0].load()
+    except Exception as exc:  # noqa: BLE001 - any error of the installed package
+        raise ConfigError(f"data.dataset: the installed data source {kind!r} ({found[0].value}) failed to load: "
+                          f"{type(exc).__name__}: {exc}") from None
+    if not isinstance(obj, DataSource):
+        raise ConfigError(f"data.dataset: the installed data source {kind!r} ({found[0].value}) is a "
+                          f"{type(obj).__name__}, not a fedray.data.DataSource")
+    return DATA_SOURCES.register(kind, obj)
+
+
+def data_source(name: str) -> tuple[DataSource, str, str]:
+    """The registered source of a ``data.dataset`` string, its name and its argument, checked before anything
+    is read (:class:`ConfigError`: unknown name, a missing or unwanted argument, a bad argument)."""
+    kind, _, rest = name.partition(":")
+    src = DATA_SOURCES.get(kind) or (_installed_source(kind) if kind else None)
+    if src is None:
+        if kind == "arrays":
+            raise ConfigError(f"data.dataset: {name!r} describes arrays passed from Python, which a configuration "
+                              "file cannot hold; pass data=fedray.from_arrays(...) to fedray.run or fedray.Session")
+        raise ConfigError(f"data.dataset: unknown dataset {name!r}; expected one of {', '.join(available_datasets())}")
+    if src.arg and not rest:
+        raise ConfigError(f"data.dataset: {kind!r} needs {src.key(kind)!r}")
+    if not src.arg and rest:
+        raise ConfigError(f"data.dataset: {kind!r} takes nothing after the name; got {name!r}")
+    if src.check is not None:
+        src.check(rest)
+    return src, kind, rest
 
 
 def check_dataset_name(name: str) -> None:
     """Raise :class:`ConfigError` for a dataset string fedray cannot read."""
-    if name in ("blobs", "mnist"):
-        return
-    kind, _, rest = name.partition(":")
-    if kind == "sklearn" and rest in SKLEARN_SETS:
-        return
-    if kind == "benchmark" and "/" in rest:
-        return
-    if kind in ("csv", "parquet") and rest:
-        return
-    if kind == "scenario":
-        if rest in SCENARIOS:
-            return
-        raise ConfigError(f"data.dataset: unknown scenario {rest!r}; choose one of {', '.join(SCENARIOS.names()) or 'none'}")
-    image_set = IMAGE_SETS.get(kind)
-    if image_set is not None:
-        if image_set.arg and not rest:
-            raise ConfigError(f"data.dataset: {kind!r} needs {image_set.key(kind)!r}")
-        if not image_set.arg and rest:
-            raise ConfigError(f"data.dataset: {kind!r} takes nothing after the name; got {name!r}")
-        if image_set.check is not None:
-            image_set.check(rest)
-        return
-    if kind == "arrays":
-        raise ConfigError(f"data.dataset: {name!r} describes arrays passed from Python, which a configuration file "
-                          "cannot hold; pass data=fedray.from_arrays(...) to fedray.run or fedray.Session")
-    raise ConfigError(
-        f"data.dataset: unknown dataset {name!r}; expected one of {', '.join(available_datasets())}"
-    )
+    data_source(name)
 
 
 def load_dataset(name: str, data_dir: str | None = None, seed: int = 0, **options: Any) -> Dataset:
@@ -188,28 +251,16 @@ def _hashable(v: Any) -> Any:
 @functools.lru_cache(maxsize=8)
 def _load_cached(name: str, data_dir: str, seed: int, key: tuple) -> Dataset:
     options = {k: v for k, v in key}
-    kind, _, rest = name.partition(":")
-    ddir = Path(data_dir) if data_dir else None
-    if kind == "sklearn":
-        return _load_sklearn(rest)
-    if kind == "benchmark":
-        return _load_benchmark(rest, ddir)
-    if kind == "mnist":
-        return load_mnist(ddir)
-    if kind in ("csv", "parquet"):
-        return load_table(rest, kind, **options)
-    if kind == "scenario":
-        if rest not in SCENARIOS:
-            raise ConfigError(f"data.dataset: unknown scenario {rest!r}")
-        return SCENARIOS[rest](seed=seed, **options)
-    image_set = IMAGE_SETS.get(kind)
-    if image_set is not None:
-        unknown = sorted(set(options) - set(image_set.options))
+    src, kind, rest = data_source(name)
+    if not src.open_options:
+        unknown = sorted(set(options) - set(src.options))
         if unknown:
             raise ConfigError(f"data.options: unknown option(s) {unknown} for {kind}; allowed: "
-                              f"{sorted(image_set.options) or 'none'}")
-        return image_set.load(rest, ddir, options)
-    raise ConfigError(f"data.dataset: {name!r} cannot be loaded as a pooled data set")
+                              f"{sorted(src.options) or 'none'}")
+    ddir = Path(data_dir) if data_dir else None
+    if src.seeded:
+        return src.load(rest, ddir, options, seed=seed)
+    return src.load(rest, ddir, options)
 
 
 def _load_sklearn(name: str) -> Dataset:
@@ -241,7 +292,11 @@ def _load_benchmark(rest: str, ddir: Path | None) -> Dataset:
     battery, _, name = rest.partition("/")
     data_file = root / battery / f"{name}.data.gz"
     if not data_file.exists():
-        raise DataError(f"data.dataset: benchmark file {str(data_file)!r} does not exist")
+        text_file = root / battery / f"{name}.txt"
+        if text_file.exists() and (root / battery / f"{name}-gt.txt").exists():
+            return _load_text_benchmark(rest, text_file, root / battery / f"{name}-gt.txt")
+        raise DataError(f"data.dataset: benchmark file {str(data_file)!r} does not exist (nor {name}.txt with "
+                        f"{name}-gt.txt)")
     X = np.loadtxt(data_file, dtype=np.float64, ndmin=2)
     label_file = root / battery / f"{name}.labels0.gz"
     y = _encode(np.loadtxt(label_file, dtype=np.int64)) if label_file.exists() else None
@@ -249,6 +304,19 @@ def _load_benchmark(rest: str, ddir: Path | None) -> Dataset:
         raise DataError(f"{label_file}: {y.shape[0]} labels for {X.shape[0]} rows")
     names = tuple(f"x{i}" for i in range(X.shape[1]))
     return Dataset(X, y, names, (X.shape[1],), f"benchmark:{rest}")
+
+
+def _load_text_benchmark(rest: str, data_file: Path, label_file: Path) -> Dataset:
+    """A set in the clustering basic benchmark's own text form: ``NAME.txt`` (whitespace-separated numbers,
+    one point a row, e.g. the G2 sets ``g2-2-S.txt``) with its ground truth ``NAME-gt.txt`` (one label a row)."""
+    try:
+        X = np.loadtxt(data_file, dtype=np.float64, ndmin=2)
+        y = _encode(np.loadtxt(label_file, dtype=np.int64, ndmin=1))
+    except ValueError as exc:
+        raise DataError(f"data.dataset: benchmark:{rest}: {_one_line(exc)}") from None
+    if y.shape[0] != X.shape[0]:
+        raise DataError(f"{label_file}: {y.shape[0]} labels for {X.shape[0]} rows")
+    return Dataset(X, y, tuple(f"x{i}" for i in range(X.shape[1])), (X.shape[1],), f"benchmark:{rest}")
 
 
 def _read_idx(path: Path) -> np.ndarray:
@@ -261,18 +329,39 @@ def _read_idx(path: Path) -> np.ndarray:
     return np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims)
 
 
-def load_mnist(ddir: Path | None) -> Dataset:
-    """MNIST test images (scaled to [0, 1]) and labels from the IDX files."""
+#: ``data.options`` of ``mnist`` (``fedray describe mnist``).
+MNIST_OPTIONS = {"part": "which MNIST files to read: 'test' (default: the 10,000 t10k images), 'train' (the "
+                         "60,000 training images) or 'all' (train then test)"}
+MNIST_PARTS = {"test": ("t10k",), "train": ("train",), "all": ("train", "t10k")}
+
+
+def load_mnist(ddir: Path | None, options: dict[str, Any] | None = None) -> Dataset:
+    """MNIST images (scaled to [0, 1]) and labels from the IDX files of ``options["part"]`` (default test)."""
+    options = dict(options or {})
+    unknown = sorted(set(options) - set(MNIST_OPTIONS))
+    if unknown:
+        raise ConfigError(f"data.options: unknown option(s) {unknown} for mnist; allowed: {sorted(MNIST_OPTIONS)}")
+    part = options.get("part", "test")
+    if part not in MNIST_PARTS:
+        raise ConfigError(f"data.options.part: must be 'test', 'train' or 'all' for mnist; got {part!r}")
     root = require_dir(ddir, "mnist")
+    prefixes = MNIST_PARTS[part]
     for cand in (root / "mnist", root):
-        img = cand / "t10k-images-idx3-ubyte.gz"
-        if img.exists():
-            images = _read_idx(img)
-            labels = _read_idx(cand / "t10k-labels-idx1-ubyte.gz").astype(np.int64)
-            X = images.reshape(images.shape[0], -1).astype(np.float64) / 255.0
+        if all((cand / f"{p}-images-idx3-ubyte.gz").exists() for p in prefixes):
+            images, labels = [], []
+            for p in prefixes:
+                img = _read_idx(cand / f"{p}-images-idx3-ubyte.gz")
+                lab = _read_idx(cand / f"{p}-labels-idx1-ubyte.gz").astype(np.int64)
+                if img.ndim != 3 or lab.shape != (img.shape[0],):
+                    raise DataError(f"{cand / f'{p}-labels-idx1-ubyte.gz'}: {lab.shape} labels for images of "
+                                    f"shape {img.shape}")
+                images.append(img)
+                labels.append(lab)
+            X = np.concatenate(images).reshape(sum(i.shape[0] for i in images), -1).astype(np.float64) / 255.0
             names = tuple(f"px{i}" for i in range(X.shape[1]))
-            return Dataset(X, labels, names, (1, images.shape[1], images.shape[2]), "mnist")
-    raise DataError(f"data.dataset: no MNIST IDX files (t10k-images-idx3-ubyte.gz) under {str(root)!r}")
+            return Dataset(X, np.concatenate(labels), names, (1, images[0].shape[1], images[0].shape[2]), "mnist")
+    probe = ", ".join(f"{p}-images-idx3-ubyte.gz" for p in prefixes)
+    raise DataError(f"data.dataset: no MNIST IDX files ({probe}, part {part!r}) under {str(root)!r}")
 
 
 def read_table(path: str, kind: str, columns: list[str] | None = None, filters: Any = None, nrows: int | None = None):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import importlib
 import inspect
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -28,11 +29,13 @@ from fedray.data.blobs import (  # noqa: F401  (the blobs generator's names stay
     generate_block,
 )
 from fedray.data.datasets import (
-    NATURAL_PARTITIONS,
+    DATA_SOURCES,
+    DataSource,
     _is_numeric,
     check_columns,
-    check_dataset_name,
+    data_source,
     load_dataset,
+    load_table,
     read_table,
     resolve_data_dir,
     table_feature_columns,
@@ -124,26 +127,23 @@ def build_federation(data: Any, n_clients: int | None, seed: int) -> Federation:
     name = data.dataset
     if not isinstance(name, str) and callable(getattr(name, "federation", None)):
         return name.federation(n_clients, seed)  # arrays from Python (fedray.from_arrays: ArrayData)
-    check_dataset_name(name)
+    src, _, rest = data_source(name)
     options = dict(data.options or {})
     part = dict(data.partition or {})
     pname = part.pop("name", None)
     if pname is None:
-        pname = NATURAL_PARTITIONS.get(name)
+        pname = src.natural_partition
     rng = data_rng(seed, PARTITION_STREAM)
+    ddir = str(resolve_data_dir(data.data_dir) or "") or None
     if pname in FEDERATION_BUILDERS:
-        ddir = str(resolve_data_dir(data.data_dir) or "") or None
         ds = load_dataset(name, ddir, seed=seed, **options)
         return FEDERATION_BUILDERS[pname](ds, data, n_clients, seed, **part)
-    if name == "blobs":
-        return _blobs_federation(options, n_clients or 10, seed, pname, part)
-    kind, _, rest = name.partition(":")
-    if kind in ("csv", "parquet") and (pname == "by_column" or (pname is None and data.client_column)):
-        return _table_by_column(rest, kind, data)
-    ddir = str(resolve_data_dir(data.data_dir) or "") or None
-    if kind in ("csv", "parquet"):
-        options.update(feature_columns=data.feature_columns, label_column=data.label_column,
-                       client_column=data.client_column)
+    if src.federation is not None:
+        built = src.federation(rest, data, n_clients, seed, pname, part)
+        if built is not None:
+            return built
+    if src.data_options is not None:
+        options.update(src.data_options(data))
     ds = load_dataset(name, ddir, seed=seed, **options)
     if pname is None:
         pname = "by_column" if ds.groups is not None else "iid"
@@ -159,6 +159,9 @@ def build_federation(data: Any, n_clients: int | None, seed: int) -> Federation:
             raise DataError(f"federation.n_clients: {n_clients} clients but {name} has only {ds.n_samples} samples")
         parts = partition_indices(pname, ds.n_samples, ds.y, n_clients, rng, **part)
     source = {"kind": "pooled", "dataset": name, "data_dir": ddir, "seed": seed, "options": options}
+    module = getattr(src.load, "__module__", None) or ""
+    if module.partition(".")[0] not in ("fedray", "__main__"):
+        source["module"] = module  # a user's source: the process that builds a shard imports what registers it
     names = [str(v) for v in np.unique(ds.groups)] if pname == "by_column" else [f"client-{i}" for i in range(len(parts))]
     specs = [ClientSpec(i, source, p, names[i]) for i, p in enumerate(parts)]
     n_classes = ds.n_classes
@@ -331,6 +334,8 @@ def _materialize_raw(spec: ClientSpec, table: Any = None) -> tuple[np.ndarray, n
         X, y = _generate_blobs(src, spec.client_id)
         return X, y, _column_names(X.shape[1])
     if kind == "pooled":
+        if "module" in src and src["dataset"].partition(":")[0] not in DATA_SOURCES:
+            importlib.import_module(src["module"])
         ds = load_dataset(src["dataset"], src["data_dir"], seed=src["seed"], **src["options"])
         idx = spec.indices if spec.indices is not None else np.arange(ds.n_samples)
         y = ds.y[idx] if ds.y is not None else None
@@ -427,3 +432,38 @@ def shard_residency(cfg: Any, specs: Sequence[ClientSpec]) -> bool:
 
 def _gib(b: float) -> str:
     return f"{b / 2**30:.1f} GiB" if b >= 2**30 else f"{b / 2**20:.0f} MiB"
+
+
+# --- data sources whose federation is built here (generated per client; a table read by each client) ---
+def _blobs_source(rest: str, data: Any, n_clients: int | None, seed: int, pname: str | None,
+                  part: dict) -> Federation:
+    return _blobs_federation(dict(data.options or {}), n_clients or 10, seed, pname, part)
+
+
+def _no_pool(rest: str, ddir: Any, options: dict) -> Any:
+    raise ConfigError("data.dataset: 'blobs' cannot be loaded as a pooled data set (each client generates its own)")
+
+
+def _table_source(kind: str) -> DataSource:
+    def federation(rest: str, data: Any, n_clients: int | None, seed: int, pname: str | None,
+                   part: dict) -> Federation | None:
+        if pname == "by_column" or (pname is None and data.client_column):
+            return _table_by_column(rest, kind, data)
+        return None
+
+    def load(rest: str, ddir: Any, options: dict) -> Any:
+        return load_table(rest, kind, **options)
+
+    def columns(data: Any) -> dict[str, Any]:
+        return {"feature_columns": data.feature_columns, "label_column": data.label_column,
+                "client_column": data.client_column}
+
+    return DataSource(load, f"the user's own {kind.upper()} table (data.feature_columns, data.label_column, "
+                            "data.client_column pick its columns)", arg="PATH", open_options=True,
+                      data_options=columns, federation=federation)
+
+
+DATA_SOURCES.register("blobs", DataSource(_no_pool, "Gaussian blobs generated inside each client",
+                                          open_options=True, federation=_blobs_source))
+DATA_SOURCES.register("csv", _table_source("csv"))
+DATA_SOURCES.register("parquet", _table_source("parquet"))

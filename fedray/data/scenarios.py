@@ -110,17 +110,27 @@ def triebe_1d(seed: int = 0, n_clients: int = 50, samples_per_client: int = 10, 
                    "scenario:triebe-1d", groups=groups, meta=meta)
 
 
+def g2_dataset(dim: int, spread: int, battery: str = "g2mg") -> str:
+    """The ``data.dataset`` string of one G2 set: ``g2mg`` (Gagolewski's variant) or ``g2`` (Fränti's originals)."""
+    if battery == "g2":
+        return f"benchmark:g2/g2-{int(dim)}-{int(spread)}"
+    if battery == "g2mg":
+        return f"benchmark:g2mg/g2mg_{int(dim)}_{int(spread)}"
+    raise ConfigError(f"battery: expected 'g2' or 'g2mg'; got {battery!r}")
+
+
 def g2_config(dim: int, spread: int, n_clients: int, *, seed: int = 0, data_dir: str | None = None,
-              algorithm: str = "fedfcm", params: dict[str, Any] | None = None) -> dict[str, Any]:
+              algorithm: str = "fedfcm", params: dict[str, Any] | None = None, battery: str = "g2mg") -> dict[str, Any]:
     """Configuration of the G2 experiment (Stallmann & Wilbik, Section 3.2.2) for one set.
 
-    ``benchmark:g2mg/g2mg_{dim}_{spread}`` (2048 points, two Gaussians) split
-    uniformly at random over ``n_clients`` clients, on the local runtime.
+    ``benchmark:g2mg/g2mg_{dim}_{spread}`` (2048 points, two Gaussians), or with ``battery="g2"`` the
+    original set ``benchmark:g2/g2-{dim}-{spread}``, split uniformly at random over ``n_clients`` clients,
+    on the local runtime.
     """
     return {
         "seed": int(seed),
         "algorithm": {"name": algorithm, "params": dict(params or {})},
-        "data": {"dataset": f"benchmark:g2mg/g2mg_{int(dim)}_{int(spread)}", "data_dir": data_dir,
+        "data": {"dataset": g2_dataset(dim, spread, battery), "data_dir": data_dir,
                  "partition": {"name": "iid"}},
         "federation": {"n_clients": int(n_clients), "fraction": 1.0},
         "runtime": {"backend": "local", "progress": False},

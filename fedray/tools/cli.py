@@ -125,11 +125,11 @@ def cmd_list(args: argparse.Namespace) -> int:
         print("  (none installed)")
     for name, ep in sorted(installed.items()):
         print(f"  {name:<16} {ep.value}")
-    print("datasets (image sets: the files they read under data.data_dir, and where their authors distribute them):")
+    print("datasets (those read from files: the files under data.data_dir, and where their authors distribute them):")
     for d in available_datasets():
         print(f"  {d}")
         image_set = IMAGE_SETS.get(d.partition(":")[0])
-        if image_set is not None:
+        if image_set is not None and image_set.files:
             print(f"      files: {image_set.files}\n      from:  {image_set.source}")
 
     builders = set(available_federations())

@@ -25,7 +25,7 @@ from fedray.core.errors import ConfigError
 from fedray.core.plugins import entry_points
 from fedray.core.registry import ALGORITHMS, available_algorithms, get_algorithm
 from fedray.data import available_datasets, available_partitions
-from fedray.data.datasets import IMAGE_OPTION_DEFAULTS, IMAGE_SETS, SCENARIOS, check_dataset_name
+from fedray.data.datasets import IMAGE_OPTION_DEFAULTS, IMAGE_SETS, MNIST_OPTIONS, SCENARIOS, check_dataset_name
 from fedray.data.federation import BLOBS_DEFAULTS, BLOBS_OPTIONS, available_federations
 from fedray.data.partitions import FEDERATION_BUILDERS, PARTITIONS
 from fedray.nn import MODEL_DESCRIPTIONS, available_models
@@ -214,14 +214,15 @@ def _describe_image_set(name: str) -> Description | None:
     """An image data set read from its authors' files (``cifar10``, ``emnist:SPLIT``, ``images:FOLDER``...)."""
     kind, _, rest = name.partition(":")
     image_set = IMAGE_SETS.get(kind)
-    if image_set is None:
+    if image_set is None or not image_set.files:
         return None
     if rest and rest != image_set.arg:
         check_dataset_name(name)  # a bad split: one line naming the choices
     doc = (f"{image_set.summary}\n  files under data.data_dir: {image_set.files}\n  distributed by: "
            f"{image_set.source} (fedray reads the files; it never downloads them)")
-    rows = [Row(f"data.options.{k}", type(IMAGE_OPTION_DEFAULTS.get(k, "")).__name__,
-                repr(IMAGE_OPTION_DEFAULTS.get(k)), "", meaning) for k, meaning in image_set.options.items()]
+    defaults = {**IMAGE_OPTION_DEFAULTS, **image_set.defaults}
+    rows = [Row(f"data.options.{k}", type(defaults.get(k, "")).__name__,
+                repr(defaults.get(k)), "", meaning) for k, meaning in image_set.options.items()]
     return Description(f"data set {name!r} (read from files under data.data_dir)", doc, rows)
 
 
@@ -249,6 +250,11 @@ def _describe_data_set(name: str, datasets: list[str]) -> Description | None:
                                "(`fedray describe data`)", [])
         choices = [d for d in datasets if d.startswith(f"{kind}:")]
         raise ConfigError(f"describe: unknown data set {name[:80]!r}; choose one of {', '.join(choices)}")
+    if name == "mnist":
+        return Description("data set 'mnist' (read from files under data.data_dir)", "MNIST's IDX files "
+                           "({train,t10k}-{images-idx3,labels-idx1}-ubyte.gz) in mnist/ or the folder itself",
+                           [Row(f"data.options.{k}", "str", repr(IMAGE_OPTION_DEFAULTS[k]), "", meaning)
+                            for k, meaning in MNIST_OPTIONS.items()])
     if name in datasets and name != "blobs":
         return Description(f"data set {name!r}", "no options of its own; see `fedray describe data` and "
                            "`fedray describe PARTITION` for how it is split", [])
