@@ -46,6 +46,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--dataset", default="mnist")
     p.add_argument("--data-dir", default=None, help="folder holding mnist/ (default $FEDRAY_DATA_DIR)")
+    p.add_argument("--data-options", default=None,
+                   help="JSON of data.options, e.g. '{\"part\": \"train\"}' for MNIST's 60,000 training images")
+    p.add_argument("--partition-options", default=None, help="JSON of further data.partition options")
+    p.add_argument("--lr", type=float, default=None, help="SGD step size (default 0.1, the paper's for MNIST)")
+    p.add_argument("--batch-size", type=int, default=None, help="B (default 32)")
     p.add_argument("--federation", default="rotated", choices=flacc_table.FEDERATIONS)
     p.add_argument("--methods", nargs="+", default=METHODS, choices=METHODS)
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4])
@@ -72,6 +77,9 @@ def table_args(args: argparse.Namespace, seed: int, method: str) -> argparse.Nam
             "--ifca-k", *map(str, args.ifca_k), "--flhc-d", *map(str, args.flhc_d)]
     if args.data_dir:
         argv += ["--data-dir", args.data_dir]
+    for flag in ("data_options", "partition_options", "lr", "batch_size"):
+        if getattr(args, flag) is not None:
+            argv += ["--" + flag.replace("_", "-"), str(getattr(args, flag))]
     if args.quick:
         argv += ["--quick"]
     else:

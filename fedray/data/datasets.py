@@ -195,7 +195,7 @@ def _load_cached(name: str, data_dir: str, seed: int, key: tuple) -> Dataset:
     if kind == "benchmark":
         return _load_benchmark(rest, ddir)
     if kind == "mnist":
-        return load_mnist(ddir)
+        return load_mnist(ddir, options)
     if kind in ("csv", "parquet"):
         return load_table(rest, kind, **options)
     if kind == "scenario":
@@ -261,18 +261,39 @@ def _read_idx(path: Path) -> np.ndarray:
     return np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims)
 
 
-def load_mnist(ddir: Path | None) -> Dataset:
-    """MNIST test images (scaled to [0, 1]) and labels from the IDX files."""
+#: ``data.options`` of ``mnist`` (``fedray describe mnist``).
+MNIST_OPTIONS = {"part": "which MNIST files to read: 'test' (default: the 10,000 t10k images), 'train' (the "
+                         "60,000 training images) or 'all' (train then test)"}
+MNIST_PARTS = {"test": ("t10k",), "train": ("train",), "all": ("train", "t10k")}
+
+
+def load_mnist(ddir: Path | None, options: dict[str, Any] | None = None) -> Dataset:
+    """MNIST images (scaled to [0, 1]) and labels from the IDX files of ``options["part"]`` (default test)."""
+    options = dict(options or {})
+    unknown = sorted(set(options) - set(MNIST_OPTIONS))
+    if unknown:
+        raise ConfigError(f"data.options: unknown option(s) {unknown} for mnist; allowed: {sorted(MNIST_OPTIONS)}")
+    part = options.get("part", "test")
+    if part not in MNIST_PARTS:
+        raise ConfigError(f"data.options.part: must be 'test', 'train' or 'all' for mnist; got {part!r}")
     root = require_dir(ddir, "mnist")
+    prefixes = MNIST_PARTS[part]
     for cand in (root / "mnist", root):
-        img = cand / "t10k-images-idx3-ubyte.gz"
-        if img.exists():
-            images = _read_idx(img)
-            labels = _read_idx(cand / "t10k-labels-idx1-ubyte.gz").astype(np.int64)
-            X = images.reshape(images.shape[0], -1).astype(np.float64) / 255.0
+        if all((cand / f"{p}-images-idx3-ubyte.gz").exists() for p in prefixes):
+            images, labels = [], []
+            for p in prefixes:
+                img = _read_idx(cand / f"{p}-images-idx3-ubyte.gz")
+                lab = _read_idx(cand / f"{p}-labels-idx1-ubyte.gz").astype(np.int64)
+                if img.ndim != 3 or lab.shape != (img.shape[0],):
+                    raise DataError(f"{cand / f'{p}-labels-idx1-ubyte.gz'}: {lab.shape} labels for images of "
+                                    f"shape {img.shape}")
+                images.append(img)
+                labels.append(lab)
+            X = np.concatenate(images).reshape(sum(i.shape[0] for i in images), -1).astype(np.float64) / 255.0
             names = tuple(f"px{i}" for i in range(X.shape[1]))
-            return Dataset(X, labels, names, (1, images.shape[1], images.shape[2]), "mnist")
-    raise DataError(f"data.dataset: no MNIST IDX files (t10k-images-idx3-ubyte.gz) under {str(root)!r}")
+            return Dataset(X, np.concatenate(labels), names, (1, images[0].shape[1], images[0].shape[2]), "mnist")
+    probe = ", ".join(f"{p}-images-idx3-ubyte.gz" for p in prefixes)
+    raise DataError(f"data.dataset: no MNIST IDX files ({probe}, part {part!r}) under {str(root)!r}")
 
 
 def read_table(path: str, kind: str, columns: list[str] | None = None, filters: Any = None, nrows: int | None = None):

@@ -18,6 +18,7 @@ integer labels, and ``meta["class_names"]``.
 """
 from __future__ import annotations
 
+import logging
 import string
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,8 @@ from fedray.core.errors import ConfigError, DataError
 from fedray.data import image_files as files
 from fedray.data.datasets import IMAGE_SETS, Dataset, ImageSet, require_dir
 from fedray.data.femnist import CLASS_SUBSETS, FEMNIST_CLASS_NAMES, read_femnist
+
+log = logging.getLogger(__name__)
 
 PART_OPTION = {"part": "which of the distributed parts to read: 'test' (default, as mnist), 'train' or 'all' "
                        "(train then test)"}
@@ -253,13 +256,30 @@ def _cifar_folder(root: Path, fmt: str) -> tuple[Path, str]:
     raise DataError(f"data.dataset: cifar10: no {wanted}/ folder under {str(root)!r} (nor in its cifar10/ sub-folder)")
 
 
+def _cifar_paths(folder: Path, fmt: str, parts: tuple[str, ...]) -> list[Path]:
+    """The batch files of ``parts`` present in ``folder``: every training batch there (at least one), the test batch."""
+    paths = []
+    for part in parts:
+        found = [folder / (f"{n}.bin" if fmt == "bin" else n) for n in CIFAR_FILES[part]]
+        found = [p for p in found if p.is_file()]
+        if not found:
+            wanted = "data_batch_1..5" if part == "train" else "test_batch"
+            raise DataError(f"data.dataset: cifar10: no {part} batch ({wanted}{'.bin' if fmt == 'bin' else ''}) "
+                            f"in {str(folder)!r}")
+        paths += found
+    return paths
+
+
 def load_cifar10(arg: str, ddir: Path | None, options: dict[str, Any]) -> Dataset:
-    """CIFAR-10 from the binary batches, or from the Python batches without running their pickles' code."""
+    """CIFAR-10 from the binary batches, or from the Python batches without running their pickles' code.
+
+    ``part: train`` reads every training batch present (``data_batch_1`` to ``_5``, at least one); the batches
+    read are logged and kept in ``meta["batches"]``."""
     fmt = options.get("format", "auto")
     if fmt not in ("auto", "bin", "python"):
         raise ConfigError(f"data.options.format: must be 'auto', 'bin' or 'python'; got {fmt!r}")
     folder, fmt = _cifar_folder(require_dir(ddir, "cifar10"), fmt)
-    paths = [folder / (f"{n}.bin" if fmt == "bin" else n) for part in _part(options) for n in CIFAR_FILES[part]]
+    paths = _cifar_paths(folder, fmt, _part(options))
     if _verify(options):
         if fmt == "bin":
             raise ConfigError("data.options.verify_md5: md5 values are published for the Python batches only")
@@ -268,13 +288,16 @@ def load_cifar10(arg: str, ddir: Path | None, options: dict[str, Any]) -> Datase
     pairs = [read(p) for p in paths]
     X = np.concatenate([p[0] for p in pairs])
     y = np.concatenate([p[1] for p in pairs])
-    return _images(X, y, "cifar10", CIFAR_CLASSES, {"format": fmt})
+    batches = [p.name for p in paths]
+    log.info("cifar10: read %d images from %s in %s", len(y), ", ".join(batches), folder)
+    return _images(X, y, "cifar10", CIFAR_CLASSES, {"format": fmt, "batches": batches})
 
 
 IMAGE_SETS.register("cifar10", ImageSet(
     load_cifar10, "CIFAR-10 (Krizhevsky 2009): 32x32 colour images, 10 classes",
     "cifar-10-batches-bin/{data_batch_1..5,test_batch}.bin (binary version), or cifar-10-batches-py/"
-    "{data_batch_1..5,test_batch} (Python version, read without executing code)",
+    "{data_batch_1..5,test_batch} (Python version, read without executing code); part train reads the training "
+    "batches present (at least one) and logs which",
     "https://www.cs.toronto.edu/~kriz/cifar.html",
     {**PART_OPTION, "format": "auto (the binary version where both are present), bin or python",
      "verify_md5": "Python version: check every batch against the md5 torchvision lists"}))
