@@ -52,7 +52,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--lr", type=float, default=None, help="SGD step size (default 0.1, the paper's for MNIST)")
     p.add_argument("--batch-size", type=int, default=None, help="B (default 32)")
     p.add_argument("--federation", default="rotated", choices=flacc_table.FEDERATIONS)
-    p.add_argument("--methods", nargs="+", default=METHODS, choices=METHODS)
+    p.add_argument("--methods", nargs="+", default=METHODS, choices=[*METHODS, flacc_table.CONTROL],
+                   help=f"{flacc_table.CONTROL}: FLACC's control arm (random groups of the sizes of the clusters "
+                        "found, from the same separation round)")
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4])
     p.add_argument("--n-clients", type=int, default=20)
     p.add_argument("--fraction", type=float, default=0.3)
