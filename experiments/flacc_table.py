@@ -193,7 +193,9 @@ def run_table(args: argparse.Namespace) -> tuple[pd.DataFrame, pd.DataFrame, dic
                                                     "true_groups": np.asarray(res.model["true_groups"]),
                                                     "n_samples": res.clients["n_samples"].to_numpy(),
                                                     "group_names": session.info.extras.get("group_names"),
-                                                    "merges": fin["merges"], "notes": notes}
+                                                    "merges": fin["merges"], "notes": notes,
+                                                    "client_accuracy": fin.get("client_accuracy"),
+                                                    "separation_round": fin.get("separation_round")}
     return pd.DataFrame(runs), pd.concat(rounds, ignore_index=True), details
 
 
