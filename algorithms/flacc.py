@@ -18,6 +18,13 @@ Algorithm 1 of the paper, on the shared clustered-FL machinery of
   federation, starting from the global model, trained by FedAvg over its
   sampled members (lines 22-27) until ``federation.rounds`` (N_server).
 
+**Control arm** (``control: random-groups``, not in the paper): the run is FLACC's, bit
+for bit, up to separation; there the clients form random groups of the sizes of the
+entities found (drawn from the run's seed) instead of the entities, each trained from
+the global model with the same schedule and client seeds. Its accuracy against FLACC's
+tells whether the clusters carry structure or FLACC only paid the cost of splitting;
+``final["found_ari"]`` and ``["found_n_clusters"]`` keep what FLACC found.
+
 Every merge is recorded (round, the two entities, alpha_min_cross, Phi) in
 ``result()["merges"]``; ``result()["similarity_mean"]`` (n, n) is the mean cosine
 similarity of every pair of clients over the rounds of the merging phase in which
