@@ -18,6 +18,13 @@ Algorithm 1 of the paper, on the shared clustered-FL machinery of
   federation, starting from the global model, trained by FedAvg over its
   sampled members (lines 22-27) until ``federation.rounds`` (N_server).
 
+**Control arm** (``control: random-groups``, not in the paper): the run is FLACC's, bit
+for bit, up to separation; there the clients form random groups of the sizes of the
+entities found (drawn from the run's seed) instead of the entities, each trained from
+the global model with the same schedule and client seeds. Its accuracy against FLACC's
+tells whether the clusters carry structure or FLACC only paid the cost of splitting;
+``final["found_ari"]`` and ``["found_n_clusters"]`` keep what FLACC found.
+
 Every merge is recorded (round, the two entities, alpha_min_cross, Phi) in
 ``result()["merges"]``; ``result()["similarity_mean"]`` (n, n) is the mean cosine
 similarity of every pair of clients over the rounds of the merging phase in which
@@ -31,7 +38,7 @@ not count towards N_sep); the client fraction c and N_server are
 """
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 import pandas as pd
@@ -42,8 +49,10 @@ from fedray.algorithms.flacc_rules import (
     SimilarityMemory,
     entities,
     merge_round,
+    random_groups,
 )
 from fedray.core.contract import FederationInfo, Reply, RoundContext
+from fedray.core.metrics import cluster_metrics
 from fedray.core.registry import register
 from fedray.nn.supervised import SupervisedAlgorithm, SupervisedParams
 
@@ -63,6 +72,14 @@ class FLACCParams(SupervisedParams):
                                                      "(not in the paper, which merges from round 1: 0)")
     scan: bool = Field(default=True, description="when the best pair fails Φ > 0, try the next best pair "
                                                  "(False: stop, Algorithm 1 read literally)")
+    control: Literal["none", "random-groups"] = Field(
+        default="none", description="random-groups: the control arm; at separation the clients form random groups "
+        "of the sizes of the entities found (seeded by the run's seed), trained as FLACC's clusters would be; the "
+        "run is FLACC's up to separation, bit for bit (none: FLACC)")
+
+
+#: ctx.rng sub-stream of the control arm's random groups
+CONTROL_STREAM = 1
 
 
 @register
@@ -101,7 +118,7 @@ class FLACC(SupervisedAlgorithm):
             extra = self._merge_step(ctx, replies)
             self.average_into(replies)  # line 20: one global model
             if self.rounds_without_merge >= self.params.n_sep:
-                self._separate(ctx.round)
+                self._separate(ctx)
         else:
             self.average_into(replies)  # lines 25-27: FedAvg inside each entity
         self.rounds_done += 1
@@ -131,18 +148,28 @@ class FLACC(SupervisedAlgorithm):
         return {"merges": float(len(events)), "merge_similarity": float(max(sims)) if sims else float("nan"),
                 "n_entities": float(len(np.unique(self.labels)))}
 
-    def _separate(self, round_: int) -> None:
-        """Each entity becomes its own federation, starting from the global model (line 5, else branch)."""
+    def _separate(self, ctx: RoundContext) -> None:
+        """Each entity becomes its own federation, starting from the global model (line 5, else branch).
+
+        With ``control: random-groups`` the federations are random groups of the entities' sizes instead."""
         glob = self.models[0]
-        self.models = {int(e): glob for e in np.unique(self.labels)}
-        self.model_of = self.labels.copy()
-        self.separation_round = int(round_)
+        groups = self.labels.copy()
+        if self.params.control == "random-groups":
+            groups = random_groups(self.labels, ctx.rng(CONTROL_STREAM))
+        self.models = {int(e): glob for e in np.unique(groups)}
+        self.model_of = groups
+        self.assignment = groups.copy()
+        self.separation_round = int(ctx.round)
         self.phase = "separated"
 
     # --- results -------------------------------------------------------------
     def _history(self) -> dict[str, Any]:
-        return {"merges": [e.to_dict() for e in self.merges], "separation_round": self.separation_round,
-                "entities": [list(e) for e in entities(self.labels)]}
+        out = {"merges": [e.to_dict() for e in self.merges], "separation_round": self.separation_round,
+               "entities": [list(e) for e in entities(self.labels)], "control": self.params.control}
+        if self.params.control != "none":  # what FLACC found, beside the groups trained (assignment, ari)
+            out["found_n_clusters"] = int(len(np.unique(self.labels)))
+            out.update({f"found_{k}": v for k, v in cluster_metrics(self.labels, self.true_groups).items()})
+        return out
 
     def summarize_evaluation(self, stages: list[list[Reply]]) -> dict[str, Any]:
         out = super().summarize_evaluation(stages)

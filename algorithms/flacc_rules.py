@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 
 __all__ = ["MergeEvent", "SimilarityMemory", "block_stats", "cosine_similarities", "entities", "find_merge",
-           "merge_round"]
+           "merge_round", "random_groups"]
 
 
 @dataclass(frozen=True)
@@ -292,3 +292,21 @@ def entities(labels: np.ndarray) -> list[tuple[int, ...]]:
     """The partition as a list of client-id tuples, ordered by smallest id."""
     labels = np.asarray(labels)
     return [tuple(int(i) for i in np.flatnonzero(labels == e)) for e in np.unique(labels)]
+
+
+def random_groups(labels: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Random groups of the same sizes as the entities of ``labels`` (the control arm).
+
+    The clients are shuffled by ``rng`` and cut into blocks of the entities' sizes (in
+    the entities' order); each block is labelled by its smallest client id, as entities are.
+    """
+    labels = np.asarray(labels)
+    sizes = [len(e) for e in entities(labels)]
+    order = rng.permutation(labels.shape[0])
+    out = np.empty(labels.shape[0], dtype=np.int64)
+    start = 0
+    for size in sizes:
+        block = order[start:start + size]
+        out[block] = int(block.min())
+        start += size
+    return out

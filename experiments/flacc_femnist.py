@@ -38,11 +38,13 @@ import pandas as pd
 from fedray.api.session import Session
 
 log = logging.getLogger("flacc_femnist")
-METHODS = ["local", "fedavg", "ifca", "cfl", "flhc", "flacc"]
-LABELS = {"local": "NoFed", "fedavg": "FedAvg", "ifca": "IFCA", "cfl": "CFL", "flhc": "FL+HC", "flacc": "FLACC"}
+METHODS = ["local", "fedavg", "ifca", "cfl", "flhc", "flacc", "flacc-control"]
+LABELS = {"local": "NoFed", "fedavg": "FedAvg", "ifca": "IFCA", "cfl": "CFL", "flhc": "FL+HC", "flacc": "FLACC",
+          "flacc-control": "FLACC control (random groups)"}
 #: Table I, FEMNIST column (mean ± std over 5 runs; IFCA's best k = 5, FL+HC's best d = 0.8)
 PAPER = {"local": "65.11 ± 0.32", "fedavg": "77.57 ± 0.48", "ifca": "77.64 ± 0.16 (k = 5)",
-         "cfl": "72.42 ± 3.21", "flhc": "71.85 ± 2.99 (d = 0.8)", "flacc": "82.92 ± 0.30"}
+         "cfl": "72.42 ± 3.21", "flhc": "71.85 ± 2.99 (d = 0.8)", "flacc": "82.92 ± 0.30",
+         "flacc-control": "— (not in the paper)"}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -77,6 +79,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def extra(method: str, args: argparse.Namespace) -> dict[str, Any]:
     if method == "flacc":
         return {"n_merge": args.n_merge, "n_sep": args.n_sep}
+    if method == "flacc-control":  # the same run up to separation, then random groups of the clusters' sizes
+        return {"n_merge": args.n_merge, "n_sep": args.n_sep, "control": "random-groups"}
     if method == "ifca":
         return {"n_clusters": args.ifca_k}
     if method == "flhc":
@@ -103,7 +107,8 @@ def run_seed(args: argparse.Namespace, seed: int, methods: list[str], out: Path)
         train = dict(s.config.algorithm.params)
         for method in methods:
             t0 = time.perf_counter()
-            res = s.run(method, {**train, **extra(method, args)}, output=False, progress=False)
+            algo = "flacc" if method == "flacc-control" else method
+            res = s.run(algo, {**train, **extra(method, args)}, output=False, progress=False)
             fin = res.final
             row = {"seed": seed, "method": method, "writers": s.info.n_clients, "accuracy": 100 * float(fin["accuracy"]),
                    "n_clusters": fin.get("n_clusters"), "separation_round": fin.get("separation_round"),

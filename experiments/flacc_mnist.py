@@ -27,6 +27,7 @@ Examples::
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import sys
@@ -52,7 +53,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--lr", type=float, default=None, help="SGD step size (default 0.1, the paper's for MNIST)")
     p.add_argument("--batch-size", type=int, default=None, help="B (default 32)")
     p.add_argument("--federation", default="rotated", choices=flacc_table.FEDERATIONS)
-    p.add_argument("--methods", nargs="+", default=METHODS, choices=METHODS)
+    p.add_argument("--methods", nargs="+", default=METHODS, choices=[*METHODS, flacc_table.CONTROL],
+                   help=f"{flacc_table.CONTROL}: FLACC's control arm (random groups of the sizes of the clusters "
+                        "found, from the same separation round)")
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4])
     p.add_argument("--n-clients", type=int, default=20)
     p.add_argument("--fraction", type=float, default=0.3)
@@ -89,6 +92,15 @@ def table_args(args: argparse.Namespace, seed: int, method: str) -> argparse.Nam
     return flacc_table.parse_args(argv)
 
 
+def jsonable(obj):
+    """Arrays and numpy scalars as lists and Python numbers (FLACC's details as JSON)."""
+    if isinstance(obj, dict):
+        return {str(k): jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [jsonable(v) for v in obj]
+    return obj.tolist() if hasattr(obj, "tolist") else obj
+
+
 def write_table(runs: pd.DataFrame, args: argparse.Namespace, out: Path) -> str:
     """``table.md``: the Table I layout over the finished runs, the seeds per method, the settings."""
     targs = table_args(args, args.seeds[0], args.methods[0])
@@ -122,8 +134,11 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
                 log.info("seed %d %s: already in %s", seed, method, path)
                 continue
             t0 = time.perf_counter()
-            new, _, _ = flacc_table.run_table(table_args(args, seed, method))
+            new, hist, details = flacc_table.run_table(table_args(args, seed, method))
             new["load_1min"] = os.getloadavg()[0]
+            hist.to_csv(out / "rounds.csv", mode="a", header=not (out / "rounds.csv").exists(), index=False)
+            for (fed, s), d in details.items():  # FLACC's clusters and merges, for the evidence beside the table
+                (out / f"clusters_{fed}_{s}_{method}.json").write_text(json.dumps(jsonable(d)))
             new.to_csv(path, mode="a", header=not path.exists(), index=False)
             runs = pd.concat([runs, new], ignore_index=True)
             log.info("seed %d %s: %.0f s, load %.1f", seed, method, time.perf_counter() - t0, os.getloadavg()[0])

@@ -96,6 +96,20 @@ def diagnose(model: dict[str, Any], final: dict[str, Any], n_groups: int) -> dic
     return out
 
 
+def _wrong(a: pd.DataFrame) -> str:
+    """The merges that joined two true groups, per run (``—`` where none; absent in older results files)."""
+    if "wrong_merges" not in a:
+        return "—"
+    runs = [f"seed {int(r['seed'])}: {r['wrong_merges']}" for _, r in a.iterrows()
+            if isinstance(r["wrong_merges"], str) and r["wrong_merges"]]
+    return "; ".join(runs) or "—"
+
+
+def _value(v: str) -> float | int | None:
+    """A swept value from the command line: a number, or ``inf`` (the memory T = infinity)."""
+    return None if v == "inf" else (int(v) if v.lstrip("-").isdigit() else float(v))
+
+
 def run(args: argparse.Namespace) -> pd.DataFrame:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -109,7 +123,7 @@ def run(args: argparse.Namespace) -> pd.DataFrame:
     train = {"epochs": args.epochs, "lr": 0.1, "batch_size": 32, "eval_every": args.eval_every, "model": "auto"}
     for fed in args.federations:
         for seed in args.seeds:
-            todo = [v for v in VALUES[args.sweep] if (fed, seed, str(v)) not in done]
+            todo = [v for v in args.values if (fed, seed, str(v)) not in done]
             if not todo:
                 continue
             cfg = {"seed": seed, "algorithm": {"name": "flacc", "params": train},
@@ -131,8 +145,7 @@ def run(args: argparse.Namespace) -> pd.DataFrame:
                            "accuracy": 100 * float(fin["accuracy"]), "n_clusters": float(fin["n_clusters"]),
                            "ari": float(fin.get("ari", np.nan)), "separation_round": fin.get("separation_round"),
                            "wall_s": time.perf_counter() - t0, "load_1min": os.getloadavg()[0]}
-                    if args.sweep == "diagnose":
-                        row.update(diagnose(res.model, fin, N_GROUPS[fed]))
+                    row.update(diagnose(res.model, fin, N_GROUPS[fed]))
                     log.info("%s seed %d %s=%s: acc %.2f clusters %d ari %.3f (%.0f s)", fed, seed, args.sweep, v,
                              row["accuracy"], row["n_clusters"], row["ari"], row["wall_s"])
                     new = pd.DataFrame([row])
@@ -147,9 +160,10 @@ def markdown(runs: pd.DataFrame, args: argparse.Namespace) -> str:
     lines: list[str] = []
     if args.sweep in ("alpha0", "memory"):
         lines += [f"| {name} | accuracy (mean ± std) | clusters (mean ± std) | ARI (mean) | exact | seeds | "
-                  "paper, rotated MNIST (accuracy, clusters) |", "| --- | --- | --- | --- | --- | --- | --- |"]
+                  "paper, rotated MNIST (accuracy, clusters) | merges across groups (a run: round:alpha_min_cross) |",
+                  "| --- | --- | --- | --- | --- | --- | --- | --- |"]
         for fed in args.federations:
-            for v in VALUES[args.sweep]:
+            for v in args.values:
                 a = runs[(runs["federation"] == fed) & (runs["value"].astype(str) == str(v))]
                 if not len(a):
                     continue
@@ -159,7 +173,8 @@ def markdown(runs: pd.DataFrame, args: argparse.Namespace) -> str:
                 lines.append(f"| {label} | {a['accuracy'].mean():.2f} ± {a['accuracy'].std(ddof=0):.2f} | "
                              f"{a['n_clusters'].mean():.1f} ± {a['n_clusters'].std(ddof=0):.1f} | "
                              f"{a['ari'].mean():.3f} | {int((a['ari'] > 0.999).sum())}/{len(a)} | "
-                             f"{', '.join(map(str, sorted(a['seed'].astype(int))))} | {PAPER[args.sweep][v]} |")
+                             f"{', '.join(map(str, sorted(a['seed'].astype(int))))} | {PAPER[args.sweep].get(v, '—')} | "
+                             f"{_wrong(a)} |")
     else:
         lines += ["| federation | seed | accuracy | clusters | ARI | offline ARI | within | cross | closest groups "
                   "(mean sim.) | wrong merges (round:alpha_min_cross) |",
@@ -197,6 +212,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--n-sep", type=int, default=None, help="default 10 (quick: 2)")
     p.add_argument("--warmup", type=int, default=0, help="FLACC's FedAvg rounds before the first similarity "
                                                           "(default 0, the paper)")
+    p.add_argument("--values", nargs="+", type=_value, default=None,
+                   help="the values swept instead of the paper's (alpha0: e.g. 0 0.05; memory: e.g. 10 25 inf)")
     p.add_argument("--quick", action="store_true")
     p.add_argument("--out", default=None, help="default fedray-output/flacc_<sweep>")
     args = p.parse_args(argv)
@@ -207,6 +224,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     for k, v in defaults.items():
         if getattr(args, k) is None:
             setattr(args, k, v)
+    if args.values is None:
+        args.values = VALUES[args.sweep]
+    elif args.sweep == "alpha0":
+        args.values = [float(v) for v in args.values]
     return args
 
 

@@ -52,7 +52,10 @@ FEDERATIONS = ["rotated", "grouped", "label-swapped", "grouped+rotated"]
 N_GROUPS = {"rotated": 4, "grouped": 5, "label-swapped": 5, "grouped+rotated": 4}
 METHODS = ["local", "fedavg", "cfl", "ifca", "flhc", "flacc"]
 LABELS = {"local": "NoFed", "fedavg": "FedAvg", "cfl": "CFL", "ifca": "IFCA (k)", "flhc": "FL+HC (d)",
-          "flacc": "FLACC"}
+          "flacc": "FLACC", "flacc-control": "FLACC control (random groups)"}
+#: FLACC with ``control: random-groups``: the same run up to separation, then random groups of the
+#: sizes of the clusters found (not in the default method list: it doubles FLACC's cost)
+CONTROL = "flacc-control"
 #: FL+HC cut-off distances d: on raw updates (the default, as Briggs et al.) the Ward
 #: heights scale with the update norm (about 1 for cnn8 on digits, E = 5, lr 0.1: the
 #: top merges of 40 clients lie at 1.4-4.2); on unit-length updates (--flhc-normalize)
@@ -114,8 +117,9 @@ def variants(method: str, federation: str, quick: bool, n_merge: int = 2,
         ds = list(flhc_d) if flhc_d else (grid[1:2] if quick else grid)
         return [(f"d={d:g}", {"distance_threshold": d, **({"normalize": True} if flhc_normalize else {}),
                               **({"n_pre": 2} if quick else {})}) for d in ds]
-    if method == "flacc":
-        return [("", {"n_merge": n_merge, **({"n_sep": 2} if quick else {})})]
+    if method in ("flacc", CONTROL):
+        control = {"control": "random-groups"} if method == CONTROL else {}
+        return [("", {"n_merge": n_merge, **control, **({"n_sep": 2} if quick else {})})]
     if method == "cfl":
         return [("", {**({"warmup": 1} if quick else {}), **w})]
     return [("", {})]
@@ -162,7 +166,8 @@ def run_table(args: argparse.Namespace) -> tuple[pd.DataFrame, pd.DataFrame, dic
                             session.config.federation.fraction = 1.0
                         t0 = time.perf_counter()
                         try:
-                            res = session.run(method, {**train, **extra}, output=False, progress=False)
+                            algo = "flacc" if method == CONTROL else method
+                            res = session.run(algo, {**train, **extra}, output=False, progress=False)
                         finally:
                             session.config = base
                         wall = time.perf_counter() - t0
@@ -173,6 +178,7 @@ def run_table(args: argparse.Namespace) -> tuple[pd.DataFrame, pd.DataFrame, dic
                                "rounds": int(res.summary["rounds"]), "bytes_down": res.summary["bytes"]["down"],
                                "bytes_up": res.summary["bytes"]["up"], "wall_s": wall,
                                "separation_round": fin.get("separation_round"),
+                               "found_ari": float(fin.get("found_ari", np.nan)),
                                "shared_samples": bool(notes)}
                         runs.append(row)
                         log.info("%s seed %d %s %s: acc %.2f clusters %s ari %.3f (%.1f s)", fed, seed, method, label,
@@ -187,7 +193,9 @@ def run_table(args: argparse.Namespace) -> tuple[pd.DataFrame, pd.DataFrame, dic
                                                     "true_groups": np.asarray(res.model["true_groups"]),
                                                     "n_samples": res.clients["n_samples"].to_numpy(),
                                                     "group_names": session.info.extras.get("group_names"),
-                                                    "merges": fin["merges"], "notes": notes}
+                                                    "merges": fin["merges"], "notes": notes,
+                                                    "client_accuracy": fin.get("client_accuracy"),
+                                                    "separation_round": fin.get("separation_round")}
     return pd.DataFrame(runs), pd.concat(rounds, ignore_index=True), details
 
 
@@ -291,7 +299,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--partition-options", type=json.loads, default={},
                    help="JSON of further data.partition options, e.g. '{\"label_sets\": \"case\"}'")
     p.add_argument("--methods", nargs="+", default=METHODS,
-                   help=f"built-in ({' '.join(METHODS)}) or a plug-in package.module:ClassName")
+                   help=f"built-in ({' '.join(METHODS)}), {CONTROL} (FLACC's random-groups control arm) or a "
+                        "plug-in package.module:ClassName")
     p.add_argument("--plugin-params", nargs="+", default=[], metavar="KEY=V1[,V2]",
                    help="parameters of plug-in methods; several values give one row each")
     p.add_argument("--seeds", nargs="+", type=int, default=None, help="default 0 1 2 (quick: 0)")
@@ -326,9 +335,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true", help="a few seconds: 12 clients, 4 rounds, one variant each")
     p.add_argument("--out", default="runs/flacc_table")
     args = p.parse_args(argv)
-    bad = [m for m in args.methods if m not in METHODS and not is_plugin(m)]
+    bad = [m for m in args.methods if m not in METHODS and m != CONTROL and not is_plugin(m)]
     if bad:
-        p.error(f"--methods: unknown {', '.join(map(repr, bad))}; choose from {', '.join(METHODS)} "
+        p.error(f"--methods: unknown {', '.join(map(repr, bad))}; choose from {', '.join(METHODS)}, {CONTROL} "
                 "or give a plug-in as package.module:ClassName")
     args.plugin_params = parse_plugin_params(args.plugin_params)
     q = args.quick

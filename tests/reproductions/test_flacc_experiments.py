@@ -97,6 +97,30 @@ def test_mnist_table_appends_per_seed_and_method_and_skips_what_is_done(tmp_path
     assert "Seeds finished per method: FedAvg 2, IFCA (k) 2." in (out / "table.md").read_text()
 
 
+def test_sweep_takes_chosen_values_and_records_merges_across_groups(tmp_path):
+    sw = _module("flacc_sweeps")
+    out = tmp_path / "a"
+    runs = sw.main(["--sweep", "alpha0", "--quick", "--values", "0", "0.05", "--federations", "grouped",
+                    "--out", str(out)])
+    assert sorted(runs["value"].astype(float)) == [0.0, 0.05] and "wrong_merges" in runs
+    assert "| +0.05 |" in (out / "table.md").read_text()
+    assert sw.parse_args(["--sweep", "memory", "--values", "10", "inf"]).values == [10, None]
+
+
+def test_mnist_table_runs_the_control_arm_and_keeps_flaccs_clusters(tmp_path):
+    fm = _module("flacc_mnist")
+    out = tmp_path / "c"
+    runs = fm.main(["--quick", "--dataset", "sklearn:digits", "--methods", "flacc", "flacc-control", "--seeds", "0",
+                    "--out", str(out)])
+    assert runs["method"].tolist() == ["flacc", "flacc-control"]
+    assert "FLACC control (random groups)" in (out / "table.md").read_text()
+    import json
+
+    d = json.loads((out / "clusters_rotated_0_flacc.json").read_text())
+    assert len(d["assignment"]) == len(d["true_groups"]) == len(d["client_accuracy"]) == 12
+    assert set(pd.read_csv(out / "rounds.csv")["method"]) == {"flacc", "flacc-control"}
+
+
 def test_stallmann_protocol_on_uci_data(tmp_path, data_dir):
     su = _module("stallmann_uci")
     out = tmp_path / "uci"
