@@ -132,8 +132,8 @@ class RuntimeConfig(_Section):
                                                      "auto: about one actor per CPU slot")
     client_resources: ClientResources = Field(default_factory=ClientResources,
                                               description="what Ray reserves for each client actor")
-    round_timeout: float | None = Field(default=None, gt=0, description="the round's deadline in seconds, its "
-                                        "retries and protocol steps included; later clients are dropped (None: wait)")
+    round_timeout: float | None = Field(default=None, gt=0, description="deadline of a round's attempt in s, "
+                                        "protocol steps and re-asks included; later clients dropped (None: wait)")
     placement: Literal["pack", "spread"] = Field(default="pack", description="the run's client actors, "
                                                  "reserved at once as one placement group, packed on few nodes "
                                                  "(PACK) or spread over all nodes of the cluster (SPREAD)")

@@ -140,23 +140,22 @@ class Server:
         client-id order) and the number of executions; raises :class:`RoundFailedError` when
         ``need`` is still not met.
 
-        ``settings.round_timeout`` is the deadline of the whole call: the first execution starts
-        it, and every execution (each step of a privacy protocol inside one too) waits only for
-        what is left of it. Once it has passed nobody is asked again and the call is not run again.
-        The local runtime waits for nothing, so there it has no deadline (injected virtual delays
-        are still compared with ``round_timeout``).
+        ``settings.round_timeout`` is the deadline of one attempt of the call: its first execution
+        starts it, and every execution of the attempt (the missing clients asked again, each step of
+        a privacy protocol) waits only for what is left of it; once it has passed nobody is asked
+        again. A retry (the whole call run again, ``retries``) is a new attempt with a deadline of its
+        own. The local runtime waits for nothing, so there it has no deadline (injected virtual
+        delays are still compared with ``round_timeout``).
         Under secure aggregation with a deadline the cohort is one protocol instance: a second
         instance would not fit the deadline, and its sum next to a released first one would give
         away the difference.
         """
         retried = 0
         whole = self.executor.whole_cohort_retries
-        deadline = self.settings.round_timeout
-        if self.executor.backend == "local":  # nothing waits there: the bits must not depend on the clock
-            deadline = None
-        call = call.with_quorum(need).with_deadline(None if deadline is None else time.monotonic() + deadline)
-        if whole and deadline is not None:
+        timed = self.settings.round_timeout is not None and self.executor.backend != "local"
+        if whole and timed:
             ask_missing = 0
+        call = call.with_quorum(need).with_deadline(self._deadline())
         while True:
             # Under secure aggregation a sum that will be asked again is held back (quorum: everyone).
             res = self._execute(call.with_quorum(len(tasks) if whole and ask_missing else need), tasks)
@@ -175,12 +174,20 @@ class Server:
                 res.errors = {**res.errors, **again.errors}
             if len(res.replies) >= need:
                 return res, call.attempt + 1
-            if retried >= retries or _past(call):
+            if retried >= retries:
                 raise RoundFailedError(self._shortfall(call, res, len(tasks), retried))
             retried += 1
             log.warning("%s: %d of %d clients answered (federation.min_clients=%d); attempt %d of %d", call.label(),
                         len(res.replies), len(tasks), self.settings.min_clients, retried + 1, retries + 1)
-            call = call.again()
+            call = call.again().with_deadline(self._deadline())  # the round run again: a deadline of its own
+
+    def _deadline(self) -> float | None:
+        """The deadline of an attempt starting now: ``round_timeout`` from now. None without one, and on the
+        local runtime, which waits for nothing (its bits must not depend on the clock)."""
+        timeout = self.settings.round_timeout
+        if timeout is None or self.executor.backend == "local":
+            return None
+        return time.monotonic() + timeout
 
     def _execute(self, call: Call, tasks: dict[int, Task]) -> ExecResult:
         # The timeout stays the configured one (injected virtual delays compare with it, the same bits
@@ -198,8 +205,7 @@ class Server:
         how = (f"; retried {retried} time(s) (federation.round_retries={self.settings.round_retries})"
                if self.settings.round_retries else "; set federation.round_retries to retry such rounds")
         if _past(call):
-            how = (f"; the round's deadline runtime.round_timeout={self.settings.round_timeout:g} s passed after "
-                   f"{retried + 1} attempt(s)")
+            how += f"; the last attempt's deadline (runtime.round_timeout={self.settings.round_timeout:g} s) passed"
         if first:
             log.info("%s: first client failure:\n%s", call.label(), first)
         last = first.strip().splitlines()[-1] if first.strip() else ""

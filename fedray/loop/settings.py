@@ -11,7 +11,7 @@ setting                   from the configuration                   where it acts
 ``fraction``              ``federation.fraction``                  :meth:`Server.step` samples the cohort
 ``max_rounds``            ``federation.rounds`` (the round cap)    :meth:`Server.step` ends the run
 ``min_clients``           ``federation.min_clients``               :meth:`Server.gather` (``need``)
-``round_timeout``         ``runtime.round_timeout``                :meth:`Server.gather`: the round's deadline
+``round_timeout``         ``runtime.round_timeout``                :meth:`Server.gather`: an attempt's deadline
 ``round_retries``         ``federation.round_retries``             :meth:`Server.gather` (``retries``)
 ``blocks``                ``privacy.cohorts: blocks``              :meth:`Server.step` samples whole blocks
 ========================  =======================================  ============================================
@@ -39,9 +39,11 @@ class ServerSettings:
     min_clients : int
         A round with fewer answers is run again (``round_retries``) or fails.
     round_timeout : float or None
-        Seconds from a round's first call to clients to its deadline: every execution of that round
-        (the privacy protocol's steps, missing clients asked again, the whole round run again) waits
-        only until then, and clients that have not answered by then are late. None: no deadline.
+        Seconds from the start of an attempt of a round to its deadline: every execution of the attempt
+        (each step of the privacy protocol, missing clients asked again) waits only until then, and
+        clients that have not answered by then are late. A retry (``round_retries``: the round run
+        again) is a new attempt with a deadline of its own. None: no deadline. The local runtime
+        waits for nothing; there only injected virtual delays are compared with it.
     round_retries : int
         Times a round with fewer than ``min_clients`` answers is run again before it fails.
     blocks : ndarray of int, optional

@@ -70,35 +70,49 @@ def test_without_a_deadline_the_executor_gets_no_timeout():
     assert ex.timeouts == [None] and ex.calls[0][0].deadline is None
 
 
-def test_every_attempt_of_a_round_shares_one_deadline():
-    """Round 0 fails for two clients twice (min_clients 5): its three attempts take 0.2 s each and each
-    gets what is left of the round's 2 s, not 2 s afresh; all three carry the same deadline."""
+def test_the_executions_of_one_attempt_share_its_deadline():
+    """Round 0 asks its missing clients again twice (0.2 s an execution): the three executions carry one
+    deadline and each waits only for what is left of the 2 s, not 2 s afresh."""
     fail = {0: "fail", 1: "fail"}
     script = {(CallKind.TRAIN, 0, 0): fail, (CallKind.TRAIN, 0, 1): fail}
     ex = SlowExecutor(script, 0.2)
-    server = _server(ex, round_timeout=2.0, min_clients=5, round_retries=3)
+    server = _server(ex, ask_missing=2, round_timeout=2.0)
     server.run()
     assert [c.attempt for c, _ in ex.calls] == [0, 1, 2]
     assert len({c.deadline for c, _ in ex.calls}) == 1
     t = ex.timeouts
     assert 1.9 < t[0] <= 2.0 and t[1] <= t[0] - 0.19 and t[2] <= t[1] - 0.19, t
+    assert server.history[0]["clients_answered"] == 5
+
+
+def test_a_retry_of_the_round_has_a_deadline_of_its_own():
+    """min_clients 5 and two clients failing: the round is run again (round_retries), each time with a
+    new deadline and the whole round_timeout to wait."""
+    fail = {0: "fail", 1: "fail"}
+    script = {(CallKind.TRAIN, 0, 0): fail, (CallKind.TRAIN, 0, 1): fail}
+    ex = SlowExecutor(script, 0.2)
+    server = _server(ex, round_timeout=2.0, min_clients=5, round_retries=3)
+    server.run()
+    deadlines = [c.deadline for c, _ in ex.calls]
+    assert len(set(deadlines)) == 3 and deadlines == sorted(deadlines)
+    assert all(1.9 < t <= 2.0 for t in ex.timeouts), ex.timeouts
     assert server.history[0]["attempts"] == 3
 
 
-def test_no_retry_and_no_asking_again_after_the_deadline():
-    """Each execution outlasts the 0.3 s deadline: the round is not run again (round_retries 5) and
-    missing clients are not asked again; the error names the deadline."""
+def test_nobody_is_asked_again_after_the_deadline():
+    """Each execution outlasts the 0.3 s deadline: missing clients are not asked again (ask_missing 2);
+    a round that then has too few answers fails in one line naming the deadline."""
     script = {(CallKind.TRAIN, 0, 0): {0: "fail", 1: "fail", 2: "fail"}}
-    ex = SlowExecutor(script, 0.35)
-    server = _server(ex, round_timeout=0.3, min_clients=5, round_retries=5)
-    with pytest.raises(RoundFailedError, match=r"round 0: 2 of 5 clients answered .* deadline "
-                                               r"runtime.round_timeout=0.3 s passed after 1 attempt"):
-        server.run()
-    assert len(ex.calls) == 1
     ex = SlowExecutor(script, 0.35)
     server = _server(ex, ask_missing=2, round_timeout=0.3)
     server.run()
     assert len(ex.calls) == 1 and server.history[0]["clients_failed"] == 3
+    ex = SlowExecutor(script, 0.35)
+    server = _server(ex, ask_missing=2, round_timeout=0.3, min_clients=5)
+    with pytest.raises(RoundFailedError, match=r"round 0: 2 of 5 clients answered .* the last attempt's deadline "
+                                               r"\(runtime.round_timeout=0.3 s\) passed"):
+        server.run()
+    assert len(ex.calls) == 1
 
 
 def test_before_the_deadline_missing_clients_are_asked_again():
