@@ -56,6 +56,7 @@ class System:
         self._keys: set[bytes] = set()
         self._label = np.zeros(0, dtype=np.int64)  # atom label per client id; 0: in no released cohort
         self._next = 1
+        self._isolated: tuple[int, np.ndarray] | None = None
 
     @staticmethod
     def ids(clients: object) -> np.ndarray:
@@ -96,7 +97,12 @@ class System:
 
     def isolated(self) -> np.ndarray:
         """Clients i with e_i in the row space of the released cohorts (their own value is a combination
-        of the released sums)."""
+        of the released sums); kept until the next cohort is added."""
+        if self._isolated is None or self._isolated[0] != len(self.rows):
+            self._isolated = (len(self.rows), self._leverage_ones())
+        return self._isolated[1]
+
+    def _leverage_ones(self) -> np.ndarray:
         if not self.rows:
             return np.zeros(0, dtype=np.int64)
         sizes = np.bincount(self._label, minlength=1)
