@@ -78,3 +78,28 @@ def test_ceiling_script_scores_every_client_with_each_oracle(tmp_path):
     diff = table["pooled clean"] - table["own clean"]
     assert (table["pooled clean - own clean"] - diff).abs().max() < 1e-12
     assert (tmp_path / "seeds.csv").exists()
+
+
+def test_fedcref_tables_resume_skips_the_settings_already_run(tmp_path):
+    """With --resume, a (table, setting, seed) already in runs.parquet is kept and not run again; the others run."""
+    spec = importlib.util.spec_from_file_location("_exp_fedcref_resume", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    out = tmp_path / "fc"
+    out.mkdir()
+    kept = {"table": "dirtiness", "setting": "0.3", "seed": 0, "variant": "fedcref", "acc_end": 0.5}
+    pd.DataFrame([kept]).to_parquet(out / "runs.parquet", index=False)
+    ran = []
+
+    def fake(args, table, setting, seed, variants, base, central, plots):
+        ran.append((table, str(setting), seed))
+        return [{"table": table, "setting": str(setting), "seed": seed, "variant": "fedcref", "acc_end": 0.9}]
+
+    mod.run_setting = fake
+    argv = ["--tables", "dirtiness", "--settings", "0.3", "0.5", "--seeds", "0", "--out", str(out), "--resume"]
+    df = mod.main(argv)
+    assert ran == [("dirtiness", "0.5", 0)]
+    assert df.set_index("setting")["acc_end"].to_dict() == {"0.3": 0.5, "0.5": 0.9}
+    ran.clear()
+    mod.main(argv)
+    assert ran == []  # everything is in runs.parquet now
