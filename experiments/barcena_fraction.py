@@ -58,7 +58,8 @@ def run(data_dir: str | None, sets: list[str], seeds: int, fractions: tuple[floa
                 cfg = fedray.make_config(
                     seed=seed,
                     algorithm={"name": "federated-fcm", "params": {"n_clusters": k, "init": "random-box", "m": 2.0,
-                                                                   "tol": 0.005, "max_rounds": max_rounds}},
+                                                                   "tol": 0.005, "max_rounds": max_rounds,
+                                                                   "settle_window": 0}},  # the paper's rule: ‖ΔV‖ < ε
                     data={"dataset": f"benchmark:{name}", "data_dir": data_dir, "scale": "minmax",
                           "partition": {"name": "iid", "stratified": True}},
                     federation={"n_clients": n_clients, "fraction": gamma, "rounds": max_rounds},

@@ -28,6 +28,7 @@ import os
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -194,9 +195,7 @@ DATA_SOURCE_GROUP = "fedray.data_sources"
 
 def _installed_source(kind: str) -> DataSource | None:
     """The data source an installed package declares as ``kind`` in :data:`DATA_SOURCE_GROUP`, registered."""
-    from importlib.metadata import entry_points
-
-    found = [ep for ep in entry_points(group=DATA_SOURCE_GROUP) if ep.name == kind]
+    found = [ep for ep in metadata.entry_points(group=DATA_SOURCE_GROUP) if ep.name == kind]
     if not found:
         return None
     try:
@@ -263,7 +262,7 @@ def _load_cached(name: str, data_dir: str, seed: int, key: tuple) -> Dataset:
     return src.load(rest, ddir, options)
 
 
-def _load_sklearn(name: str) -> Dataset:
+def load_sklearn(name: str) -> Dataset:
     from sklearn import datasets as skd
 
     if name not in SKLEARN_SETS:
@@ -287,7 +286,7 @@ def require_dir(ddir: Path | None, what: str) -> Path:
     return ddir
 
 
-def _load_benchmark(rest: str, ddir: Path | None) -> Dataset:
+def load_benchmark(rest: str, ddir: Path | None) -> Dataset:
     root = require_dir(ddir, f"benchmark:{rest}")
     battery, _, name = rest.partition("/")
     data_file = root / battery / f"{name}.data.gz"

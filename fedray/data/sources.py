@@ -14,9 +14,9 @@ from fedray.data.datasets import (
     SKLEARN_SETS,
     Dataset,
     DataSource,
-    _load_benchmark,
-    _load_sklearn,
+    load_benchmark,
     load_mnist,
+    load_sklearn,
 )
 
 
@@ -43,11 +43,11 @@ def _scenario(rest: str, ddir: Path | None, options: dict[str, Any], seed: int) 
 
 
 DATA_SOURCES.register("sklearn", DataSource(
-    lambda rest, ddir, options: _load_sklearn(rest),
+    lambda rest, ddir, options: load_sklearn(rest),
     "scikit-learn's bundled data sets (no data directory needed)", source="scikit-learn",
     arg="NAME", check=_check_sklearn, listed=tuple(f"sklearn:{n}" for n in SKLEARN_SETS)))
 DATA_SOURCES.register("benchmark", DataSource(
-    lambda rest, ddir, options: _load_benchmark(rest, ddir),
+    lambda rest, ddir, options: load_benchmark(rest, ddir),
     "a clustering benchmark set: BATTERY/NAME.data.gz (and NAME.labels0.gz), or the text form NAME.txt with "
     "its ground truth NAME-gt.txt (the G2 sets: benchmark:g2/g2-2-30)", arg="BATTERY/NAME",
     check=_check_benchmark))

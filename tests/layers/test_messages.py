@@ -113,9 +113,9 @@ def test_default_run_adds_no_layer():
     seen = []
     orig = Server.__init__
 
-    def init(self, alg, executor, **kw):
+    def init(self, alg, executor, *settings, **kw):
         seen.append(executor)
-        orig(self, alg, executor, **kw)
+        orig(self, alg, executor, *settings, **kw)
 
     cfg = fedray.make_config(algorithm={"name": "kmeans", "params": {"n_clusters": 3}}, data=DATA,
                              federation={"n_clients": 4, "rounds": 2}, runtime={"backend": "local"})
