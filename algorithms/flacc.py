@@ -154,7 +154,7 @@ class FLACC(SupervisedAlgorithm):
         With ``control: random-groups`` the federations are random groups of the entities' sizes instead."""
         glob = self.models[0]
         groups = self.labels.copy()
-        if self.params.control == "random-groups":
+        if self._control() == "random-groups":
             groups = random_groups(self.labels, ctx.rng(CONTROL_STREAM))
         self.models = {int(e): glob for e in np.unique(groups)}
         self.model_of = groups
@@ -163,10 +163,14 @@ class FLACC(SupervisedAlgorithm):
         self.phase = "separated"
 
     # --- results -------------------------------------------------------------
+    def _control(self) -> str:
+        """``params.control`` ("none" for a state checkpointed before the option existed)."""
+        return getattr(self.params, "control", "none")
+
     def _history(self) -> dict[str, Any]:
         out = {"merges": [e.to_dict() for e in self.merges], "separation_round": self.separation_round,
-               "entities": [list(e) for e in entities(self.labels)], "control": self.params.control}
-        if self.params.control != "none":  # what FLACC found, beside the groups trained (assignment, ari)
+               "entities": [list(e) for e in entities(self.labels)], "control": self._control()}
+        if self._control() != "none":  # what FLACC found, beside the groups trained (assignment, ari)
             out["found_n_clusters"] = int(len(np.unique(self.labels)))
             out.update({f"found_{k}": v for k, v in cluster_metrics(self.labels, self.true_groups).items()})
         return out

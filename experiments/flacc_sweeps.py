@@ -31,6 +31,7 @@ Examples::
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import time
@@ -120,14 +121,14 @@ def run(args: argparse.Namespace) -> pd.DataFrame:
         return r["federation"], int(r["seed"]), str(r["value"])
 
     done = {key(r) for _, r in runs.iterrows()} if len(runs) else set()
-    train = {"epochs": args.epochs, "lr": 0.1, "batch_size": 32, "eval_every": args.eval_every, "model": "auto"}
+    train = {"epochs": args.epochs, "lr": args.lr, "batch_size": 32, "eval_every": args.eval_every, "model": "auto"}
     for fed in args.federations:
         for seed in args.seeds:
             todo = [v for v in args.values if (fed, seed, str(v)) not in done]
             if not todo:
                 continue
             cfg = {"seed": seed, "algorithm": {"name": "flacc", "params": train},
-                   "data": {"dataset": args.dataset, "data_dir": args.data_dir,
+                   "data": {"dataset": args.dataset, "data_dir": args.data_dir, "options": args.data_options,
                             "partition": {"name": fed, "samples": list(args.samples)}},
                    "federation": {"n_clients": args.n_clients, "fraction": args.fraction, "rounds": args.rounds},
                    "runtime": {"backend": "local", "progress": False}}
@@ -186,7 +187,7 @@ def markdown(runs: pd.DataFrame, args: argparse.Namespace) -> str:
                          f"{r['wrong_merges'] if isinstance(r['wrong_merges'], str) else '—'} |")
     load = runs["load_1min"]
     lines += ["", f"Settings: {args.dataset}, {args.n_clients} clients, fraction {args.fraction}, samples "
-              f"{args.samples[0]}-{args.samples[1]}, {args.rounds} rounds, E = {args.epochs}, B = 32, SGD lr 0.1, "
+              f"{args.samples[0]}-{args.samples[1]}, {args.rounds} rounds, E = {args.epochs}, B = 32, SGD lr {args.lr:g}, "
               f"n_merge = {args.n_merge}, N_sep = {args.n_sep}"
               + (f", warm-up {args.warmup} FedAvg rounds before the first similarity" if args.warmup else "")
               + ("" if args.sweep == "alpha0" else ", alpha_0 = 0")
@@ -200,6 +201,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--sweep", required=True, choices=list(VALUES))
     p.add_argument("--dataset", default="sklearn:digits")
     p.add_argument("--data-dir", default=None)
+    p.add_argument("--data-options", type=json.loads, default={}, help="JSON of data.options, e.g. '{\"part\": \"all\"}'")
+    p.add_argument("--lr", type=float, default=0.1, help="SGD step size (the paper: 0.1 MNIST, 0.075 CIFAR-10)")
     p.add_argument("--federations", nargs="+", default=["rotated"], choices=list(N_GROUPS))
     p.add_argument("--seeds", nargs="+", type=int, default=None, help="default 0 1 2 3 4 (quick: 0)")
     p.add_argument("--n-clients", type=int, default=None, help="default 40 (quick: 12)")

@@ -25,7 +25,7 @@ from fedray.core.errors import ConfigError
 from fedray.core.plugins import entry_points
 from fedray.core.registry import ALGORITHMS, available_algorithms, get_algorithm
 from fedray.data import available_datasets, available_partitions
-from fedray.data.datasets import IMAGE_OPTION_DEFAULTS, IMAGE_SETS, MNIST_OPTIONS, SCENARIOS, check_dataset_name
+from fedray.data.datasets import IMAGE_OPTION_DEFAULTS, IMAGE_SETS, SCENARIOS, check_dataset_name
 from fedray.data.federation import BLOBS_DEFAULTS, BLOBS_OPTIONS, available_federations
 from fedray.data.partitions import FEDERATION_BUILDERS, PARTITIONS
 from fedray.nn import MODEL_DESCRIPTIONS, available_models
@@ -250,11 +250,6 @@ def _describe_data_set(name: str, datasets: list[str]) -> Description | None:
                                "(`fedray describe data`)", [])
         choices = [d for d in datasets if d.startswith(f"{kind}:")]
         raise ConfigError(f"describe: unknown data set {name[:80]!r}; choose one of {', '.join(choices)}")
-    if name == "mnist":
-        return Description("data set 'mnist' (read from files under data.data_dir)", "MNIST's IDX files "
-                           "({train,t10k}-{images-idx3,labels-idx1}-ubyte.gz) in mnist/ or the folder itself",
-                           [Row(f"data.options.{k}", "str", repr(IMAGE_OPTION_DEFAULTS[k]), "", meaning)
-                            for k, meaning in MNIST_OPTIONS.items()])
     if name in datasets and name != "blobs":
         return Description(f"data set {name!r}", "no options of its own; see `fedray describe data` and "
                            "`fedray describe PARTITION` for how it is split", [])
