@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import secrets
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -45,7 +46,7 @@ def run(config: Any = None, *, overrides: list[str] | dict[str, Any] | None = No
     cfg = make_config(config, overrides=overrides, **kwargs)
     out = cfg.output.directory if output is None else output
     Trackers(cfg, out).check()  # the trackers' options and MLflow's store, before anything is written
-    existed = bool(out) and Path(out).exists()
+    existed = isinstance(out, (str, os.PathLike)) and bool(out) and Path(out).exists()  # prepare checks the type
     if out:  # before Ray starts and before any data is read: claims the folder for this run
         prepare(out, cfg.output.overwrite)
     ok = False
