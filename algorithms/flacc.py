@@ -164,8 +164,8 @@ class FLACC(SupervisedAlgorithm):
 
     # --- results -------------------------------------------------------------
     def _control(self) -> str:
-        """``params.control`` ("none" for a state checkpointed before the option existed)."""
-        return getattr(self.params, "control", "none")
+        """``params.control``: "none", or the control arm that replaces the clusters found at separation."""
+        return self.params.control
 
     def _history(self) -> dict[str, Any]:
         out = {"merges": [e.to_dict() for e in self.merges], "separation_round": self.separation_round,
