@@ -61,7 +61,8 @@ def emit(message: str) -> None:
     if log.isEnabledFor(logging.INFO) and log.hasHandlers():
         log.info("%s", message)
     else:
-        print(message, file=sys.stderr, flush=True)
+        sys.stderr.write(message + "\n")
+        sys.stderr.flush()
 
 
 def in_notebook() -> bool:

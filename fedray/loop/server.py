@@ -45,7 +45,7 @@ class Server:
     settings : ServerSettings
         The loop's settings from the configuration (:mod:`fedray.loop.settings` says which key
         each comes from and where it acts): ``seed``, ``fraction``, ``max_rounds``, ``min_clients``,
-        ``round_timeout`` (the round's deadline), ``round_retries``.
+        ``round_timeout`` (the deadline of an attempt of a round), ``round_retries``, ``blocks``.
     **fields
         Instead of ``settings``: its fields by name (``Server(alg, ex, seed=0, fraction=0.5)``).
     """
