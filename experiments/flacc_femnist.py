@@ -28,7 +28,9 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +39,10 @@ import pandas as pd
 
 from fedray.api.session import Session
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # flacc_branching, beside this script
 log = logging.getLogger("flacc_femnist")
+#: the methods --branch derives from one FLACC run (experiments/flacc_branching.py)
+BRANCHED = ("flacc", "flacc-control", "fedavg")
 METHODS = ["local", "fedavg", "ifca", "cfl", "flhc", "flacc", "flacc-control"]
 LABELS = {"local": "NoFed", "fedavg": "FedAvg", "ifca": "IFCA", "cfl": "CFL", "flhc": "FL+HC", "flacc": "FLACC",
           "flacc-control": "FLACC control (random groups)"}
@@ -67,6 +72,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--n-sep", type=int, default=10)
     p.add_argument("--ifca-k", type=int, default=5)
     p.add_argument("--flhc-d", type=float, default=0.8)
+    p.add_argument("--branch", action="store_true",
+                   help="run FLACC once with a checkpoint every round, then the control and FedAvg from its "
+                        "checkpoint before separation (bit for bit the runs from round 0; interrupted runs resume)")
     p.add_argument("--quick", action="store_true", help="seconds: 12 writers, 4 rounds, mlp, N_sep 1")
     p.add_argument("--out", default="results/flacc_femnist")
     args = p.parse_args(argv)
@@ -101,8 +109,9 @@ def session(args: argparse.Namespace, seed: int) -> Session:
                     "runtime": {"backend": "local", "progress": False}})
 
 
-def run_seed(args: argparse.Namespace, seed: int, methods: list[str], out: Path) -> tuple[list[dict], list]:
-    rows, rounds = [], []
+def run_seed(args: argparse.Namespace, seed: int, methods: list[str], out: Path,
+             save: Callable[[dict, pd.DataFrame], None]) -> None:
+    """Run ``methods`` on one seed's federation; ``save`` gets each run's row and rounds as it ends."""
     with session(args, seed) as s:
         train = dict(s.config.algorithm.params)
         for method in methods:
@@ -113,19 +122,44 @@ def run_seed(args: argparse.Namespace, seed: int, methods: list[str], out: Path)
             row = {"seed": seed, "method": method, "writers": s.info.n_clients, "accuracy": 100 * float(fin["accuracy"]),
                    "n_clusters": fin.get("n_clusters"), "separation_round": fin.get("separation_round"),
                    "rounds": int(res.summary["rounds"]), "wall_s": time.perf_counter() - t0,
-                   "load_1min": os.getloadavg()[0]}
-            rows.append(row)
-            log.info("seed %d %s: accuracy %.2f, clusters %s, separation %s (%.0f s, load %.1f)", seed, method,
-                     row["accuracy"], row["n_clusters"], row["separation_round"], row["wall_s"], row["load_1min"])
-            h = res.history
-            hh = h[[c for c in ("round", "accuracy", "n_clusters") if c in h]].dropna(subset=["accuracy"]).copy()
-            hh["seed"], hh["method"] = seed, method
-            rounds.append(hh)
+                   "load_1min": os.getloadavg()[0], "via": "run"}
             if method == "flacc":
                 pd.DataFrame({"client": np.arange(len(fin["assignment"])), "cluster": np.asarray(fin["assignment"]),
                               "n_samples": res.clients["n_samples"].to_numpy()}
                              ).to_csv(out / f"clusters_seed{seed}.csv", index=False)
-    return rows, rounds
+            save(row, _rounds(res.history, seed, method))
+
+
+def _rounds(history: pd.DataFrame, seed: int, method: str) -> pd.DataFrame:
+    hh = history[[c for c in ("round", "accuracy", "n_clusters") if c in history]].dropna(subset=["accuracy"]).copy()
+    hh["seed"], hh["method"] = seed, method
+    return hh
+
+
+def branch_seed(args: argparse.Namespace, seed: int, methods: list[str], out: Path,
+                save: Callable[[dict, pd.DataFrame], None]) -> None:
+    """FLACC once to its separation round, then the control and FedAvg arms from its checkpoint there.
+
+    See ``experiments/flacc_branching.py``: the arms are bit for bit the runs from round 0."""
+    import flacc_branching as fb
+
+    folder = out / f"branches_seed{seed}"
+    with session(args, seed) as s:
+        cfg, writers = s.config.to_dict(), s.info.n_clients
+    params = {**cfg["algorithm"]["params"], **extra("flacc", args)}
+    dirs = {"flacc": fb.run_trunk(cfg, params, folder)}
+    for arm in [m for m in ("flacc-control", "fedavg") if m in methods]:
+        dirs[arm] = fb.run_arm(folder, arm) or dirs["flacc"]  # an arm of a run that never separated is FLACC's
+    clients = pd.read_parquet(dirs["flacc"] / "clients.parquet")
+    clients[["client_id", "cluster", "n_train"]].rename(columns={"client_id": "client", "n_train": "n_samples"}) \
+        .to_csv(out / f"clusters_seed{seed}.csv", index=False)
+    fb.per_cluster(folder).to_csv(out / f"per_cluster_seed{seed}.csv", index=False)
+    for method in [m for m in ("flacc", "flacc-control", "fedavg") if m in methods]:
+        row = {"seed": seed, "method": method, "writers": writers, **fb.summary_row(dirs[method]),
+               "wall_s": float("nan"), "load_1min": os.getloadavg()[0], "via": f"branch {folder.name}/{method}"}
+        if method == "fedavg":
+            row["n_clusters"] = 1
+        save(row, _rounds(pd.read_parquet(dirs[method] / "rounds.parquet"), seed, method))
 
 
 def markdown(runs: pd.DataFrame, args: argparse.Namespace) -> str:
@@ -173,18 +207,27 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     runs_path, rounds_path = out / "runs.csv", out / "rounds.csv"
-    runs = pd.read_csv(runs_path) if runs_path.exists() else pd.DataFrame(columns=["seed", "method"])
-    rounds = pd.read_csv(rounds_path) if rounds_path.exists() else pd.DataFrame()
-    done = set(zip(runs["seed"], runs["method"]))
+    saved = {"runs": pd.read_csv(runs_path) if runs_path.exists() else pd.DataFrame(columns=["seed", "method"]),
+             "rounds": pd.read_csv(rounds_path) if rounds_path.exists() else pd.DataFrame()}
+
+    def save(row: dict, rounds: pd.DataFrame) -> None:  # each run is on disk as soon as it ends
+        saved["runs"] = pd.concat([saved["runs"], pd.DataFrame([row])], ignore_index=True)
+        saved["rounds"] = pd.concat([saved["rounds"], rounds], ignore_index=True)
+        saved["runs"].to_csv(runs_path, index=False)
+        saved["rounds"].to_csv(rounds_path, index=False)
+        log.info("seed %d %s: accuracy %.2f, clusters %s, separation %s (load %.1f)", row["seed"], row["method"],
+                 row["accuracy"], row["n_clusters"], row["separation_round"], row["load_1min"])
+
+    done = set(zip(saved["runs"]["seed"], saved["runs"]["method"]))
     for seed in args.seeds:
         todo = [m for m in args.methods if (seed, m) not in done]
-        if not todo:
-            continue
-        rows, rr = run_seed(args, seed, todo, out)
-        runs = pd.concat([runs, pd.DataFrame(rows)], ignore_index=True)
-        rounds = pd.concat([rounds, *rr], ignore_index=True)
-        runs.to_csv(runs_path, index=False)
-        rounds.to_csv(rounds_path, index=False)
+        branched = [m for m in todo if args.branch and m in BRANCHED]
+        if branched:
+            branch_seed(args, seed, branched, out, save)
+        rest = [m for m in todo if m not in branched]
+        if rest:
+            run_seed(args, seed, rest, out, save)
+    runs, rounds = saved["runs"], saved["rounds"]
     (out / "table.md").write_text(markdown(runs, args))
     figure(rounds, runs, args.seeds[0], out / "accuracy.png")
     log.info("%s", (out / "table.md").read_text())
