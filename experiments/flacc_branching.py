@@ -22,6 +22,7 @@ trunk or arm loses at most one round.
 """
 from __future__ import annotations
 
+import argparse
 import json
 import logging
 import os
@@ -80,12 +81,22 @@ def run_trunk(cfg: dict[str, Any], params: dict[str, Any], out: Path) -> Path:
 
 
 def separation_round(run_dir: Path) -> int | None:
-    sep = json.loads((run_dir / "summary.json").read_text())["final"].get("separation_round")
-    return None if sep is None else int(sep)
+    """FLACC's separation round S: from the finished trunk's summary, or, while the trunk still runs,
+    from its merging checkpoints (copied up to round S, the last round that starts in the merging
+    phase) once the trunk's own checkpoint is past them. None: not separated (yet)."""
+    if _finished(run_dir):
+        sep = json.loads((run_dir / "summary.json").read_text())["final"].get("separation_round")
+        return None if sep is None else int(sep)
+    kept = sorted((run_dir.parent / "merging-checkpoints").glob("round-*.pkl"))
+    live = run_dir / "checkpoint" / FILENAME
+    if not kept or not live.exists():
+        return None
+    last = int(kept[-1].stem.split("-")[1])
+    return last if int(load(live)["server"]["round"]) > last + 1 else None
 
 
 def branch_checkpoint(out: Path) -> Path | None:
-    """The trunk's checkpoint after round S − 1 (None when FLACC never separated)."""
+    """The trunk's checkpoint after round S − 1 (None when FLACC has not separated, or never did)."""
     sep = separation_round(out / "flacc")
     if sep is None:
         return None
@@ -106,6 +117,8 @@ def run_arm(out: Path, arm: str) -> Path | None:
         return run_dir
     start = branch_checkpoint(out)
     if start is None:
+        if not _finished(out / "flacc"):
+            raise RuntimeError(f"{out / 'flacc'}: FLACC has not separated yet; start {arm} once it has")
         log.info("%s: FLACC never separated, so this arm is FLACC's run itself", arm)
         return None
     if run_dir.exists():
@@ -152,3 +165,19 @@ def summary_row(run_dir: Path) -> dict[str, Any]:
     return {"accuracy": 100 * float(fin["accuracy"]), "n_clusters": fin.get("n_clusters"),
             "separation_round": fin.get("separation_round"), "rounds": int(s["rounds"]),
             "round_s_total": float(hist["wall_s"].sum())}
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run one arm by itself (e.g. beside the trunk, once the trunk has separated: the arms and the rest
+    of the trunk are independent runs from the same checkpoint)."""
+    p = argparse.ArgumentParser(description="run one arm of a branched FLACC folder")
+    p.add_argument("folder", type=Path, help="the branches folder (e.g. OUT/branches_seed0)")
+    p.add_argument("arm", choices=sorted(ARMS))
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    logging.getLogger("fedray").setLevel(logging.WARNING)
+    run_arm(args.folder, args.arm)
+
+
+if __name__ == "__main__":
+    main()

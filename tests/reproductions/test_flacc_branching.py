@@ -82,3 +82,18 @@ def test_a_second_call_runs_nothing_and_the_table_covers_every_client(runs, bran
     assert table["writers"].sum() == 12
     assert {"at_separation", "flacc", "flacc-control", "fedavg"} <= set(table.columns)
     assert table[["at_separation", "flacc", "fedavg"]].stack().between(0, 100).all()
+
+
+def test_an_arm_asked_for_before_the_trunk_separates_is_refused(tmp_path, branching) -> None:
+    (tmp_path / "flacc").mkdir()
+    with pytest.raises(RuntimeError, match="has not separated yet"):
+        branching.run_arm(tmp_path, "fedavg")
+
+
+def test_the_separation_round_is_read_from_the_checkpoints_while_the_trunk_runs(runs, branching, tmp_path) -> None:
+    out, _, ref = runs
+    import shutil
+    shutil.copytree(out / "flacc", tmp_path / "flacc")
+    shutil.copytree(out / "merging-checkpoints", tmp_path / "merging-checkpoints")
+    (tmp_path / "flacc" / "summary.json").unlink()  # as if the trunk were still running past separation
+    assert branching.separation_round(tmp_path / "flacc") == ref["flacc"].final["separation_round"]
