@@ -26,6 +26,7 @@ already there are skipped), ``rounds.csv`` (accuracy per evaluated round),
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import sys
@@ -96,23 +97,23 @@ def extra(method: str, args: argparse.Namespace) -> dict[str, Any]:
     return {}
 
 
-def session(args: argparse.Namespace, seed: int) -> Session:
+def config(args: argparse.Namespace, seed: int) -> dict[str, Any]:
     train = {"epochs": args.epochs, "lr": args.lr, "batch_size": args.batch_size, "eval_every": args.eval_every,
              "model": args.model}
     partition: dict[str, Any] = {"name": "by_writer"}
     if args.min_samples:
         partition["min_samples"] = args.min_samples
-    return Session({"seed": seed, "algorithm": {"name": "fedavg", "params": train},
-                    "data": {"dataset": "femnist", "data_dir": args.data_dir, "options": {"classes": args.classes},
-                             "partition": partition},
-                    "federation": {"n_clients": args.writers, "fraction": args.fraction, "rounds": args.rounds},
-                    "runtime": {"backend": "local", "progress": False}})
+    return {"seed": seed, "algorithm": {"name": "fedavg", "params": train},
+            "data": {"dataset": "femnist", "data_dir": args.data_dir, "options": {"classes": args.classes},
+                     "partition": partition},
+            "federation": {"n_clients": args.writers, "fraction": args.fraction, "rounds": args.rounds},
+            "runtime": {"backend": "local", "progress": False}}
 
 
 def run_seed(args: argparse.Namespace, seed: int, methods: list[str], out: Path,
              save: Callable[[dict, pd.DataFrame], None]) -> None:
     """Run ``methods`` on one seed's federation; ``save`` gets each run's row and rounds as it ends."""
-    with session(args, seed) as s:
+    with Session(config(args, seed)) as s:
         train = dict(s.config.algorithm.params)
         for method in methods:
             t0 = time.perf_counter()
@@ -144,10 +145,10 @@ def branch_seed(args: argparse.Namespace, seed: int, methods: list[str], out: Pa
     import flacc_branching as fb
 
     folder = out / f"branches_seed{seed}"
-    with session(args, seed) as s:
-        cfg, writers = s.config.to_dict(), s.info.n_clients
+    cfg = config(args, seed)
     params = {**cfg["algorithm"]["params"], **extra("flacc", args)}
     dirs = {"flacc": fb.run_trunk(cfg, params, folder)}
+    writers = json.loads((dirs["flacc"] / "summary.json").read_text())["n_clients"]
     for arm in [m for m in ("flacc-control", "fedavg") if m in methods]:
         dirs[arm] = fb.run_arm(folder, arm) or dirs["flacc"]  # an arm of a run that never separated is FLACC's
     clients = pd.read_parquet(dirs["flacc"] / "clients.parquet")

@@ -45,3 +45,15 @@ def test_quick_run_reports_clusters_accuracy_and_resumes(tmp_path, femnist_dir):
     assert (out / "accuracy.png").read_bytes()[:4] == b"\x89PNG"
     again = main(["--quick", "--data-dir", str(femnist_dir), "--out", str(out)])   # nothing left to run
     assert len(again) == 2 and len(pd.read_csv(out / "runs.csv")) == 2
+
+
+def test_branch_mode_writes_a_row_per_method_and_the_clusters_table(tmp_path, femnist_dir):
+    """--branch: one FLACC run serves the three methods (this quick run never separates, so every arm is
+    FLACC's run and FedAvg's row has its accuracy), with the per-cluster table beside them."""
+    out = tmp_path / "fb"
+    runs = _main()(["--quick", "--branch", "--methods", "flacc", "flacc-control", "fedavg",
+                    "--data-dir", str(femnist_dir), "--out", str(out)]).set_index("method")
+    assert sorted(runs.index) == ["fedavg", "flacc", "flacc-control"]
+    assert runs.loc["fedavg", "n_clusters"] == 1 and runs["accuracy"].nunique() == 1
+    table = pd.read_csv(out / "per_cluster_seed0.csv")
+    assert table["writers"].sum() == 12 and table["cluster"].nunique() == runs.loc["flacc", "n_clusters"]
