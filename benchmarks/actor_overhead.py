@@ -11,7 +11,8 @@ of its own, one after the other, and the table gives per version:
 * ``actor_rss_mb``  median resident set size of a client actor right after start-up
   (``actor_pss_mb``: proportional set size, shared pages split between the processes);
 * ``peak_mem_mb``   peak of the summed PSS of every process of the run (driver, Ray's node
-  processes, the actors), sampled every 0.2 s;
+  processes, the actors), sampled every 0.2 s (less often where one sample takes longer: see
+  ``fedray.analysis.sweep.PeakMemory``);
 * ``round_s``       mean seconds of a k-means round after the first (``first_round_s``: the first);
 * ``heavy``         which of pandas, pyarrow, scipy, cryptography, matplotlib, numba the first
   client actor had loaded after start-up (read from the libraries its process maps).

@@ -30,6 +30,7 @@ from fedray.core.errors import RoundFailedError
 from fedray.core.replies import Replies
 from fedray.data.checks import Descriptions
 from fedray.data.federation import ClientSpec, put_shards
+from fedray.runtime import summed as summed_calls
 from fedray.runtime.connect import connect
 from fedray.runtime.executor import ExecResult, Executor, collect_outcomes, plan_shared, sort_replies
 from fedray.runtime.messages import HostFailure, HostTask
@@ -37,7 +38,7 @@ from fedray.runtime.placement import Placement, layout_for, reserve
 from fedray.runtime.pool import ClientPool
 from fedray.runtime.shipping import connect_for
 from fedray.runtime.startup import actor_options, set_up_again, start_actors
-from fedray.runtime.summed import execute_summed
+from fedray.runtime.summed import execute_summed, hosts_sum
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +96,9 @@ class RayExecutor(Executor):
         self._scaler: tuple[np.ndarray, np.ndarray] | None = None  # re-applied to restarted actors
         self.call_timeout = float(runtime.call_timeout)
         self.stall_warning = float(runtime.stall_warning)
+        # clients a host from which hosts add a summed call's replies (fedray.runtime.summed); read here, so
+        # that it travels with the executor to the server actor
+        self.sum_min_clients = summed_calls.SUM_MIN_CLIENTS
         self._round_s: list[float] = []  # wall time of rounds that waited for every actor (stall warnings)
         log.info("created %d client actors (%d clients each, %.2f CPUs each) in %.1f s",
                  self.n_actors, self.clients_per_actor, self.actor_cpus, time.perf_counter() - t0)
@@ -170,7 +174,7 @@ class RayExecutor(Executor):
         per_actor = self.pool.split(tasks, which)
         first = one_task(tasks)
         if (first is not None and first.summed and self.sums_in_hosts and timeout is None and not self.pool.dead
-                and not self.pool.late and len(tasks) > 1):
+                and not self.pool.late and hosts_sum(len(tasks), len(per_actor), self.sum_min_clients)):
             result = execute_summed(self.pool, call, per_actor, refs, self._get, _fetch_parts)
             if result is not None:
                 return result

@@ -4,6 +4,12 @@ Every host runs its clients and keeps the replies (:class:`~fedray.runtime.messa
 ``keep``); then the hosts add them in client order, each continuing the sum of the hosts before it
 (a chain of small ``fold_kept`` calls), so that only the sum travels and it has the bits of one sum
 over the clients in order.
+
+Each host is one more step of that chain: a Ray call that starts when the one before it has answered
+(about 3 ms on 2 CPUs), while the server takes a client's reply in a few microseconds. The chain pays
+where hosts hold many clients each (the packed layouts; at 10^6 clients it keeps 10^6 replies off the
+server); with few clients a host (``clients_per_actor: 1``) it is slower than per-client replies, and
+such calls go per client (:func:`hosts_sum`). Both give the same bits.
 """
 from __future__ import annotations
 
@@ -23,6 +29,18 @@ from fedray.runtime.messages import HostReply, HostTask
 from fedray.runtime.pool import ClientPool
 
 log = logging.getLogger(__name__)
+
+#: The hosts add a summed call's replies themselves where they hold at least this many of its clients
+#: each, on average. Measured on 2 CPUs (one k-means call, 10 points a client): 2 x 1000 and 20 x 1000
+#: clients a host took the same time either way; 100 x 200 took 0.95 s chained against 0.70 s per
+#: client, and 40 x 1 0.23 s against 0.13 s.
+SUM_MIN_CLIENTS = 1000
+
+
+def hosts_sum(n_clients: int, n_hosts: int, min_clients: int = SUM_MIN_CLIENTS) -> bool:
+    """Whether the ``n_hosts`` hosts of a summed call over ``n_clients`` clients add the replies
+    themselves (a chain of ``n_hosts`` calls) rather than send them per client."""
+    return n_clients > 1 and n_clients >= min_clients * n_hosts
 
 
 def execute_summed(pool: ClientPool, call: Call, per_actor: dict[int, Any], refs: list[Any],

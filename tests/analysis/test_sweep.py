@@ -10,7 +10,7 @@ import pandas as pd
 import psutil
 import pytest
 
-from fedray.analysis.sweep import PeakMemory, expand_grid, parse_grid, sweep
+from fedray.analysis.sweep import MAX_SHARE, PeakMemory, expand_grid, parse_grid, sweep
 from fedray.core.errors import ConfigError
 from fedray.tools.cli import main
 
@@ -86,6 +86,26 @@ def test_peak_memory_counts_descendant_processes():
         shell.kill()
         shell.wait()
     assert mem.peak_pss_mb >= 300 and mem.max_processes == 2
+
+
+def test_peak_memory_sampler_takes_at_most_its_share_of_a_core(monkeypatch):
+    """A sample slower than the interval (hundreds of large processes) spaces the next one out, so the
+    sampler is busy about MAX_SHARE of the time, not all of it (back to back it would be about 1)."""
+    mem = PeakMemory(interval=0.001, include_ray=False)
+    busy: list[float] = []
+
+    def slow_sample():
+        t = time.perf_counter()
+        time.sleep(0.02)
+        busy.append(time.perf_counter() - t)
+
+    monkeypatch.setattr(mem, "sample", slow_sample)
+    t0 = time.perf_counter()
+    with mem:
+        time.sleep(1.0)
+    elapsed = time.perf_counter() - t0
+    assert len(busy) >= 3  # it still samples
+    assert sum(busy) <= 2 * MAX_SHARE * elapsed + 0.05  # the first and last samples come on top
 
 
 def test_cli_sweep(tmp_path, capsys):

@@ -18,6 +18,7 @@ from fedray.core.errors import FedrayError
 from fedray.core.stats import Stats, StatsBlock, total
 from fedray.data.federation import build_federation
 from fedray.runtime import host as host_mod
+from fedray.runtime import summed as summed_mod
 from fedray.runtime.backends import make_executor
 
 KW = dict(algorithm={"name": "kmeans", "params": {"n_clusters": 4, "init": "random-box"}},
@@ -32,6 +33,7 @@ def _executor(n: int, per_actor: int):
     fed = build_federation(cfg.data, n, cfg.seed)
     ex = make_executor("ray", fed.specs, cfg.seed, False, fed.sample_shape, cfg.runtime)
     ex.sums_in_hosts = True  # no layer above it
+    ex.sum_min_clients = 1  # the hosts add however few clients each holds
     return ex
 
 
@@ -69,9 +71,10 @@ def test_hosts_sum_gives_the_bits_of_the_servers_sum(ray_session, monkeypatch, p
         ex.shutdown()
 
 
-def test_a_run_with_summed_rounds_equals_the_local_and_per_client_runs(ray_session):
+def test_a_run_with_summed_rounds_equals_the_local_and_per_client_runs(ray_session, monkeypatch):
     """k-means declares its training task summed: the run on Ray (several hosts, hosts adding) gives
     the same centres, history and metrics as the local runtime and as client-by-client replies."""
+    monkeypatch.setattr(summed_mod, "SUM_MIN_CLIENTS", 1)  # read by the executor, which the server actor gets
     runs = [fedray.run(runtime={"backend": "local", "batched": False, "progress": False}, **KW),
             fedray.run(runtime={"backend": "ray", "clients_per_actor": 7, "progress": False}, **KW),
             fedray.run(runtime={"backend": "ray", "progress": False}, **{**KW, "federation": {
@@ -92,6 +95,26 @@ def test_layers_that_read_each_reply_turn_the_hosts_sum_off(ray_session):
         assert s.executor.sums_in_hosts is False
     with fedray.Session(runtime={"backend": "ray", "progress": False}, **KW) as s:
         assert s.executor.sums_in_hosts is True
+
+
+def test_hosts_holding_few_clients_each_send_per_client_replies_with_the_same_bits(ray_session):
+    """Below SUM_MIN_CLIENTS clients a host (one client an actor here), a summed call skips the hosts'
+    chain: its replies arrive per client, and their total has the bits of the chained sum."""
+    assert summed_mod.hosts_sum(2000, 2) and not summed_mod.hosts_sum(2000, 3)
+    assert not summed_mod.hosts_sum(1, 1, 1) and summed_mod.hosts_sum(2, 2, 1)
+    ex = _executor(12, 1)
+    try:
+        C = np.random.default_rng(2).normal(size=(4, 3))
+        ids = np.arange(12)
+        chained = ex.execute(calls.train(1), CohortTasks(ids, Task(lloyd_stats, None, C, summed=True)))
+        ex.sum_min_clients = summed_mod.SUM_MIN_CLIENTS
+        direct = ex.execute(calls.train(1), CohortTasks(ids, Task(lloyd_stats, None, C, summed=True)))
+        assert chained.replies.summed_total is not None and direct.replies.summed_total is None
+        np.testing.assert_array_equal(direct.replies.columns()[0], ids)
+        a, b = total(chained.replies), total(direct.replies)
+        assert list(a) == list(b) and all(a[k].tobytes() == b[k].tobytes() for k in a)
+    finally:
+        ex.shutdown()
 
 
 def test_hosts_fold_in_chunks_as_one_pass(monkeypatch):
@@ -151,11 +174,12 @@ def test_a_host_answering_client_by_client_turns_the_call_per_client_without_run
     ("kmeans", {}, True), ("fedkmeans", {"batch_size": 3}, True), ("federated-fcm", {}, True),
     ("federated-fcm", {"min_sample_guard": True}, False)])
 def test_algorithms_whose_update_reads_only_the_total_declare_their_round_task_summed(ray_session, name, params,
-                                                                                    summed):
+                                                                                    summed, monkeypatch):
     """The round tasks of k-means, FedKMeans and FCM are summed (FCM's guard withholds some clients'
     replies, which its update counts one by one: not summed then), and so are the evaluation passes; on
     Ray, with hosts adding, every run gives the local runtime's centres, history and final metrics."""
     kw = {**KW, "algorithm": {"name": name, "params": {"n_clusters": 4, "init": "random-box", **params}}}
+    monkeypatch.setattr(summed_mod, "SUM_MIN_CLIENTS", 1)  # the hosts add 7 clients each
     runs = [fedray.run(runtime={"backend": "local", "progress": False}, **kw),
             fedray.run(runtime={"backend": "ray", "clients_per_actor": 7, "progress": False}, **kw)]
     with fedray.Session(runtime={"backend": "local", "progress": False}, **kw) as s:
