@@ -14,6 +14,8 @@ A state machine on the shared round loop (Algorithm 1 of the paper):
               of the differences: the paper's min-max over the cluster, or an option) in both
               directions, links each cluster to the best qualifying cluster of each
               other client and takes components with >= 2 nodes as communities (eq. 3);
+              skipped in the first ``local_refinements`` iterations (an option beyond
+              the paper, default 0): there each client refines with its own models only;
 ``federate``  Phase 3: ``fed_rounds`` rounds of FedAvg, every community side by side,
               each starting from the model of its lowest (client, cluster) node;
 ``refine``    Phase 4 (Algorithm 2) on active clients; stability by Hungarian-matched
@@ -77,6 +79,10 @@ class FedCRefParams(Params):
         "by e_own + e_other (relative, independent of the cluster's size)")
     stability: float = Field(0.8, gt=0.0, le=1.0, description="Hungarian-matched agreement of consecutive "
                                                           "labellings above which a client stops refining")
+    local_refinements: int = Field(0, ge=0, description="iterations at the start in which no exchange is made and "
+                                   "each client refines with its own models only (0: the paper, the first "
+                                   "exchange follows Phase 1); on a dirty start a refinement first cleans the "
+                                   "clusters the exchange compares (beyond the paper)")
     min_active_iterations: int = Field(3, ge=1, description="refinements a client makes before it may stop "
                                        "(1: the paper's rule, it may stop after its first)")
     link: Literal["best", "first", "mutual-best"] = Field("best", description="which qualifying cluster of another "
@@ -218,11 +224,12 @@ class FedCRef(Algorithm):
                 self._after_evaluate({})
             elif ph == "exchange":
                 self._nodes()
-                if p.association == "reconstruction":
+                local = self.iteration < p.local_refinements   # no exchange yet: own models only
+                if p.association == "reconstruction" and not local:
                     sh = {"spec": self.spec, "weights": self._stacked(), "owner": self.owner,
                           "percentile": p.percentile, "normalisation": p.normalisation}
                     return {c: Task(fc.fc_exchange, None, sh) for c in ctx.all_clients}
-                self._associate(self._oracle_edges() if p.association == "oracle" else [])
+                self._associate(self._oracle_edges() if p.association == "oracle" and not local else [])
             elif ph == "federate":
                 sh = {"spec": self.spec, "community": self.community, "epochs": p.fed_epochs,
                       "batch_size": p.batch_size, "lr": p.lr, "trim": p.fed_trim}
@@ -362,12 +369,13 @@ class FedCRef(Algorithm):
         accs = np.array([acc_from_table(r.update) for r in stages[0]])
         it = self.iterations
         first, last = (it[0], it[-1]) if it else ({}, {})
+        exchange = it[min(self.params.local_refinements, len(it) - 1)] if it else {}   # the first exchange
         out: dict[str, Any] = {"acc": float(accs.mean()), "acc_start": first.get("acc_mean", np.nan),
                                "acc_end": float(accs.mean()), "client_acc": accs.tolist(),
                                "iterations": len(it), "stop_reason": getattr(self, "stop_reason", "")}
         for key in ("communities", "wrong_associations", "isolated_clusters", "classes_covered",
                     "pure_communities", "edges"):
-            out[f"{key}_start"], out[f"{key}_end"] = first.get(key, np.nan), last.get(key, np.nan)
+            out[f"{key}_start"], out[f"{key}_end"] = exchange.get(key, np.nan), last.get(key, np.nan)
         if self.phase != "done":
             out["stop_reason"] = "round cap"  # federation.rounds ended it mid-iteration
         warnings = []

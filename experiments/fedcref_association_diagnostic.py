@@ -34,13 +34,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from fedray.algorithms.fedcref_client import initial_labels
+from fedray.algorithms.fedcref_client import _compact, initial_labels
 from fedray.algorithms.fedcref_rules import (
     NORMALISATIONS,
+    align_labels,
     association_quality,
     association_statistic,
     communities,
     link_clusters,
+    refine_labels,
 )
 from fedray.core.seeding import client_rng, data_rng
 from fedray.data.datasets import load_dataset
@@ -53,34 +55,67 @@ log = logging.getLogger("fedcref_diagnostic")
 
 def build(args: argparse.Namespace, seed: int) -> dict[str, Any]:
     """Clients' data, initial labels, trained cluster models and the (n, M) error matrix of each client."""
-    ds = load_dataset(args.dataset, args.data_dir)
+    ds = load_dataset(args.dataset, args.data_dir, **json.loads(args.data_options))
     parts, chosen, repeats = class_subsets_indices(ds.y, args.clients, data_rng(seed, 11), args.classes,
                                                    args.samples_per_class)
     spec = {"n_features": ds.X.shape[1], "hidden": tuple(args.hidden), "output": "sigmoid", "seed": seed}
     model = ae_for(spec, device="cpu")
-    clients, weights, owner, node_class = [], [], [], []
+    clients, weights, owner, node_class, share = [], [], [], [], []
     for cid, idx in enumerate(parts):
         X, y = ds.X[idx].astype(np.float32), ds.y[idx]
         rng = client_rng(seed, cid, -1)
         lab = initial_labels({"init": "dirty", "dirtiness": args.dirtiness, "local_k": "true"}, X, y, rng)
+        Wc = _train(model, spec, X, lab, args, [seed, cid, 0])
+        for r in range(args.local_refinements):   # Algorithm 2 with the client's own models, then retrain
+            raw, _ = refine_labels(errors_matrix(model, Wc, X), int(lab.max()) + 1)
+            lab = _compact(align_labels(raw, lab))
+            Wc = _train(model, spec, X, lab, args, [seed, cid, r + 1])
         for p in range(int(lab.max()) + 1):
-            set_flat(model, initial_ae_weights(spec))
-            train_autoencoder(model, X[lab == p], epochs=args.epochs, batch_size=args.batch_size, lr=1e-3,
-                              rng=client_rng(seed, cid, 0, p))
-            weights.append(get_flat(model))
+            weights.append(Wc[p])
             owner.append(cid)
             classes, counts = np.unique(y[lab == p], return_counts=True)
             node_class.append(int(classes[np.argmax(counts)]))
+            share.append(float(counts.max() / counts.sum()))
         clients.append((X, y, lab))
     W = np.stack(weights)
     owner_a = np.asarray(owner)
     E = [errors_matrix(model, W, X) for X, _, _ in clients]
     return {"clients": clients, "W": W, "owner": owner_a, "node_class": np.asarray(node_class), "E": E,
+            "share": np.asarray(share),
             "repeats": repeats, "chosen": chosen}
 
 
-def statistics(b: dict[str, Any], percentile: float, normalisation: str) -> np.ndarray:
-    """S (M, M) as the exchange computes it, under ``normalisation``."""
+def cached_build(args: argparse.Namespace, seed: int, out: Path) -> dict[str, Any]:
+    """:func:`build`, or its arrays read back from ``out`` (the training is the costly part)."""
+    f = out / f"build_seed{seed}_epochs{args.epochs}_dirt{args.dirtiness}_lr{args.local_refinements}.npz"
+    if f.exists():
+        z = np.load(f)
+        n = int(z["n_clients"])
+        return {"clients": [(None, None, z[f"lab{c}"]) for c in range(n)], "E": [z[f"E{c}"] for c in range(n)],
+                "owner": z["owner"], "node_class": z["node_class"]}
+    b = build(args, seed)
+    arrays = {f"lab{c}": lab for c, (_, _, lab) in enumerate(b["clients"])}
+    arrays.update({f"E{c}": E for c, E in enumerate(b["E"])})
+    np.savez_compressed(f, n_clients=len(b["clients"]), owner=b["owner"], node_class=b["node_class"],
+                        share=b["share"], **arrays)
+    return b
+
+
+def _train(model: Any, spec: dict, X: np.ndarray, lab: np.ndarray, args: argparse.Namespace,
+           key: list[int]) -> np.ndarray:
+    """One autoencoder per local cluster, from fresh weights, as phase 1 trains them: (K, P)."""
+    out = []
+    for p in range(int(lab.max()) + 1):
+        set_flat(model, initial_ae_weights(spec))
+        train_autoencoder(model, X[lab == p], epochs=args.epochs, batch_size=args.batch_size, lr=1e-3,
+                          rng=client_rng(*key, p))
+        out.append(get_flat(model))
+    return np.stack(out)
+
+
+def statistics(b: dict[str, Any], percentile: float, normalisation: str, siblings: bool = False) -> np.ndarray:
+    """S (M, M) as the exchange computes it, under ``normalisation``; with ``siblings``, also
+    each cluster against the client's own other cluster models (the rest stays NaN)."""
     owner = b["owner"]
     M = len(owner)
     S = np.full((M, M), np.nan)
@@ -88,10 +123,21 @@ def statistics(b: dict[str, Any], percentile: float, normalisation: str) -> np.n
         own = np.flatnonzero(owner == cid)
         for p, i in enumerate(own):
             rows = lab == p
-            for j in np.flatnonzero(owner != cid):
-                S[i, j] = association_statistic(E[rows, i], E[rows, j], percentile, normalisation,
-)
+            cols = np.flatnonzero(owner != cid) if not siblings else own[own != i]
+            for j in cols:
+                S[i, j] = association_statistic(E[rows, i], E[rows, j], percentile, normalisation)
     return S
+
+
+def self_filter(edges: list[tuple[int, int]], S: np.ndarray, sib: np.ndarray, alpha: float) -> list[tuple[int, int]]:
+    """Keep the edges whose score is at most ``alpha`` times the smaller sibling score of its two ends.
+
+    ``sib[i]`` = min over the owner's other clusters j' of S[i, j']: how close the
+    owner's best other model comes to cluster i's own model (0 alpha: no filter).
+    """
+    if alpha <= 0:
+        return edges
+    return [(i, j) for i, j in edges if max(S[i, j], S[j, i]) <= alpha * min(sib[i], sib[j])]
 
 
 def main(argv: list[str] | None = None) -> pd.DataFrame:
@@ -110,6 +156,14 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     ap.add_argument("--taus", type=float, nargs="+", default=[0.1, 0.2, 0.3, 0.4, 0.5])
     ap.add_argument("--ratios", type=float, nargs="+", default=[0.0],
                     help="FedCRef's ratio option (0: the tau test alone; e.g. 0 0.5)")
+    ap.add_argument("--local-refinements", type=int, default=0,
+                    help="refinements (Algorithm 2) with the client's own models, each followed by retraining, "
+                    "before the exchange")
+    ap.add_argument("--links", nargs="+", default=["best"], choices=["best", "first", "mutual-best"])
+    ap.add_argument("--selfs", type=float, nargs="+", default=[0.0],
+                    help="sibling filter: keep an edge when its score is at most this share of the score of "
+                    "either end's best sibling model (0: off)")
+    ap.add_argument("--data-options", default="{}", help="JSON of the data set's options, e.g. '{\"part\": \"train\"}'")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0])
     ap.add_argument("--out", default="results/fedcref-diag")
     args = ap.parse_args(argv)
@@ -122,7 +176,7 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
             for epochs in args.epochs:
                 a = argparse.Namespace(**{**vars(args), "epochs": epochs})
                 t0 = time.perf_counter()
-                b = build(a, seed)
+                b = cached_build(a, seed, out)
                 log.info("seed %d, %d epochs: %d clusters built in %.0f s", seed, epochs, len(b["owner"]),
                          time.perf_counter() - t0)
                 pd.DataFrame({"seed": seed, "epochs": epochs, "owner": b["owner"], "majority_class": b["node_class"]}
@@ -138,15 +192,17 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
                             dist_rows.append({"seed": seed, "epochs": epochs, "normalisation": norm, "P": P,
                                               "pairs": kind, "n": int(v.size),
                                               **{f"q{q}": float(np.quantile(v, q / 100)) for q in (5, 25, 50, 75, 95)}})
-                        for tau, ratio in ((t, r) for t in args.taus for r in args.ratios):
-                            edges = link_clusters(S, b["owner"], tau, "best", ratio)
+                        sib = np.nanmin(statistics(b, P, norm, siblings=True), axis=1)
+                        for tau, ratio, link, alpha in ((t, r, lk, al) for t in args.taus for r in args.ratios
+                                                        for lk in args.links for al in args.selfs):
+                            edges = self_filter(link_clusters(S, b["owner"], tau, link, ratio), S, sib, alpha)
                             groups, _ = communities(len(b["owner"]), edges)
                             q = association_quality(edges, groups, b["node_class"], len(b["owner"]))
                             tp = float(np.mean(both[same & other] <= tau))
                             fp = float(np.mean(both[~same & other] <= tau))
                             grid_rows.append({"seed": seed, "epochs": epochs, "normalisation": norm, "P": P,
-                                              "tau": tau, "ratio": ratio, "true_pass": tp, "false_pass": fp, **q,
-                                              "clusters": len(b["owner"])})
+                                              "tau": tau, "ratio": ratio, "link": link, "self": alpha,
+                                              "true_pass": tp, "false_pass": fp, **q, "clusters": len(b["owner"])})
                 pd.DataFrame(dist_rows).to_csv(out / "distributions.csv", index=False)
                 pd.DataFrame(grid_rows).to_csv(out / "grid.csv", index=False)
     dist, grid = pd.DataFrame(dist_rows), pd.DataFrame(grid_rows)

@@ -309,3 +309,27 @@ def test_ratio_adds_links_to_the_first_exchange_the_tau_test_misses():
     assert first_ratio and first_plain <= first_ratio
     owner = ratio.model["node_owner"]
     assert all(owner[i] != owner[j] for i, j in first_ratio)
+
+
+def test_local_refinements_make_no_exchange_before_the_first_exchange_counts():
+    """With local_refinements=1 the first iteration links nothing even where everything would pass (τ = 1,
+    or the oracle), the second iteration's exchange does link, and the ``_start`` association figures are
+    those of that first exchange, not of the iteration without one."""
+    with _session(n_clients=4, S=25, tau=1.0, max_iterations=2, local_refinements=1) as s:
+        late = s.run(output=False)
+        oracle = s.run("fedcref", {**TINY, "association": "oracle", "max_iterations": 2, "local_refinements": 1},
+                       output=False)
+        now = s.run("fedcref", {**TINY, "tau": 1.0, "max_iterations": 1}, output=False)
+    assert now.model["edge_history"][0]            # τ = 1 links at once without the option
+    for res in (late, oracle):
+        first, second = res.model["edge_history"][:2]
+        assert first == [] and second
+        hist = res.final["history"]
+        assert hist[0]["communities"] == 0 and hist[1]["communities"] > 0
+        assert res.final["communities_start"] == hist[1]["communities"]
+        assert res.final["edges_start"] == len(second)
+
+
+def test_negative_local_refinements_is_a_one_line_config_error():
+    with pytest.raises(ConfigError, match=r"local_refinements: .*greater than or equal to 0"):
+        _session(local_refinements=-1)

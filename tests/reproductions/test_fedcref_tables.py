@@ -60,6 +60,29 @@ def test_association_diagnostic_labels_every_cross_client_pair_once(tmp_path):
     assert grid["true_pass"].between(0, 1).all() and grid["false_pass"].between(0, 1).all()
 
 
+def test_association_diagnostic_reuses_its_build_and_the_sibling_filter_only_removes_edges(tmp_path):
+    """A second call reads the cached build and gives the same grid; the sibling filter keeps a subset of
+    the edges (so never more); one local refinement is a different build (its own cache file), and its
+    clusters still number at most the classes each client holds."""
+    spec = importlib.util.spec_from_file_location("_exp_fedcref_diag2", SCRIPT.parent / "fedcref_association_diagnostic.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    argv = ["--dataset", "sklearn:digits", "--clients", "4", "--classes", "2", "3", "--samples-per-class", "20",
+            "--epochs", "2", "--hidden", "8", "4", "--normalisations", "relative", "--percentiles", "95",
+            "--taus", "0.3", "1.0", "--links", "best", "mutual-best", "--selfs", "0", "0.5", "--out", str(tmp_path)]
+    first = mod.main(argv)
+    assert len(list(tmp_path.glob("build_*_lr0.npz"))) == 1
+    again = mod.main(argv)
+    pd.testing.assert_frame_equal(first, again)
+    wide = first.pivot_table(index=["tau", "link"], columns="self", values="edges")
+    assert (wide[0.5] <= wide[0.0]).all()
+    assert (first[first["link"] == "mutual-best"]["edges"].to_numpy()
+            <= first[first["link"] == "best"]["edges"].to_numpy()).all()
+    refined = mod.main(argv + ["--local-refinements", "1"])
+    assert len(list(tmp_path.glob("build_*_lr1.npz"))) == 1
+    assert refined["clusters"].iloc[0] <= first["clusters"].iloc[0]
+
+
 def test_ceiling_script_scores_every_client_with_each_oracle(tmp_path):
     """One row per client and oracle ACC in [0, 1]; each client holds lo..hi classes of S samples; the
     per-seed table is the clients' mean, and its last column is pooled minus own."""
