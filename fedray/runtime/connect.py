@@ -257,12 +257,34 @@ def connect(address: str | None, num_cpus: int | None = None, **init_kwargs: Any
     probe(target)
     if target.startswith(CLIENT_PREFIX):
         kwargs.pop("include_dashboard", None)
-    try:
-        ray.init(address=target, **kwargs)
-    except (RuntimeError, ConnectionError) as exc:
-        err = _translate(target, exc)
-        if err is None:
-            raise
-        raise err from None
+    _init_cluster(target, kwargs)
     log.info("connected to the Ray cluster at %s in %.1f s", target, time.monotonic() - t0)
     return True
+
+
+#: Ray Client's proxy on a busy head sometimes fails to start the server of a new client (its
+#: process, or the runtime environment it ships) and answers "Initialization failure from server";
+#: Ray has already disconnected the client then, and a new attempt usually succeeds.
+CLIENT_ATTEMPTS = 3
+TRANSIENT_CLIENT_FAILURE = "Initialization failure from server"
+
+
+def _init_cluster(target: str, kwargs: dict[str, Any]) -> None:
+    """``ray.init`` on a running cluster: one line for its errors, new attempts on a transient one."""
+    import ray
+
+    for attempt in range(1, CLIENT_ATTEMPTS + 1):
+        try:
+            ray.init(address=target, **kwargs)
+            return
+        except (RuntimeError, ConnectionError) as exc:
+            if (target.startswith(CLIENT_PREFIX) and TRANSIENT_CLIENT_FAILURE in str(exc)
+                    and attempt < CLIENT_ATTEMPTS):
+                log.warning("the Ray cluster at %s could not start this client's server (attempt %d of %d); "
+                            "trying again", target, attempt, CLIENT_ATTEMPTS)
+                time.sleep(2.0 * attempt)
+                continue
+            err = _translate(target, exc)
+            if err is None:
+                raise
+            raise err from None

@@ -146,3 +146,46 @@ def test_quickstart_is_embedded_while_a_cluster_runs_and_after_it_died():
             assert time.monotonic() - t0 < 30
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _failing_init(monkeypatch, failures: int) -> list[str]:
+    """ray.init that fails like Ray Client's proxy on a busy head ``failures`` times, then connects."""
+    import ray
+
+    from fedray.runtime import connect as conn
+
+    calls: list[str] = []
+
+    def init(address: str, **kwargs) -> None:
+        calls.append(address)
+        if len(calls) <= failures:
+            raise ConnectionAbortedError("Initialization failure from server:\nTraceback ...")
+
+    monkeypatch.setattr(ray, "init", init)
+    monkeypatch.setattr(conn.time, "sleep", lambda s: None)
+    return calls
+
+
+def test_a_client_server_that_fails_to_start_is_asked_again(monkeypatch, caplog):
+    """Ray Client's "Initialization failure from server" is transient: fedray tries again (with a
+    warning) and connects; other errors, and other addresses, are not retried."""
+    from fedray.runtime.connect import CLIENT_ATTEMPTS, _init_cluster
+
+    calls = _failing_init(monkeypatch, CLIENT_ATTEMPTS - 1)
+    _init_cluster("ray://head:10001", {})
+    assert len(calls) == CLIENT_ATTEMPTS
+    assert sum("could not start this client's server" in r.getMessage() for r in caplog.records) == CLIENT_ATTEMPTS - 1
+
+
+def test_a_client_server_that_never_starts_fails_in_one_line(monkeypatch):
+    from fedray.runtime.connect import CLIENT_ATTEMPTS, _init_cluster
+
+    calls = _failing_init(monkeypatch, CLIENT_ATTEMPTS)
+    with pytest.raises(ConfigError, match=r"^runtime\.address: could not connect to the Ray cluster at "
+                                          r"'ray://head:10001': Initialization failure from server:; check"):
+        _init_cluster("ray://head:10001", {})
+    assert len(calls) == CLIENT_ATTEMPTS
+    calls = _failing_init(monkeypatch, 1)  # a GCS address (not Ray Client): no second attempt
+    with pytest.raises(ConfigError, match="could not connect"):
+        _init_cluster("10.0.0.1:6379", {})
+    assert len(calls) == 1
