@@ -69,8 +69,10 @@ class RayNodes:
 
     def _ports(self) -> list[str]:
         lo = free_port()
-        # a window of worker ports (Ray needs a range); picked away from the ephemeral start
-        base = 10000 + (lo % 20000)
+        # a window of worker ports (Ray needs a range); picked below the ephemeral start (32768) and above
+        # Ray's fixed default ports (Ray Client's 10001 is in every node's list, and Ray refuses a window
+        # that covers it: "worker_ports is trying to use a port number 10001")
+        base = 10200 + (lo % 20000)
         return ["--node-manager-port", str(free_port()), "--object-manager-port", str(free_port()),
                 "--min-worker-port", str(base), "--max-worker-port", str(base + 199),
                 "--dashboard-agent-listen-port", str(free_port()), "--dashboard-agent-grpc-port", str(free_port()),
