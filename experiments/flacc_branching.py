@@ -144,8 +144,11 @@ def per_cluster(out: Path) -> pd.DataFrame:
     table = pd.DataFrame({"cluster": clients["cluster"], "n_train": clients["n_train"],
                           "flacc": clients["accuracy"]})
     start = branch_checkpoint(out)
-    if start is not None:
-        table["at_separation"] = accuracy_at(start)
+    if start is not None:  # evaluated once (a session and a pass over every client), then read back
+        cached = out / "at_separation.csv"
+        if not cached.exists():
+            accuracy_at(start).rename("accuracy").to_csv(cached)
+        table["at_separation"] = pd.read_csv(cached, index_col="client_id")["accuracy"]
     for arm in ARMS:
         if _finished(out / arm):
             table[arm] = pd.read_parquet(out / arm / "clients.parquet").set_index("client_id")["accuracy"]
