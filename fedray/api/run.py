@@ -16,7 +16,7 @@ from fedray.api.results import Result, peak_memory_mb
 from fedray.api.session import Session
 from fedray.api.tracking import Trackers
 from fedray.core.errors import ConfigError
-from fedray.core.registry import make_params
+from fedray.core.registry import algorithm_reference, get_algorithm, make_params
 
 log = logging.getLogger(__name__)
 
@@ -129,6 +129,20 @@ def _replace_params(blob: dict[str, Any], changed: dict[str, Any]) -> None:
     params = make_params(type(alg), {**alg.params.model_dump(), **changed})
     alg.params = params
     alg.validate()
-    saved = blob["config"].setdefault("algorithm", {}).setdefault("params", {})
-    saved.update({k: getattr(params, k) for k in changed})
+    saved = blob["config"].setdefault("algorithm", {})
+    ref = algorithm_reference(type(alg))
+    if ref is not None and not _names(saved.get("name"), type(alg)):
+        # a run given another algorithm than its session's config (a checkpoint written before the run's
+        # config named the algorithm it ran): the parameters are checked against the algorithm run
+        saved.update(name=ref, params=params.model_dump())
+    else:
+        saved.setdefault("params", {}).update({k: getattr(params, k) for k in changed})
     log.info("resuming with new algorithm parameters %s", sorted(changed))
+
+
+def _names(name: Any, cls: type) -> bool:
+    """Whether the algorithm ``name`` of a saved config is ``cls``."""
+    try:
+        return get_algorithm(name) is cls
+    except ConfigError:
+        return False

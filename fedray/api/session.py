@@ -29,7 +29,7 @@ from fedray.core.calls import Call
 from fedray.core.contract import Algorithm, FederationInfo, Task
 from fedray.core.errors import ConfigError, DataError, OutputError
 from fedray.core.extras import requirements
-from fedray.core.registry import check_algorithm_class, get_algorithm, make_params
+from fedray.core.registry import algorithm_reference, check_algorithm_class, get_algorithm, make_params
 from fedray.core.stats import Stats, total
 from fedray.data.checks import Descriptions, check_descriptions, check_magnitude, column_moments
 from fedray.data.federation import Federation, build_federation, check_memory, shard_residency
@@ -292,13 +292,28 @@ class Session:
             cap = round_cap(fed.rounds, budget)
         if fed.rounds is None:
             log.debug("%s: round cap %d (federation.rounds unset; the algorithm's budget is %s)", alg.name, cap, budget)
-        # the run's config says which cap it had (config.yaml, summary.json, checkpoints)
-        cfg = self.config.model_copy(update={"federation": fed.model_copy(update={"rounds": cap})})
+        # the run's config says which cap it had, and which algorithm (config.yaml, summary.json, checkpoints)
+        update: dict[str, Any] = {"federation": fed.model_copy(update={"rounds": cap})}
+        if resume_from is None:
+            update["algorithm"] = self._algorithm_entry(alg)
+        cfg = self.config.model_copy(update=update)
         fed = cfg.federation
         settings = ServerSettings(seed=cfg.seed, fraction=fed.fraction, max_rounds=cap, min_clients=fed.min_clients,
                                   round_timeout=cfg.runtime.round_timeout, round_retries=fed.round_retries,
                                   blocks=cohort_blocks(cfg, len(self.federation.specs), self.layers))
         return cfg, settings, cap, budget
+
+    def _algorithm_entry(self, alg: Algorithm) -> Any:
+        """The ``algorithm`` section of a run's config: the session's own, or the algorithm and parameters
+        this run was given (``run("flacc", ...)`` on a session configured for another)."""
+        own = self.config.algorithm
+        if type(alg) is self.algorithm_cls and alg.params == make_params(self.algorithm_cls, own.params):
+            return own
+        ref = algorithm_reference(type(alg))
+        if ref is None:  # a class no name reaches: resuming takes it from the checkpoint's state
+            log.debug("%s: no importable name; the run's config keeps algorithm %r", type(alg).__qualname__, own.name)
+            return own
+        return own.model_copy(update={"name": ref, "params": alg.params.model_dump()})
 
     def _driver(self, alg: Algorithm, settings: ServerSettings, resume_from: dict[str, Any] | None) -> Any:
         """Where the run's round loop lives: here, or in a server actor (the one started ahead)."""

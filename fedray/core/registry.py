@@ -168,6 +168,21 @@ def get_algorithm(name: str) -> type[Algorithm]:
                       "or give your own class as package.module:ClassName")
 
 
+def algorithm_reference(cls: type[Algorithm]) -> str | None:
+    """The name under which ``cls`` is found again (:func:`get_algorithm`): its registered key, else
+    ``package.module:ClassName`` when that imports the same class; None for a class no name reaches
+    (e.g. one defined in ``__main__`` or inside a function)."""
+    if ALGORITHMS.get(getattr(cls, "name", "")) is cls:
+        return cls.name
+    ref = f"{cls.__module__}:{cls.__qualname__}"
+    if cls.__module__ == "__main__" or "<locals>" in cls.__qualname__:
+        return None
+    try:
+        return ref if load_algorithm(ref) is cls else None
+    except ConfigError:
+        return None
+
+
 def make_params(cls: type[Algorithm], params: Mapping[str, Any] | None) -> Params:
     """Validate ``params`` against ``cls.Params`` with a message naming the key."""
 

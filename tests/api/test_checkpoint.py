@@ -125,3 +125,36 @@ def test_checkpoint_errors_are_clear(tmp_path):
     with pytest.raises(ConfigError, match=r"is not a readable checkpoint"):
         run_api.resume(tmp_path)
     assert main(["run", "--resume", str(Path(tmp_path) / "nowhere")]) == 2
+
+
+FCM = {"n_clusters": 3, "m": 2.0, "tol": 1e-12, "max_rounds": 9}
+
+
+def test_a_run_given_another_algorithm_is_saved_and_resumed_as_that_algorithm(tmp_path):
+    """``Session.run("federated-fcm", ...)`` on a session configured for k-means: config.yaml, the summary
+    and the checkpoint name federated-fcm and its parameters, so new parameters for it are accepted on
+    resume (they were checked against k-means', and refused, while the config named the session's)."""
+    cfg = fedray.make_config(runtime={"backend": "local"}, **BASE)
+    with _interrupt_after(3), pytest.raises(KeyboardInterrupt), Session(cfg) as s:
+        s.run("federated-fcm", FCM, output=tmp_path / "cut")
+    saved = checkpoint.load(tmp_path / "cut")["config"]["algorithm"]
+    assert saved["name"] == "federated-fcm" and saved["params"]["m"] == 2.0
+    resumed = run_api.resume(tmp_path / "cut", algorithm_params={"m": 1.5})
+    assert resumed.config.algorithm.name == "federated-fcm" and resumed.config.algorithm.params["m"] == 1.5
+    summary = json.loads((tmp_path / "cut" / "summary.json").read_text())
+    assert summary["config"]["algorithm"]["name"] == "federated-fcm"
+    with Session(cfg) as s:  # the session's own algorithm: its config section is kept as given
+        assert s.run(output=tmp_path / "own").config.algorithm == cfg.algorithm
+
+
+def test_a_checkpoint_whose_config_names_another_algorithm_takes_the_run_algorithms_params(tmp_path):
+    """Checkpoints written before the run's config named the algorithm it ran: on resume with new
+    parameters, the saved section is replaced by the algorithm in the checkpoint's state."""
+    cfg = fedray.make_config(runtime={"backend": "local"}, **BASE)
+    with mock.patch.object(Session, "_algorithm_entry", lambda self, alg: self.config.algorithm), \
+            _interrupt_after(3), pytest.raises(KeyboardInterrupt), Session(cfg) as s:
+        s.run("federated-fcm", FCM, output=tmp_path / "old")
+    assert checkpoint.load(tmp_path / "old")["config"]["algorithm"]["name"] == "kmeans"
+    resumed = run_api.resume(tmp_path / "old", algorithm_params={"m": 1.5})
+    assert resumed.config.algorithm.name == "federated-fcm" and resumed.config.algorithm.params["m"] == 1.5
+    assert resumed.history["round"].iloc[-1] >= 4
