@@ -66,6 +66,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--n-merge", type=int, default=2)
     p.add_argument("--ifca-k", nargs="+", type=int, default=[4])
     p.add_argument("--flhc-d", nargs="+", type=float, default=[0.9])
+    p.add_argument("--flacc-params", default=None,
+                   help="JSON of further parameters of flacc and flacc-control, e.g. '{\"alpha_0\": 0.1}'")
     p.add_argument("--model", default="auto", help="auto = the paper's cnn28 for MNIST")
     p.add_argument("--quick", action="store_true", help="seconds: 12 clients, 4 rounds (use with sklearn:digits)")
     p.add_argument("--table-only", action="store_true", help="rewrite table.md from results.csv, run nothing")
@@ -80,7 +82,7 @@ def table_args(args: argparse.Namespace, seed: int, method: str) -> argparse.Nam
             "--ifca-k", *map(str, args.ifca_k), "--flhc-d", *map(str, args.flhc_d)]
     if args.data_dir:
         argv += ["--data-dir", args.data_dir]
-    for flag in ("data_options", "partition_options", "lr", "batch_size"):
+    for flag in ("data_options", "partition_options", "flacc_params", "lr", "batch_size"):
         if getattr(args, flag) is not None:
             argv += ["--" + flag.replace("_", "-"), str(getattr(args, flag))]
     if args.quick:

@@ -44,7 +44,8 @@ import pandas as pd
 import fedray
 from fedray.algorithms.flacc import plot_accuracy, plot_clusters
 from fedray.api.session import Session
-from fedray.core.errors import SharedSamplesWarning
+from fedray.core.errors import ConfigError, SharedSamplesWarning
+from fedray.core.registry import get_algorithm, make_params
 
 log = logging.getLogger("flacc_table")
 
@@ -90,13 +91,15 @@ def parse_plugin_params(items: list[str]) -> dict[str, list[Any]]:
 def variants(method: str, federation: str, quick: bool, n_merge: int = 2,
              plugin_params: dict[str, list[Any]] | None = None, flhc_d: tuple[float, ...] | None = None,
              flhc_normalize: bool = False, ifca_k: tuple[int, ...] | None = None,
-             baseline_weighted: bool = False) -> list[tuple[str, dict[str, Any]]]:
+             baseline_weighted: bool = False, flacc_params: dict[str, Any] | None = None
+             ) -> list[tuple[str, dict[str, Any]]]:
     """(label, extra params) of each run of ``method`` on ``federation``.
 
     ``flhc_d`` / ``ifca_k`` replace FL+HC's cut-offs and IFCA's k (default: the paper's
     three values around the optimum); ``flhc_normalize`` clusters unit-length updates;
     ``baseline_weighted`` makes IFCA and CFL average n-weighted (FedAvg) instead of the
-    originals' plain mean."""
+    originals' plain mean; ``flacc_params`` are further parameters of FLACC and its control arm
+    (e.g. ``{"alpha_0": 0.1}``)."""
     if is_plugin(method):
         import itertools
 
@@ -119,7 +122,7 @@ def variants(method: str, federation: str, quick: bool, n_merge: int = 2,
                               **({"n_pre": 2} if quick else {})}) for d in ds]
     if method in ("flacc", CONTROL):
         control = {"control": "random-groups"} if method == CONTROL else {}
-        return [("", {"n_merge": n_merge, **control, **({"n_sep": 2} if quick else {})})]
+        return [("", {"n_merge": n_merge, **control, **({"n_sep": 2} if quick else {}), **(flacc_params or {})})]
     if method == "cfl":
         return [("", {**({"warmup": 1} if quick else {}), **w})]
     return [("", {})]
@@ -159,7 +162,7 @@ def run_table(args: argparse.Namespace) -> tuple[pd.DataFrame, pd.DataFrame, dic
                 for method in args.methods:
                     for label, extra in variants(method, fed, args.quick, args.n_merge, args.plugin_params,
                                                  args.flhc_d, args.flhc_normalize, args.ifca_k,
-                                                 args.baseline_weighted):
+                                                 args.baseline_weighted, args.flacc_params):
                         base = session.config
                         if method == "cfl":  # CFL needs every client every round (paper: all 100)
                             session.config = base.model_copy(deep=True)
@@ -228,7 +231,8 @@ def markdown(runs: pd.DataFrame, args: argparse.Namespace, details: dict[str, An
     lines += ["", f"Settings: {args.dataset}, {args.n_clients} clients, fraction {args.fraction} "
               f"(CFL: 1.0), samples per client {args.samples[0]}-{args.samples[1]} (85/15 train/test), "
               f"{args.rounds} rounds, model {args.model}, SGD lr {args.lr}, E = {args.epochs}, "
-              f"B = {args.batch_size}, seeds {', '.join(map(str, args.seeds))}; FLACC: alpha_0 = 0, T = 10, "
+              f"B = {args.batch_size}, seeds {', '.join(map(str, args.seeds))}; FLACC: "
+              f"alpha_0 = {args.flacc_params.get('alpha_0', 0)}, T = {args.flacc_params.get('memory', 10)}, "
               f"n_merge = {args.n_merge}, N_sep = {2 if args.quick else 10}; FL+HC: {2 if args.quick else 10} FedAvg rounds "
               f"before clustering ({'unit-length' if args.flhc_normalize else 'raw'} updates, Ward linkage); "
               f"CFL: eps1 = 0.4, eps2 = 1.6; IFCA and CFL average "
@@ -321,6 +325,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--flhc-normalize", action="store_true",
                    help="FL+HC clusters unit-length updates (default: raw updates, as Briggs et al.)")
     p.add_argument("--ifca-k", nargs="+", type=int, default=None, help="IFCA's k values (default s-1, s, s+1)")
+    p.add_argument("--flacc-params", type=json.loads, default={},
+                   help="JSON of further parameters of flacc and flacc-control, e.g. '{\"alpha_0\": 0.1}'")
     p.add_argument("--baseline-weighted", action="store_true",
                    help="IFCA and CFL average n-weighted (FedAvg) instead of the plain mean of the originals")
     p.add_argument("--model", default="auto", help="auto = cnn8 for 8x8 digits, the paper's cnn28 for 28x28")
@@ -339,6 +345,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if bad:
         p.error(f"--methods: unknown {', '.join(map(repr, bad))}; choose from {', '.join(METHODS)}, {CONTROL} "
                 "or give a plug-in as package.module:ClassName")
+    if not isinstance(args.flacc_params, dict):
+        p.error(f"--flacc-params: expected a JSON object such as '{{\"alpha_0\": 0.1}}'; got {args.flacc_params!r}")
+    try:
+        make_params(get_algorithm("flacc"), args.flacc_params)
+    except ConfigError as exc:
+        p.error(f"--flacc-params: {exc}")
     args.plugin_params = parse_plugin_params(args.plugin_params)
     q = args.quick
     defaults = {"seeds": [0] if q else [0, 1, 2], "n_clients": 12 if q else 40, "fraction": 0.5 if q else 0.25,

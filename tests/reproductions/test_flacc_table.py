@@ -76,6 +76,23 @@ def test_n_merge_option_reaches_flacc_and_bounds_its_merges(quick, tmp_path) -> 
     assert "n_merge = 1" in (tmp_path / "table.md").read_text()
 
 
+def test_flacc_params_reach_flacc_and_its_control_and_bad_ones_are_one_line(quick, tmp_path, capsys) -> None:
+    """--flacc-params: alpha_0 = 0.99 admits no merge (every similarity is below it), so FLACC keeps its 12
+    clients apart where alpha_0 = 0 merged them; the settings line says the value; bad values stop at parsing."""
+    mod, runs, _ = quick
+    assert runs.set_index(["federation", "method"]).loc[("rotated", "flacc"), "n_clusters"] < 12
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        new = mod.main(["--quick", "--federations", "rotated", "--methods", "flacc", "flacc-control",
+                        "--flacc-params", '{"alpha_0": 0.99}', "--out", str(tmp_path)])
+    assert (new["n_clusters"] == 12).all()
+    assert "alpha_0 = 0.99" in (tmp_path / "table.md").read_text()
+    for bad, says in (("[1]", "expected a JSON object"), ('{"alpha_0": 5}', "alpha_0"), ('{"nope": 1}', "nope")):
+        with pytest.raises(SystemExit):
+            mod.parse_args(["--quick", "--flacc-params", bad])
+        assert says in capsys.readouterr().err
+
+
 def test_a_plugin_method_joins_the_table_with_one_row_per_value(tmp_path) -> None:
     spec = importlib.util.spec_from_file_location("flacc_table_plugin", SCRIPT)
     mod = importlib.util.module_from_spec(spec)
