@@ -190,7 +190,8 @@ def figure(rounds: pd.DataFrame, runs: pd.DataFrame, seed: int, path: Path) -> N
     from fedray.algorithms.flacc import plot_accuracy
 
     r = rounds[rounds["seed"] == seed]
-    hs = {LABELS[m]: r[r["method"] == m] for m in ("flacc", "fedavg", "local") if m in set(r["method"])}
+    shown = ("flacc", "flacc-control", "fedavg", "local")
+    hs = {LABELS[m]: r[r["method"] == m] for m in shown if m in set(r["method"])}
     sep = runs[(runs["seed"] == seed) & (runs["method"] == "flacc")]["separation_round"]
     sep = pd.to_numeric(sep, errors="coerce").dropna()
     fig, ax = plt.subplots(figsize=(5, 3.4))
