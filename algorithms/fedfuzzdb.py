@@ -41,7 +41,9 @@ from fedray.core.stats import Stats, StatsBlock
 
 
 # --- checks --------------------------------------------------------------------
-def _check_qpm(q: float, p: float, m: float | None = None) -> None:
+def check_qpm(q: float, p: float, m: float | None = None) -> None:
+    """A one-line ConfigError unless the spread exponent ``q`` and the Minkowski exponent ``p`` are > 0 and
+    the fuzzifier ``m`` (where given) is > 1."""
     if not q > 0:
         raise ConfigError(f"validation q: the spread exponent must be > 0; got {q!r}")
     if not p > 0:
@@ -50,7 +52,8 @@ def _check_qpm(q: float, p: float, m: float | None = None) -> None:
         raise ConfigError(f"validation m: the fuzzifier must be > 1; got {m!r}")
 
 
-def _centres(C: Any) -> np.ndarray:
+def as_centres(C: Any) -> np.ndarray:
+    """``C`` as a float64 array (k, d) of at least 2 centres, or a one-line DataError."""
     C = np.asarray(C, dtype=np.float64)
     if C.ndim != 2 or C.shape[0] < 2:
         raise DataError(f"Davies–Bouldin needs at least 2 centres as an array (k, d); got shape {C.shape}")
@@ -152,7 +155,7 @@ def total_count(t: Stats) -> float:
 
 def fuzzy_db_from_stats(centers: np.ndarray, stats: Stats, q: float = 1.0, p: float = 2.0) -> float:
     """FedFuzzDB (eqs. 15–17 and 7–11) from summed client statistics."""
-    C = _centres(centers)
+    C = as_centres(centers)
     N = total_count(stats)
     if N <= 0:
         raise DataError("FedFuzzDB: the clients hold no samples")
@@ -162,7 +165,7 @@ def fuzzy_db_from_stats(centers: np.ndarray, stats: Stats, q: float = 1.0, p: fl
 
 def crisp_db_from_stats(centers: np.ndarray, stats: Stats, q: float = 1.0, p: float = 2.0) -> float:
     """Crisp federated Davies–Bouldin index (eq. 10) from summed statistics; empty clusters are left out."""
-    C = _centres(centers)
+    C = as_centres(centers)
     T = stats["counts"]
     keep = T > 0
     S = (stats["spread"][keep] / T[keep]) ** (1.0 / q)
@@ -180,13 +183,13 @@ class _Pooled:
 
 def fuzzy_davies_bouldin(X: np.ndarray, centers: np.ndarray, m: float = 2.0, q: float = 1.0, p: float = 2.0) -> float:
     """Fuzzy Davies–Bouldin index of ``centers`` (k, d) on pooled data ``X`` (n, d) (Vergani & Binaghi)."""
-    _check_qpm(q, p, m)
-    C = _centres(centers)
+    check_qpm(q, p, m)
+    C = as_centres(centers)
     return fuzzy_db_from_stats(C, fuzzy_db_stats({"m": m, "q": q}, C, _Pooled(X)), q, p)
 
 
 def crisp_davies_bouldin(X: np.ndarray, centers: np.ndarray, q: float = 1.0, p: float = 2.0) -> float:
     """Crisp Davies–Bouldin index of nearest-centre clusters on pooled data (eq. 10 with centres ``centers``)."""
-    _check_qpm(q, p)
-    C = _centres(centers)
+    check_qpm(q, p)
+    C = as_centres(centers)
     return crisp_db_from_stats(C, crisp_db_stats({"q": q}, C, _Pooled(X)), q, p)

@@ -1,11 +1,12 @@
-"""Shared machinery of the scikit-learn style federated estimators (not public).
+"""Shared machinery of the scikit-learn style federated estimators (for :mod:`fedray.analysis.estimators`;
+not part of :mod:`fedray.estimators`).
 
-``_FederatedCenters`` is the base of every estimator in :mod:`fedray.analysis.estimators`:
+``FederatedCenters`` is the base of every estimator in :mod:`fedray.analysis.estimators`:
 it checks the constructor values when ``fit`` starts, splits ``X`` over simulated clients
 with :func:`fedray.from_arrays`, runs the algorithm in a :class:`fedray.Session` and sets the
 fitted attributes, and gives ``predict``, ``transform`` and ``score`` from the centres.
-``_Fuzzy`` adds ``predict_proba`` (fuzzy memberships) and ``_check`` raises a one-line
-:class:`~fedray.core.errors.ConfigError` in scikit-learn's words for a value out of range.
+``FuzzyMemberships`` adds ``predict_proba`` (fuzzy memberships) and ``check_param`` raises a
+one-line :class:`~fedray.core.errors.ConfigError` in scikit-learn's words for a value out of range.
 """
 from __future__ import annotations
 
@@ -22,10 +23,10 @@ from fedray.api.config import make_config
 from fedray.api.session import Session
 from fedray.core.errors import ConfigError, DataError
 from fedray.core.ops import assign, fcm_memberships, sq_distances
-from fedray.data.arrays import _as_matrix, _take_columns, from_arrays
+from fedray.data.arrays import as_matrix, from_arrays, take_columns
 
 
-def _check(est: Any, name: str, value: Any, kind: str, lo: float | None = None, hi: float | None = None,
+def check_param(est: Any, name: str, value: Any, kind: str, lo: float | None = None, hi: float | None = None,
            lo_open: bool = False, hi_open: bool = False, none: bool = False, choices: tuple = ()) -> None:
     """Raise a one-line ConfigError in scikit-learn's words when a constructor value is out of range."""
     if value is None and none:
@@ -58,8 +59,9 @@ def _check(est: Any, name: str, value: Any, kind: str, lo: float | None = None, 
         raise ConfigError(f"The {name!r} parameter of {cls} must be {what}{rng}{extra}; got {value!r} instead.")
 
 
-class _FederatedCenters(ClusterMixin, TransformerMixin, BaseEstimator):
-    """Shared ``fit`` / ``predict`` of the centre-based federated estimators (not public)."""
+class FederatedCenters(ClusterMixin, TransformerMixin, BaseEstimator):
+    """Shared ``fit`` / ``predict`` of the centre-based federated estimators (the base of those of
+    :mod:`fedray.analysis.estimators`)."""
 
     _algorithm = ""
     _fuzzy = False
@@ -67,9 +69,9 @@ class _FederatedCenters(ClusterMixin, TransformerMixin, BaseEstimator):
 
     # --- parameters ----------------------------------------------------------------
     def _check_params(self) -> None:
-        _check(self, "n_clusters", self.n_clusters, "int", 1)
-        _check(self, "n_clients", self.n_clients, "int", 1, none=True)
-        _check(self, "fraction", self.fraction, "float", 0.0, 1.0, lo_open=True)
+        check_param(self, "n_clusters", self.n_clusters, "int", 1)
+        check_param(self, "n_clients", self.n_clients, "int", 1, none=True)
+        check_param(self, "fraction", self.fraction, "float", 0.0, 1.0, lo_open=True)
         if self.backend not in ("local", "ray"):
             raise ConfigError(f"The 'backend' parameter of {type(self).__name__} must be one of ['local', 'ray']; "
                               f"got {self.backend!r} instead.")
@@ -80,11 +82,11 @@ class _FederatedCenters(ClusterMixin, TransformerMixin, BaseEstimator):
             raise ConfigError(f"The 'address' parameter of {type(self).__name__} needs backend='ray'; "
                               f"got backend={self.backend!r}")
         if hasattr(self, "max_iter"):
-            _check(self, "max_iter", self.max_iter, "int", 1)
+            check_param(self, "max_iter", self.max_iter, "int", 1)
         if hasattr(self, "tol"):
-            _check(self, "tol", self.tol, "float", 0.0)
+            check_param(self, "tol", self.tol, "float", 0.0)
         if hasattr(self, "m"):
-            _check(self, "m", self.m, "float", 1.0, lo_open=True)
+            check_param(self, "m", self.m, "float", 1.0, lo_open=True)
 
     def _init_param(self, n_features: int) -> Any:
         init = self.init
@@ -124,7 +126,7 @@ class _FederatedCenters(ClusterMixin, TransformerMixin, BaseEstimator):
         return params
 
     # --- fit -----------------------------------------------------------------------
-    def fit(self, X: Any, y: Any = None, clients: Any = None) -> _FederatedCenters:
+    def fit(self, X: Any, y: Any = None, clients: Any = None) -> FederatedCenters:
         """Cluster ``X`` split over simulated clients.
 
         Parameters
@@ -144,8 +146,8 @@ class _FederatedCenters(ClusterMixin, TransformerMixin, BaseEstimator):
         if isinstance(X, (list, tuple)) and X and not np.isscalar(X[0]) and np.ndim(X[0]) == 2:
             raise DataError("X: the estimators take one array of shape (n_samples, n_features) with clients= naming "
                             "the client of each row; for per-client arrays use fedray.from_arrays and fedray.run")
-        X, y, clients = _take_columns(X, y, clients)
-        Xm, _ = _as_matrix(X, "X")
+        X, y, clients = take_columns(X, y, clients)
+        Xm, _ = as_matrix(X, "X")
         data = from_arrays(X, y, clients=clients, n_clients=self.n_clients if clients is None else None,
                                   partition=self.partition if clients is None else None)
         if clients is not None and self.n_clients is not None and self.n_clients != data.n_clients:
@@ -201,7 +203,9 @@ class _FederatedCenters(ClusterMixin, TransformerMixin, BaseEstimator):
         return -float(self._assign(X)[1].sum())
 
 
-class _Fuzzy:
+class FuzzyMemberships:
+    """``predict_proba`` for the fuzzy estimators (mixed in before :class:`FederatedCenters`)."""
+
     def predict_proba(self, X: Any) -> np.ndarray:
         """Fuzzy memberships of each row to each cluster (rows sum to 1); shape (n_samples, n_clusters)."""
 

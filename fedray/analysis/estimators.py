@@ -43,13 +43,13 @@ from typing import Any
 
 import numpy as np
 
-from fedray.analysis.estimator_base import _check, _FederatedCenters, _Fuzzy
+from fedray.analysis.estimator_base import FederatedCenters, FuzzyMemberships, check_param
 from fedray.analysis.validation import federated_variance
 
 log = logging.getLogger(__name__)
 
 
-class FederatedKMeans(_FederatedCenters):
+class FederatedKMeans(FederatedCenters):
     """Exact federated Lloyd k-means (algorithm ``kmeans``).
 
     With every client taking part (``fraction=1``) and ``init`` an array, the result equals
@@ -107,7 +107,7 @@ class FederatedKMeans(_FederatedCenters):
         return {**params, "tol": float(np.sqrt(tol_sq)) if tol_sq > 0 else float(np.finfo(float).tiny)}
 
 
-class FederatedFuzzyCMeans(_Fuzzy, _FederatedCenters):
+class FederatedFuzzyCMeans(FuzzyMemberships, FederatedCenters):
     """Federated fuzzy c-means (algorithm ``federated-fcm``; Corcuera Bárcena et al. 2021).
 
     With every client taking part, central fuzzy c-means on the union from the same start.
@@ -149,14 +149,14 @@ class FederatedFuzzyCMeans(_Fuzzy, _FederatedCenters):
         self.address = address
 
     def _algorithm_params(self, n_features: int) -> dict[str, Any]:
-        _check(self, "tol", self.tol, "float", 0.0, lo_open=True)
-        _check(self, "min_sample_guard", self.min_sample_guard, "bool")
+        check_param(self, "tol", self.tol, "float", 0.0, lo_open=True)
+        check_param(self, "min_sample_guard", self.min_sample_guard, "bool")
         return {"n_clusters": int(self.n_clusters), "m": float(self.m), "init": self._init_param(n_features),
                 "max_rounds": int(self.max_iter), "tol": float(self.tol),
                 "min_sample_guard": bool(self.min_sample_guard)}
 
 
-class FedFCM(_Fuzzy, _FederatedCenters):
+class FedFCM(FuzzyMemberships, FederatedCenters):
     """FedFCM: local fuzzy c-means to convergence, k-means averaging of the local centres
     on the server (algorithm ``fedfcm``; Stallmann & Wilbik 2022).
 
@@ -202,16 +202,16 @@ class FedFCM(_Fuzzy, _FederatedCenters):
         self.address = address
 
     def _algorithm_params(self, n_features: int) -> dict[str, Any]:
-        _check(self, "tol", self.tol, "float", 0.0, lo_open=True)
-        _check(self, "local_tol", self.local_tol, "float", 0.0, lo_open=True)
-        _check(self, "local_max_iter", self.local_max_iter, "int", 1)
-        _check(self, "weighted", self.weighted, "bool")
+        check_param(self, "tol", self.tol, "float", 0.0, lo_open=True)
+        check_param(self, "local_tol", self.local_tol, "float", 0.0, lo_open=True)
+        check_param(self, "local_max_iter", self.local_max_iter, "int", 1)
+        check_param(self, "weighted", self.weighted, "bool")
         return {"n_clusters": int(self.n_clusters), "m": float(self.m), "init": self._init_param(n_features),
                 "max_rounds": int(self.max_iter), "tol": float(self.tol), "local_tol": float(self.local_tol),
                 "local_max_iter": int(self.local_max_iter), "weighted": bool(self.weighted)}
 
 
-class FederatedMiniBatchKMeans(_FederatedCenters):
+class FederatedMiniBatchKMeans(FederatedCenters):
     """Federated K-means: client mini-batch k-means, server update with rate ``alpha``
     (algorithm ``fedkmeans``; Triebe & Rajagopal 2019, Algorithm 1).
 
@@ -259,18 +259,18 @@ class FederatedMiniBatchKMeans(_FederatedCenters):
         self.address = address
 
     def _algorithm_params(self, n_features: int) -> dict[str, Any]:
-        _check(self, "batch_size", self.batch_size, "int", 1, none=True)
-        _check(self, "epochs", self.epochs, "int", 1)
-        _check(self, "alpha", self.alpha, "float", 0.0, 2.0, lo_open=True)
-        _check(self, "beta", self.beta, "float", 0.0, 1.0, lo_open=True)
-        _check(self, "momentum", self.momentum, "float", 0.0, 1.0, hi_open=True)
+        check_param(self, "batch_size", self.batch_size, "int", 1, none=True)
+        check_param(self, "epochs", self.epochs, "int", 1)
+        check_param(self, "alpha", self.alpha, "float", 0.0, 2.0, lo_open=True)
+        check_param(self, "beta", self.beta, "float", 0.0, 1.0, lo_open=True)
+        check_param(self, "momentum", self.momentum, "float", 0.0, 1.0, hi_open=True)
         return {"n_clusters": int(self.n_clusters), "init": self._init_param(n_features),
                 "max_rounds": int(self.max_iter), "tol": float(self.tol),
                 "batch_size": None if self.batch_size is None else int(self.batch_size), "epochs": int(self.epochs),
                 "alpha": float(self.alpha), "beta": float(self.beta), "momentum": float(self.momentum)}
 
 
-class KFED(_FederatedCenters):
+class KFED(FederatedCenters):
     """One-shot k-FED: local k-means with ``local_clusters`` clusters on every client, then
     k-means of the local centres on the server (algorithm ``kfed``; Dennis, Li & Smith 2021).
 
@@ -306,9 +306,9 @@ class KFED(_FederatedCenters):
         self.address = address
 
     def _algorithm_params(self, n_features: int) -> dict[str, Any]:
-        _check(self, "local_clusters", self.local_clusters, "int", 1, none=True)
-        _check(self, "weighted", self.weighted, "bool")
-        _check(self, "n_init", self.n_init, "int", 1)
+        check_param(self, "local_clusters", self.local_clusters, "int", 1, none=True)
+        check_param(self, "weighted", self.weighted, "bool")
+        check_param(self, "n_init", self.n_init, "int", 1)
         return {"n_clusters": int(self.n_clusters), "weighted": bool(self.weighted), "n_init": int(self.n_init),
                 "local_clusters": None if self.local_clusters is None else int(self.local_clusters)}
 

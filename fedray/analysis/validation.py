@@ -21,8 +21,8 @@ import numpy as np
 from scipy.optimize import linear_sum_assignment
 
 from fedray.algorithms.fedfuzzdb import (
-    _centres,
-    _check_qpm,
+    as_centres,
+    check_qpm,
     crisp_db_from_stats,
     crisp_db_stats,
     fuzzy_db_from_stats,
@@ -51,8 +51,8 @@ def _sum_over_all(session: Session, fn: Any, payload: Any, shared: Any, secure: 
 def federated_fuzzy_db(session: Session, centers: np.ndarray, m: float = 2.0, q: float = 1.0, p: float = 2.0,
                        hide_n: bool = False) -> float:
     """FedFuzzDB of ``centers`` (k, d) (in the session's scaled feature space) over all clients."""
-    _check_qpm(q, p, m)
-    C = _centres(centers)
+    check_qpm(q, p, m)
+    C = as_centres(centers)
     payload = {"m": float(m), "q": float(q)}
     return fuzzy_db_from_stats(C, _sum_over_all(session, fuzzy_db_stats, payload, C, secure=hide_n), q, p)
 
@@ -60,8 +60,8 @@ def federated_fuzzy_db(session: Session, centers: np.ndarray, m: float = 2.0, q:
 def federated_crisp_db(session: Session, centers: np.ndarray, q: float = 1.0, p: float = 2.0,
                        hide_n: bool = False) -> float:
     """Crisp federated Davies–Bouldin index of ``centers`` (k, d) over all clients."""
-    _check_qpm(q, p)
-    C = _centres(centers)
+    check_qpm(q, p)
+    C = as_centres(centers)
     payload = {"q": float(q)}
     return crisp_db_from_stats(C, _sum_over_all(session, crisp_db_stats, payload, C, secure=hide_n), q, p)
 

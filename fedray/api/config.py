@@ -22,7 +22,7 @@ from pydantic import (
     field_validator,
 )
 
-from fedray.api.overrides import _nest_kwargs, parse_override, set_dotted
+from fedray.api.overrides import nest_kwargs, parse_override, set_dotted
 from fedray.api.tracking import check_available as check_trackers
 from fedray.api.uris import redact_config
 from fedray.core.errors import ConfigError, format_validation_error
@@ -395,7 +395,7 @@ def make_config(config: ExperimentConfig | dict | str | Path | None = None,
     else:
         raise ConfigError(f"config: expected an ExperimentConfig, a mapping or the path of a YAML file; got "
                           f"{type(config).__name__} {config!r:.60}")
-    for k, v in _nest_kwargs(kwargs).items():
+    for k, v in nest_kwargs(kwargs).items():
         if isinstance(v, dict) and isinstance(raw.get(k), dict):
             merged = copy.deepcopy(raw[k])
             for kk, vv in v.items():

@@ -2,7 +2,7 @@
 
 ``set_dotted`` sets a nested key (``"federation.n_clients"``) in a raw mapping, creating the
 levels it needs; ``parse_override`` reads a ``KEY=VALUE`` string of the command line (``--set``,
-``--grid``), the value parsed as YAML; ``_nest_kwargs`` turns the keyword arguments of
+``--grid``), the value parsed as YAML; ``nest_kwargs`` turns the keyword arguments of
 :func:`fedray.api.config.make_config` (``federation__n_clients=5``, dotted keys, whole sections,
 ``data=fedray.from_arrays(...)``) into a raw mapping.
 """
@@ -42,7 +42,7 @@ def parse_override(item: str) -> tuple[str, Any]:
     return key.strip(), parsed
 
 
-def _nest_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
+def nest_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
     """Keyword arguments to a raw mapping; ``federation__n_clients=5`` or dotted keys work too."""
     raw: dict[str, Any] = {}
     for k, v in kwargs.items():

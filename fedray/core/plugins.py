@@ -60,7 +60,7 @@ def load_reference(ref: str, key: str) -> Any:
                           "folder to PYTHONPATH)") from None
     except Exception as exc:  # noqa: BLE001 - any error raised by the user's module at import
         raise ConfigError(f"{key}: importing module {mod_name!r} for {ref!r} failed: "
-                          f"{type(exc).__name__}: {_first_line(exc)}") from None
+                          f"{type(exc).__name__}: {first_line(exc)}") from None
     for part in attr.split("."):
         if not hasattr(obj, part):
             raise ConfigError(f"{key}: module {mod_name!r} has no attribute {attr!r} (from {ref!r})")
@@ -74,6 +74,7 @@ def entry_points() -> dict[str, Any]:
     return {ep.name: ep for ep in eps(group=ENTRY_POINT_GROUP)}
 
 
-def _first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException) -> str:
+    """The first line of ``exc``'s message (its type's name when the message is empty), for one-line errors."""
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__

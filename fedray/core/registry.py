@@ -16,7 +16,7 @@ from pydantic import ValidationError
 
 from fedray.core.contract import Algorithm, Params
 from fedray.core.errors import ConfigError, format_validation_error
-from fedray.core.plugins import _first_line, entry_points, is_reference, load_reference
+from fedray.core.plugins import entry_points, first_line, is_reference, load_reference
 
 T = TypeVar("T")
 
@@ -216,7 +216,7 @@ def load_entry_point(name: str, key: str = "algorithm.name") -> type:
         obj = ep.load()
     except Exception as exc:  # noqa: BLE001 - any error of the installed package
         raise ConfigError(f"{key}: the installed plug-in {name!r} ({ep.value}) failed to load: "
-                          f"{type(exc).__name__}: {_first_line(exc)}") from None
+                          f"{type(exc).__name__}: {first_line(exc)}") from None
     return check_algorithm_class(obj, f"{name} = {ep.value}", key)
 
 

@@ -35,7 +35,7 @@ import numpy as np
 from fedray.core.errors import ConfigError, DataError, DataTypeError
 from fedray.core.seeding import PARTITION_STREAM, data_rng
 from fedray.data.checks import check_descriptions, describe_shard
-from fedray.data.datasets import _is_numeric
+from fedray.data.datasets import is_numeric
 from fedray.data.federation import ClientSpec, Federation
 from fedray.data.partitions import available_partitions, partition_indices
 
@@ -197,8 +197,8 @@ def from_arrays(X: Any, y: Any = None, clients: Any = None, n_clients: int | Non
     _check_split_args(clients, n_clients)
     if _is_per_client(X):
         return _from_lists(list(X), y, clients, n_clients, partition)
-    X, y, clients = _take_columns(X, y, clients)
-    Xm, names = _as_matrix(X, "X")
+    X, y, clients = take_columns(X, y, clients)
+    Xm, names = as_matrix(X, "X")
     n = Xm.shape[0]
     if n == 0:
         raise DataError(f"X: 0 rows (shape {Xm.shape}); need at least one sample")
@@ -256,7 +256,7 @@ def _from_lists(Xs: list[Any], y: Any, clients: Any, n_clients: int | None, part
     if partition is not None:
         raise ConfigError(f"from_arrays partition: {partition!r} splits a pooled array; X is already split over "
                           f"{P} clients")
-    mats = [_as_matrix(x, f"X[{i}]") for i, x in enumerate(Xs)]
+    mats = [as_matrix(x, f"X[{i}]") for i, x in enumerate(Xs)]
     names = mats[0][1]
     if y is not None:
         if not isinstance(y, (list, tuple)) or len(y) != P:
@@ -293,7 +293,7 @@ def _is_per_client(X: Any) -> bool:
     return isinstance(first, (list, tuple)) and bool(first) and isinstance(first[0], (list, tuple, np.ndarray))
 
 
-def _take_columns(X: Any, y: Any, clients: Any) -> tuple[Any, Any, Any]:
+def take_columns(X: Any, y: Any, clients: Any) -> tuple[Any, Any, Any]:
     """``y`` / ``clients`` given as column names of a DataFrame ``X``: take those columns out of the features."""
     taken = []
     out = []
@@ -312,11 +312,11 @@ def _take_columns(X: Any, y: Any, clients: Any) -> tuple[Any, Any, Any]:
     return X, out[0], out[1]
 
 
-def _as_matrix(X: Any, what: str) -> tuple[np.ndarray, tuple[str, ...]]:
+def as_matrix(X: Any, what: str) -> tuple[np.ndarray, tuple[str, ...]]:
     """A float64 array of shape (n, d) and feature names, or a one-line DataError."""
     if _is_dataframe(X):
 
-        bad = [c for c in X.columns if not _is_numeric(X[c].dtype)]
+        bad = [c for c in X.columns if not is_numeric(X[c].dtype)]
         if bad:
             c = bad[0]
             raise DataError(f"{what}: column {str(c)!r} has dtype {X[c].dtype}, which is not numeric; encode it "

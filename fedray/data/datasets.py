@@ -434,7 +434,7 @@ def check_columns(df: Any, feature_columns: list[str] | None, label_column: str 
     skip = {label_column, client_column}
     cands = feature_columns if feature_columns else [c for c in df.columns if c not in skip]
     for col in cands:
-        if col not in df.columns or _is_numeric(df[col].dtype) or pd.api.types.is_bool_dtype(df[col].dtype):
+        if col not in df.columns or is_numeric(df[col].dtype) or pd.api.types.is_bool_dtype(df[col].dtype):
             continue
         values = df[col]
         num = pd.to_numeric(values, errors="coerce")
@@ -454,7 +454,7 @@ def table_feature_columns(df_columns: list[str], dtypes: Any, feature_columns: l
             raise DataError(f"data.feature_columns: columns {missing} are not in the table (it has {list(df_columns)})")
         return list(feature_columns)
     skip = {label_column, client_column}
-    cols = [c for c in df_columns if c not in skip and _is_numeric(dtypes[c])]
+    cols = [c for c in df_columns if c not in skip and is_numeric(dtypes[c])]
     if not cols:
         raise DataError("data.feature_columns: the table has no numeric feature columns")
     return cols
@@ -470,7 +470,7 @@ def load_table(path: str, kind: str, feature_columns: Any = None, label_column: 
     check_columns(df, list(feature_columns) if feature_columns else None, label_column, client_column)
     feats = table_feature_columns(list(df.columns), df.dtypes, list(feature_columns) if feature_columns else None,
                                   label_column, client_column)
-    bad = [c for c in feats if not _is_numeric(df[c].dtype)]
+    bad = [c for c in feats if not is_numeric(df[c].dtype)]
     if bad:
         raise DataError(f"data.feature_columns: columns {bad} are not numeric")
     X = df[feats].to_numpy(dtype=np.float64)
@@ -481,7 +481,8 @@ def load_table(path: str, kind: str, feature_columns: Any = None, label_column: 
     return Dataset(X, y, tuple(map(str, feats)), (len(feats),), f"{kind}:{path}", groups=groups)
 
 
-def _is_numeric(dtype: Any) -> bool:
+def is_numeric(dtype: Any) -> bool:
+    """Whether a column of ``dtype`` holds numbers a feature can be (booleans do not count)."""
     import pandas as pd
 
     return bool(pd.api.types.is_numeric_dtype(dtype)) and not pd.api.types.is_bool_dtype(dtype)

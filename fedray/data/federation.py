@@ -24,16 +24,15 @@ from fedray.core.sizes import CLIENT_BYTES, RECIPE_BYTES
 from fedray.data.blobs import (  # noqa: F401  (the blobs generator's names stay importable from here)
     BLOBS_DEFAULTS,
     BLOBS_OPTIONS,
-    _blob_centers,
     _generate_blobs,
     generate_block,
 )
 from fedray.data.datasets import (
     DATA_SOURCES,
     DataSource,
-    _is_numeric,
     check_columns,
     data_source,
+    is_numeric,
     load_dataset,
     load_table,
     read_table,
@@ -353,7 +352,7 @@ def _materialize_raw(spec: ClientSpec, table: Any = None) -> tuple[np.ndarray, n
         df = table if table is not None else read_table(
             src["path"], src["format"], columns=cols + [src["client_column"]],
             filters=[(src["client_column"], "==", src["value"])])
-        bad = [c for c in src["features"] if not _is_numeric(df[c].dtype)]
+        bad = [c for c in src["features"] if not is_numeric(df[c].dtype)]
         if bad:
             raise DataError(f"client {spec.name!r}: columns {bad} are not numeric")
         X = df[src["features"]].to_numpy(dtype=np.float64)

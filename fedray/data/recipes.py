@@ -9,6 +9,7 @@ The helpers below take either form (a list of recipes, or a range).
 """
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -95,3 +96,27 @@ def recipe_name(specs: Sequence[Any], position: int) -> str:
     if isinstance(specs, RecipeRange):
         return f"client-{specs.start + int(position)}"
     return specs[int(position)].name
+
+
+def recipe_names(specs: Sequence[Any]) -> list[str] | None:
+    """The display names of ``specs`` in order; None for a :class:`RecipeRange` (``client-<id>``: the
+    ids say them)."""
+    if isinstance(specs, RecipeRange):
+        return None
+    return [s.name for s in specs]
+
+
+def recipe_meta(specs: Sequence[Any], position: int) -> Any:
+    """A function giving (a copy of) the facts of the recipe at ``position`` (built only when a client
+    function reads ``client.meta``); None for a :class:`RecipeRange`, whose recipes have none."""
+    if isinstance(specs, RecipeRange):
+        return None
+    spec = specs[int(position)]
+    return lambda: dict(spec.meta)
+
+
+def recipes_nbytes(specs: Sequence[Any]) -> int:
+    """Bytes the recipes ``specs`` take in memory (a range: the one object)."""
+    if isinstance(specs, RecipeRange):
+        return sys.getsizeof(specs)
+    return sys.getsizeof(specs) + sum(sys.getsizeof(s) + sys.getsizeof(s.__dict__) for s in specs)

@@ -5,7 +5,8 @@ its state and secrets (kept by the host, per client, only while not empty), its 
 the round. Views are built when a client runs and dropped after, so a client costs its rows and
 nothing else until it takes part. :class:`ClientBatch` is the view of many clients for a batched
 client function; :class:`Outcome` and :class:`PackedOutcomes` are the replies, one by one or
-column-wise.
+column-wise. The tasks a host is given (:class:`~fedray.runtime.tasks.UniformTasks`, :func:`task_items`)
+live in :mod:`fedray.runtime.tasks` and stay importable from here.
 """
 from __future__ import annotations
 
@@ -15,9 +16,14 @@ from typing import Any
 
 import numpy as np
 
-from fedray.core.contract import Reply, Task
+from fedray.core.contract import Reply
 from fedray.core.seeding import client_rng
+from fedray.core.sizes import nbytes_of
 from fedray.core.stats import Stats, StatsBlock
+from fedray.runtime.tasks import UniformTasks, task_items
+
+__all__ = ["Client", "ClientBatch", "ClientData", "ClientsView", "Outcome", "PackedOutcomes", "TrainingView",
+           "UniformTasks", "batch_outcomes", "pack_outcomes", "pack_parts", "task_items", "unpack_outcomes"]
 
 
 @dataclass
@@ -214,6 +220,17 @@ def pack_outcomes(outcomes: list[Outcome]) -> list[Outcome] | PackedOutcomes:
                           np.array([o.nbytes for o in ok]), arrays, others)
 
 
+def batch_outcomes(ids: np.ndarray, updates: Any, seconds: float) -> list[Outcome | PackedOutcomes]:
+    """The outcomes of a batched form's ``updates`` for clients ``ids`` (``seconds`` each): one
+    :class:`PackedOutcomes` when the form returned a :class:`~fedray.core.stats.StatsBlock` (nothing
+    per client), else one :class:`Outcome` per client."""
+    if isinstance(updates, StatsBlock):
+        n = len(ids)
+        return [PackedOutcomes(np.asarray(ids), np.full(n, seconds), np.full(n, updates.nbytes_each(), dtype=np.int64),
+                               updates.arrays, [])]
+    return [Outcome(cid, u, seconds, nbytes_of(u)) for cid, u in zip(ids.tolist(), updates)]
+
+
 def pack_parts(parts: list[Outcome | PackedOutcomes]) -> list[Any]:
     """What an actor sends for :meth:`ClientHost.run_parts`: a list of parts, blocks as they are, the
     per-client outcomes packed where they can be; counts and tables travel as small integers
@@ -231,39 +248,6 @@ def unpack_outcomes(parts: list[Outcome | PackedOutcomes]) -> list[Outcome]:
     if all(isinstance(p, Outcome) for p in parts):
         return parts
     return sorted((o for p in parts for o in p.outcomes()), key=lambda o: o.client_id)
-
-
-class UniformTasks:
-    """One task (and one shared object) for many clients of a host: the compact form of
-    ``[(client_id, task, shared_index), ...]`` when every item has the same task, so that
-    neither the server nor the host handles one tuple per client.
-
-    Iterating gives the ``(client_id, task, shared_index)`` items (client-id order).
-    """
-
-    __slots__ = ("ids", "task", "shared_index")
-
-    def __init__(self, ids: np.ndarray, task: Task, shared_index: int) -> None:
-        self.ids, self.task, self.shared_index = np.asarray(ids, dtype=np.int64), task, int(shared_index)
-
-    def __len__(self) -> int:
-        return len(self.ids)
-
-    def __iter__(self):
-        task, sidx = self.task, self.shared_index
-        return ((cid, task, sidx) for cid in self.ids.tolist())
-
-    def __getitem__(self, part: slice) -> UniformTasks:
-        """The items of ``part`` (a slice), as a list of items would give them."""
-        return UniformTasks(self.ids[part], self.task, self.shared_index)
-
-    def client_ids(self) -> list[int]:
-        return self.ids.tolist()
-
-
-def task_items(tasks: Any) -> list[tuple[int, Task, int]]:
-    """``[(client_id, task, shared_index)]`` from a list of them or :class:`UniformTasks`."""
-    return list(tasks)
 
 
 class ClientBatch:
@@ -298,6 +282,11 @@ class ClientBatch:
         if callable(self._clients):
             self._clients = self._clients()
         return self._clients
+
+    @property
+    def views_built(self) -> bool:
+        """Whether :attr:`clients` was read (the views were built, and may have left empty state)."""
+        return not callable(self._clients)
 
     @property
     def sizes(self) -> np.ndarray:

@@ -8,9 +8,12 @@ client, round, stream) and built only when a client runs; a :class:`~fedray.runt
 view is built when a client runs and dropped after. So a client that has never been
 sampled costs its rows and its offset, and nothing else.
 
-Generated shards (``blobs``) are built in bulk per host; with ``resident=False`` they are
-not kept at all: the rows of the clients a call needs are generated again from the recipe
-(the same bits) and scaled like the resident ones.
+Where the rows are is the host's :class:`~fedray.runtime.storage.ClientStore`: one block
+(generated ``blobs`` shards, built in bulk per host, or built shards of one shape), generated
+shards not kept at all (``resident=False``: the rows of the clients a call needs are generated
+again from the recipe, the same bits, and scaled like the resident ones), or one array per
+client. The host asks it the same questions whatever the form; the tasks, too, come in two
+forms that :func:`~fedray.runtime.tasks.task_batches` turns into the same batches.
 
 The local runtime uses one host in-process; the Ray runtime wraps hosts in actors. The
 host never knows what an algorithm computes: it calls the task's function.
@@ -21,18 +24,16 @@ import logging
 import sys
 import time
 import traceback
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
-from fedray.core.contract import Task, batched_form, batched_shared, batched_split
+from fedray.core.contract import Task, batched_form, batched_split
 from fedray.core.errors import FedrayError
 from fedray.core.sizes import nbytes_of
-from fedray.core.stats import StatsBlock, fold_rows
-from fedray.data.checks import Descriptions, describe_block, describe_shard
-from fedray.data.federation import generate_rows, materialize_many, regenerable
-from fedray.data.recipes import recipe_ids, recipe_name
+from fedray.core.stats import fold_rows
+from fedray.data.checks import Descriptions
 from fedray.runtime.clients import (  # Client lives there; the names in __all__ stay importable from here
     Client,
     ClientBatch,
@@ -42,12 +43,15 @@ from fedray.runtime.clients import (  # Client lives there; the names in __all__
     PackedOutcomes,
     TrainingView,
     UniformTasks,
+    batch_outcomes,
     pack_outcomes,
     pack_parts,
     task_items,
     unpack_outcomes,
 )
 from fedray.runtime.messages import HostReply, KeptSum
+from fedray.runtime.storage import client_store
+from fedray.runtime.tasks import Batch, task_batches
 
 __all__ = ["ClientData", "ClientHost", "Outcome", "PackedOutcomes", "UniformTasks", "pack_outcomes", "pack_parts",
            "task_items", "unpack_outcomes"]
@@ -91,124 +95,38 @@ class ClientHost:
         self.batched = bool(batched)
         self.supervised = bool(supervised)
         self.sample_shape = tuple(sample_shape)
-        self.specs = specs  # kept: names, recipe facts, regeneration
-        self.ids = recipe_ids(specs)
-        if np.any(np.diff(self.ids) <= 0):
-            raise ValueError("a host's recipes must be in ascending client-id order")
-        self._first = int(self.ids[0]) if len(self.ids) else 0
-        self._contiguous = bool(len(self.ids) == 0 or int(self.ids[-1]) - self._first == len(self.ids) - 1)
-        self._index: dict[int, int] | None = None  # client id -> position (only for non-contiguous ids)
+        self.store = client_store(specs, resident)  # the rows, wherever they are
+        self.ids = self.store.ids
+        self.resident = self.store.resident
+        self.feature_names = self.store.feature_names
+        self.build_errors = self.store.build_errors  # client id -> why its shard could not be built
         self.states: dict[int, dict[str, Any]] = {}  # client id -> state (only clients that have some)
         self.secrets: dict[int, dict[str, Any]] = {}  # client id -> protocol secrets (idem)
-        self.build_errors: dict[int, str] = {}  # client id -> why its shard could not be built
-        self.feature_names: tuple[str, ...] = ()
-        self._block: np.ndarray | None = None
-        self._block_y: np.ndarray | None = None
-        self._offsets: np.ndarray | None = None  # (n_clients + 1,): where each client's rows begin
-        self._shards: dict[int, tuple[np.ndarray, np.ndarray | None]] | None = None  # per client, when no block
-        self._scaler: tuple[np.ndarray, np.ndarray] | None = None  # applied to regenerated rows
         self._sink: Any = None  # where the parts of a chunked call go (run_parts)
         self._kept: list[PackedOutcomes] | None = None  # replies of a summed call, until folded
-        self.resident = bool(resident) or not regenerable(specs)
-        if regenerable(specs):
-            self._offsets, self.feature_names = generate_rows(specs, None)
-            if self.resident:
-                self._block, self._block_y, _ = generate_rows(specs, self.ids)
-        else:
-            self._build(specs)
-
-    # --- construction ---------------------------------------------------
-    def _build(self, specs: Any) -> None:
-        """Shards built client by client (files, pooled data sets, arrays), kept as one block when they can be."""
-        shards: dict[int, tuple[np.ndarray, np.ndarray | None]] = {}
-        for spec, built in zip(specs, materialize_many(list(specs))):
-            if isinstance(built, Exception):
-                msg = str(built) if isinstance(built, FedrayError) else f"{type(built).__name__}: {built}"
-                self.build_errors[spec.client_id] = msg
-                shards[spec.client_id] = (np.zeros((0, 0)), None)
-                continue
-            X, y, names = built
-            shards[spec.client_id] = (np.ascontiguousarray(X, dtype=np.float64), y)
-            self.feature_names = self.feature_names or tuple(names)
-        parts = list(shards.values())
-        # A read-only shard is the caller's own array (fedray.from_arrays on the local runtime) or the
-        # object store's: it is kept as it is, not copied, and its clients run client by client.
-        if (self.build_errors or not parts or len({X.shape[1:] for X, _ in parts}) != 1
-                or not all(X.flags.writeable for X, _ in parts)):
-            self._shards = shards
-            return
-        sizes = np.array([X.shape[0] for X, _ in parts], dtype=np.int64)
-        self._offsets = np.concatenate([[0], np.cumsum(sizes)])
-        # Always a copy: the scaler works in place, and a shard may be the user's array.
-        self._block = np.concatenate([X for X, _ in parts]) if len(parts) > 1 else np.array(parts[0][0], copy=True)
-        if all(y is not None for _, y in parts):
-            self._block_y = np.concatenate([np.asarray(y) for _, y in parts])
 
     # --- where a client's rows are ---------------------------------------
     def positions(self, ids: Any) -> np.ndarray:
         """Positions (0 .. n_clients - 1) of client ``ids`` in this host."""
-        ids = np.asarray(ids, dtype=np.int64)
-        if self._contiguous:
-            return ids - self._first
-        return np.searchsorted(self.ids, ids)
-
-    def _pos(self, cid: int) -> int:
-        if self._contiguous:
-            return int(cid) - self._first
-        if self._index is None:
-            self._index = {c: i for i, c in enumerate(self.ids.tolist())}
-        return self._index[int(cid)]
+        return self.store.positions(ids)
 
     def __contains__(self, cid: Any) -> bool:
-        pos = int(cid) - self._first if self._contiguous else int(np.searchsorted(self.ids, int(cid)))
-        return 0 <= pos < len(self.ids) and int(self.ids[pos]) == int(cid)
+        return cid in self.store
 
     def name(self, cid: int) -> str:
-        return recipe_name(self.specs, self._pos(cid))
+        return self.store.name(cid)
 
     def shard(self, cid: int) -> tuple[np.ndarray, np.ndarray | None]:
         """Client ``cid``'s rows and labels (views of the block; generated again when not resident)."""
-        if self._shards is not None:
-            return self._shards[int(cid)]
-        if self._block is None:
-            X, y, _ = self._rows(np.array([cid], dtype=np.int64))
-            return X, y
-        pos = self._pos(cid)
-        lo, hi = int(self._offsets[pos]), int(self._offsets[pos + 1])
-        return self._block[lo:hi], (self._block_y[lo:hi] if self._block_y is not None else None)
-
-    def _rows(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
-        """Rows, labels and offsets of clients ``ids`` (ascending), one after another."""
-        if self._block is None:  # generated again, then scaled as the resident rows were
-            X, y, offsets = generate_rows(self.specs, ids)
-            if self._scaler is not None:
-                X -= self._scaler[0]
-                X /= self._scaler[1]
-            return X, y, offsets
-        pos = self.positions(ids)
-        offs = self._offsets
-        if len(pos) and int(pos[-1]) - int(pos[0]) == len(pos) - 1:  # consecutive: a view
-            lo, hi = int(offs[pos[0]]), int(offs[pos[-1] + 1])
-            y = self._block_y[lo:hi] if self._block_y is not None else None
-            return self._block[lo:hi], y, offs[pos[0]:pos[-1] + 2] - lo
-        sizes = offs[pos + 1] - offs[pos]
-        offsets = np.concatenate([[0], np.cumsum(sizes)])
-        rows = np.repeat(offs[pos] - offsets[:-1], sizes) + np.arange(int(offsets[-1]))
-        return self._block[rows], (self._block_y[rows] if self._block_y is not None else None), offsets
+        return self.store.shard(cid)
 
     def client(self, cid: int, round_: int = -1, X: np.ndarray | None = None, y: Any = None) -> Client:
         """A view of client ``cid`` (its rows ``X``/``y`` when the caller has them already)."""
         if X is None:
             X, y = self.shard(cid)
-        meta = self._meta_of(int(cid))
-        return Client(cid, self.name(cid), X, y, self.seed, self.supervised, self.sample_shape, self.states,
-                      self.secrets, meta, round_)
-
-    def _meta_of(self, cid: int) -> Any:
-        specs = self.specs
-        if isinstance(specs, list):
-            return lambda: dict(specs[self._pos(cid)].meta)
-        return None
+        store = self.store
+        return Client(cid, store.name(cid), X, y, self.seed, self.supervised, self.sample_shape, self.states,
+                      self.secrets, store.meta(cid), round_)
 
     @property
     def clients(self) -> Mapping[int, Client]:
@@ -231,17 +149,13 @@ class ClientHost:
         (the per-client dictionaries that exist, with what they hold), ``shards`` (per-client arrays of a
         host without a block), ``recipes``, ``clients``. A client that has never run costs its rows and
         its part of ``index``."""
-        def held(table: dict[int, dict[str, Any]]) -> int:
+        def table(held: dict[int, dict[str, Any]]) -> int:
             return sum(_DICT_ENTRY + sys.getsizeof(d) + sum(sys.getsizeof(k) + nbytes_of(v) for k, v in d.items())
-                       for d in table.values())
+                       for d in held.values())
 
-        rows = sum(a.nbytes for a in (self._block, self._block_y) if a is not None)
-        index = self.ids.nbytes + (self._offsets.nbytes if self._offsets is not None else 0)
-        shards = sum(X.nbytes + (y.nbytes if y is not None else 0) for X, y in (self._shards or {}).values())
-        recipes = (sys.getsizeof(self.specs) if not isinstance(self.specs, list)
-                   else sys.getsizeof(self.specs) + sum(sys.getsizeof(s) + sys.getsizeof(s.__dict__) for s in self.specs))
-        return {"clients": len(self.ids), "rows": int(rows), "index": int(index), "state": held(self.states),
-                "secrets": held(self.secrets), "shards": int(shards), "recipes": int(recipes)}
+        held = self.store.held()
+        return {"clients": len(self.ids), "rows": held["rows"], "index": held["index"], "state": table(self.states),
+                "secrets": table(self.secrets), "shards": held["shards"], "recipes": held["recipes"]}
 
     # --- set-up ---------------------------------------------------------
     def describe(self, private: bool = False) -> Descriptions:
@@ -251,44 +165,11 @@ class ClientHost:
         squares, minima and maxima are left out: for a small client they are rows (a one-row
         client's sum and a client's extremes); the session then sums moments securely.
         """
-        names = None if not isinstance(self.specs, list) else [s.name for s in self.specs]
-        if self._shards is not None:
-            rows = []
-            for cid, (X, y) in self._shards.items():
-                name = self.name(cid)
-                if cid in self.build_errors:
-                    rows.append({"client_id": cid, "name": name, "n": int(X.shape[0]),
-                                 "n_features": int(X.shape[1]) if X.ndim == 2 else -1,
-                                 "error": self.build_errors[cid]})
-                else:
-                    rows.append(describe_shard(cid, name, X, y, self.feature_names, moments=not private))
-            return Descriptions.from_rows(rows)
-        parts = []
-        for chunk in self._describe_chunks():
-            X, y, offsets = self._rows(self.ids[chunk])
-            part_names = names[chunk] if names is not None else None
-            parts.append(describe_block(self.ids[chunk], part_names, X, y, offsets, self.feature_names,
-                                        moments=not private))
-        return Descriptions.concat(parts)
-
-    def _describe_chunks(self) -> Iterator[slice]:
-        start, n = 0, len(self.ids)
-        while start < n:
-            stop = int(np.searchsorted(self._offsets, self._offsets[start] + DESCRIBE_ROWS, side="right")) - 1
-            stop = min(n, max(stop, start + 1))
-            if not self.resident:
-                stop = min(stop, start + REGENERATE_CHUNK)
-            yield slice(start, stop)
-            start = stop
+        return self.store.describe(not private, DESCRIBE_ROWS, REGENERATE_CHUNK)
 
     def apply_scaler(self, shift: np.ndarray, scale: np.ndarray) -> int:
         """Transform every shard to (X - shift) / scale (regenerated rows too, from now on)."""
-        self._scaler = (np.asarray(shift), np.asarray(scale))
-        if self._block is not None:
-            self._block -= shift
-            self._block /= scale
-        if self._shards is not None:
-            self._shards = {cid: ((X - shift) / scale, y) for cid, (X, y) in self._shards.items()}
+        self.store.apply_scaler(shift, scale)
         return len(self.ids)
 
     # --- rounds ---------------------------------------------------------
@@ -309,40 +190,12 @@ class ClientHost:
         Ray actor puts it in the object store, so that the chunks' replies are not all held twice);
         what it returns stands for the part in the answer."""
         self._sink = sink
-        rows = self._offsets is not None and self._shards is None  # batched forms need the rows as a block
-        if isinstance(tasks, UniformTasks) and self.batched and rows:
-            many = batched_form(tasks.task.fn)
-            if many is not None and len(tasks):
-                one: int | list[int] = tasks.shared_index
-                if batched_shared(tasks.task.fn) == "each":
-                    one = [tasks.shared_index] * len(tasks)
-                return self._run_batch(round_, tasks.task.fn, tasks.ids, [tasks.task.payload] * len(tasks), one,
-                                       tasks.task.evaluation, shared, tasks)
-        tasks = task_items(tasks)
-        if not self.batched or not rows:
-            return self._run_each(round_, tasks, shared)
-        groups: dict[tuple[Any, int, bool], list[tuple[int, Task, int]]] = {}
-        single: list[tuple[int, Task, int]] = []
-        forms: dict[Any, Any] = {}  # function -> its batched form (looked up once per function)
-        each: set[Any] = set()  # functions whose batched form takes each client's shared object
-        for item in tasks:
-            fn = item[1].fn
-            if fn not in forms:
-                forms[fn] = batched_form(fn)
-                if batched_shared(fn) == "each":
-                    each.add(fn)
-            if forms[fn] is None:
-                single.append(item)
-            else:
-                # shared="each": one call for every shared object (the key's -1 is never an index)
-                groups.setdefault((fn, -1 if fn in each else item[2], item[1].evaluation), []).append(item)
-        out: list[Outcome | PackedOutcomes] = self._run_each(round_, single, shared)
-        for (fn, sidx, evaluation), items in groups.items():
-            # A group of one runs the batched form too: which clients share a host differs between
-            # runtimes, and a client must run the same code (the same float rounding) in all of them.
-            which: int | list[int] = [item[2] for item in items] if fn in each else sidx
-            out += self._run_batch(round_, fn, np.array([item[0] for item in items], dtype=np.int64),
-                                   [item[1].payload for item in items], which, evaluation, shared, items)
+        if not (self.batched and self.store.batchable):  # batched forms need the rows as a block
+            return self._run_each(round_, task_items(tasks), shared)
+        single, batches = task_batches(tasks)
+        out: list[Outcome | PackedOutcomes] = self._run_each(round_, single, shared) if single else []
+        for batch in batches:
+            out += self._run_batch(round_, batch, shared)
         return out
 
     # --- summed calls (Task.summed): the host adds its clients' updates -----------
@@ -395,7 +248,7 @@ class ClientHost:
         return HostReply(pack_parts(parts))
 
     def _batch(self, round_: int, ids: np.ndarray, evaluation: bool) -> ClientBatch:
-        X, y, offsets = self._rows(ids)
+        X, y, offsets = self.store.rows(ids)
         see_labels = evaluation or self.supervised
 
         def views() -> list[Any]:
@@ -409,46 +262,34 @@ class ClientHost:
 
         return ClientBatch(ids, views, X, offsets, y if see_labels else None)
 
-    def _run_batch(self, round_: int, fn: Any, ids: np.ndarray, payloads: list[Any], sidx: int | list[int],
-                   evaluation: bool, shared: tuple[Any, ...], items: Any) -> list[Outcome | PackedOutcomes]:
-        """Run a batched form; ``sidx`` is the index of the shared object, or one index per
-        client (a form declared with ``shared="each"``, which receives the list of objects).
-        A call over many clients of a form that may be split runs over chunks of clients (each
-        chunk's rows generated again where they are not kept), so that its temporary arrays stay
-        small; each chunk's replies are one part of the answer."""
-        per = self._chunk_clients(ids, fn)
+    def _run_batch(self, round_: int, batch: Batch, shared: tuple[Any, ...]) -> list[Outcome | PackedOutcomes]:
+        """Run a batched form over the clients of ``batch``. A call over many clients of a form that
+        may be split runs over chunks of clients (each chunk's rows generated again where they are
+        not kept), so that its temporary arrays stay small; each chunk's replies are one part of the
+        answer."""
+        ids = batch.ids
+        per = self._chunk_clients(ids, batch.fn)
         if per < len(ids):
             out: list[Outcome | PackedOutcomes] = []
             for lo in range(0, len(ids), per):
-                part = slice(lo, lo + per)
-                sub = items[part]  # the same form: a list of items, or UniformTasks
-                got = self._run_batch(round_, fn, ids[part], payloads[part],
-                                      sidx[part] if isinstance(sidx, list) else sidx, evaluation, shared, sub)
+                got = self._run_batch(round_, batch.part(slice(lo, lo + per)), shared)
                 sink = self._sink
                 out += [sink(p) for p in got] if sink is not None else got
             return out
-        batch = self._batch(round_, ids, evaluation)
+        view = self._batch(round_, ids, batch.evaluation)
         t0 = time.perf_counter()
-        if isinstance(sidx, list):
-            arg: Any = [shared[i] if i >= 0 else None for i in sidx]
-        else:
-            arg = shared[sidx] if sidx >= 0 else None
+        arg = batch.shared.pick(shared)
         try:
-            updates = batched_form(fn)(payloads, arg, batch)
+            updates = batched_form(batch.fn)(batch.payloads, arg, view)
             if len(updates) != len(ids):
                 raise ValueError(f"batched client function returned {len(updates)} updates for {len(ids)} clients")
         except Exception:  # noqa: BLE001 - the plain function, client by client, reports who failed and why
             log.debug("batched client function failed; running its clients one by one:\n%s", traceback.format_exc())
-            return self._run_each(round_, task_items(items), shared)
+            return self._run_each(round_, task_items(batch.items), shared)
         finally:
-            if not callable(batch._clients):  # views were built: forget what they left empty
+            if view.views_built:  # forget what the views left empty
                 self.forget_empty(ids.tolist())
-        each = (time.perf_counter() - t0) / len(ids)
-        if isinstance(updates, StatsBlock):
-            n = len(ids)
-            return [PackedOutcomes(np.asarray(ids), np.full(n, each), np.full(n, updates.nbytes_each(), dtype=np.int64),
-                                   updates.arrays, [])]
-        return [Outcome(cid, u, each, nbytes_of(u)) for cid, u in zip(ids.tolist(), updates)]
+        return batch_outcomes(ids, updates, (time.perf_counter() - t0) / len(ids))
 
     def _chunk_clients(self, ids: np.ndarray, fn: Any) -> int:
         """Clients a batched call runs at once: all of them, unless the batched form may be split
@@ -456,10 +297,7 @@ class ClientHost:
         non-resident host generates the rows of at most :data:`REGENERATE_CHUNK` clients at once."""
         if len(ids) < 2 or not batched_split(fn):
             return len(ids)
-        rows = int(self._offsets[-1]) if self._offsets is not None else 0
-        per_client = max(1, rows // max(1, len(self.ids)))
-        per = max(1, BATCH_ROWS // per_client)
-        return min(per, REGENERATE_CHUNK) if not self.resident else per
+        return self.store.clients_at_once(BATCH_ROWS, REGENERATE_CHUNK)
 
     def _run_each(self, round_: int, tasks: list[tuple[int, Task, int]], shared: tuple[Any, ...]) -> list[Outcome]:
         out = []

@@ -51,7 +51,7 @@ from fedray.tools.cluster_kuberay import (
     RAYCLUSTER_SPEC,
     RAYCLUSTER_TOP,
     WORKER_GROUP,
-    _validate_raycluster,
+    validate_raycluster,
 )
 from fedray.tools.cluster_launcher import (
     LAUNCHER_KEYS,
@@ -59,7 +59,7 @@ from fedray.tools.cluster_launcher import (
     NODE_TYPE_KEYS,
     PROVIDER_KEYS,
     PROVIDER_REQUIRED,
-    _validate_launcher,
+    validate_launcher,
 )
 from fedray.tools.cluster_security import validate_dockerfile
 
@@ -114,9 +114,9 @@ def validate(doc: Any, resource: str = CLIENT_RESOURCE, others: list[Any] | tupl
     if not isinstance(doc, dict):
         raise ConfigError("a cluster file must hold a mapping at the top level")
     if doc.get("kind") == "RayCluster" or str(doc.get("apiVersion", "")).startswith("ray.io/"):
-        return _validate_raycluster(doc, resource, [d for d in others if isinstance(d, dict)])
+        return validate_raycluster(doc, resource, [d for d in others if isinstance(d, dict)])
     if "provider" in doc or "available_node_types" in doc:
-        return _validate_launcher(doc, resource)
+        return validate_launcher(doc, resource)
     raise ConfigError("not a Ray cluster launcher file (no 'provider') nor a KubeRay RayCluster "
                       "(no 'kind: RayCluster')")
 

@@ -1,10 +1,10 @@
 """Findings of the offline cluster-file checks and the helpers both kinds of file share.
 
 :class:`Issue` is one finding (an error or a warning at a dotted path in the file) and
-``_Report`` collects them, naming unknown keys with a close match when there is one. The
-shared helpers read ``pip install`` requirements out of shell commands (``_pip_targets``),
-tell a requirement fetched from a package index from a path or URL (``_from_index``), read
-the Ray version of an image tag (``_RAY_IMAGE_TAG``) and check worker counts. Used by
+``Report`` collects them, naming unknown keys with a close match when there is one. The
+shared helpers read ``pip install`` requirements out of shell commands (``pip_targets``),
+tell a requirement fetched from a package index from a path or URL (``from_index``), read
+the Ray version of an image tag (``RAY_IMAGE_TAG``) and check worker counts. Used by
 :mod:`fedray.tools.cluster_launcher` and :mod:`fedray.tools.cluster_kuberay`.
 """
 from __future__ import annotations
@@ -16,8 +16,10 @@ from typing import Any
 
 CLIENT_RESOURCE = "fedray_client"
 
-_PIP = re.compile(r"(?:\buv\s+)?\bpip3?\s+install\b([^\n;&|]*)", re.IGNORECASE)
-_RAY_IMAGE_TAG = re.compile(r"(?:^|/)ray(?:-ml|-llm)?:(?P<version>\d+\.\d+\.\d+)(?:-(?P<rest>[\w.-]+))?$")
+#: A ``pip install`` (or ``uv pip install``) in a shell command; group 1 is what follows it.
+PIP_INSTALL = re.compile(r"(?:\buv\s+)?\bpip3?\s+install\b([^\n;&|]*)", re.IGNORECASE)
+#: A Ray image (``rayproject/ray:2.9.0-py311``): ``version`` and the ``rest`` of its tag.
+RAY_IMAGE_TAG = re.compile(r"(?:^|/)ray(?:-ml|-llm)?:(?P<version>\d+\.\d+\.\d+)(?:-(?P<rest>[\w.-]+))?$")
 
 
 @dataclass(frozen=True)
@@ -32,7 +34,9 @@ class Issue:
         return f"{self.level}: {self.where}: {self.message}" if self.where else f"{self.level}: {self.message}"
 
 
-class _Report:
+class Report:
+    """The issues of one file, in the order they were found (:meth:`error`, :meth:`warn`, :meth:`unknown_keys`)."""
+
     def __init__(self) -> None:
         self.issues: list[Issue] = []
 
@@ -53,10 +57,10 @@ class _Report:
                 self.error(f"{where}.{key}" if where else str(key), f"unknown key {key!r}{hint}")
 
 
-def _pip_targets(command: str) -> list[str]:
+def pip_targets(command: str) -> list[str]:
     """Requirement arguments of every ``pip install`` in a shell command (options dropped)."""
     out: list[str] = []
-    for m in _PIP.finditer(command):
+    for m in PIP_INSTALL.finditer(command):
         skip = False
         for tok in m.group(1).split():
             tok = tok.strip("'\"")
@@ -73,7 +77,7 @@ def _pip_targets(command: str) -> list[str]:
     return out
 
 
-def _from_index(target: str) -> str | None:
+def from_index(target: str) -> str | None:
     """The project name when ``target`` is a requirement fetched from a package index, else None."""
     if any(c in target for c in "/\\~$") or target.startswith(".") or "://" in target or target.endswith(
             (".whl", ".tar.gz", ".zip")):
@@ -82,6 +86,7 @@ def _from_index(target: str) -> str | None:
     return m.group(1).lower().replace("_", "-") if m else None
 
 
-def _check_workers_count(r: _Report, value: Any, where: str) -> None:
+def check_workers_count(r: Report, value: Any, where: str) -> None:
+    """An error in ``r`` unless ``value`` (a worker count at ``where``) is absent or a non-negative integer."""
     if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
         r.error(where, f"must be a non-negative integer; got {value!r}")

@@ -5,7 +5,7 @@ What the KubeRay operator requires (``apiVersion: ray.io/v1``, ``kind: RayCluste
 a container with an ``image`` and cpu and memory ``resources``), the Ray version of the images
 and ``rayVersion`` equal to the installed Ray, unknown keys, replica counts, duplicate group
 names, the client-slot resource in ``rayStartParams``, and no ``pip install`` in lifecycle
-hooks nor of fedray from an index. Entry point: ``_validate_raycluster``, called by
+hooks nor of fedray from an index. Entry point: ``validate_raycluster``, called by
 :func:`fedray.tools.cluster.validate`.
 """
 from __future__ import annotations
@@ -15,13 +15,13 @@ import sys
 from typing import Any
 
 from fedray.tools.cluster_issues import (
-    _PIP,
-    _RAY_IMAGE_TAG,
+    PIP_INSTALL,
+    RAY_IMAGE_TAG,
     Issue,
-    _check_workers_count,
-    _from_index,
-    _pip_targets,
-    _Report,
+    Report,
+    check_workers_count,
+    from_index,
+    pip_targets,
 )
 from fedray.tools.cluster_security import check_network_policies, check_raycluster
 
@@ -34,8 +34,8 @@ WORKER_GROUP = {"groupName", "replicas", "minReplicas", "maxReplicas", "idleTime
                 "rayStartParams", "template", "scaleStrategy", "numOfHosts"}
 
 
-def _validate_raycluster(doc: dict, resource: str, others: list[dict] | tuple = ()) -> list[Issue]:
-    r = _Report()
+def validate_raycluster(doc: dict, resource: str, others: list[dict] | tuple = ()) -> list[Issue]:
+    r = Report()
     r.unknown_keys("", doc, RAYCLUSTER_TOP)
     if doc.get("kind") != "RayCluster":
         r.error("kind", f"must be 'RayCluster'; got {doc.get('kind')!r}")
@@ -77,7 +77,7 @@ def _validate_raycluster(doc: dict, resource: str, others: list[dict] | tuple = 
         names.add(str(name))
         lo, hi, n = g.get("minReplicas", 0), g.get("maxReplicas"), g.get("replicas")
         for key, v in (("minReplicas", lo), ("maxReplicas", hi), ("replicas", n)):
-            _check_workers_count(r, v, f"{where}.{key}")
+            check_workers_count(r, v, f"{where}.{key}")
         if isinstance(lo, int) and isinstance(hi, int) and lo > hi:
             r.error(f"{where}.minReplicas", f"minReplicas={lo} is more than maxReplicas={hi}")
         elif isinstance(n, int) and isinstance(lo, int) and isinstance(hi, int) and not lo <= n <= hi:
@@ -93,7 +93,7 @@ def _validate_raycluster(doc: dict, resource: str, others: list[dict] | tuple = 
     return r.issues
 
 
-def _check_ray_version_field(r: _Report, spec: dict) -> None:
+def _check_ray_version_field(r: Report, spec: dict) -> None:
     import ray
 
     v = spec.get("rayVersion")
@@ -102,7 +102,7 @@ def _check_ray_version_field(r: _Report, spec: dict) -> None:
                                    "and the cluster must run the same Ray version")
 
 
-def _check_start_params(r: _Report, where: str, group: dict) -> None:
+def _check_start_params(r: Report, where: str, group: dict) -> None:
     params = group.get("rayStartParams")
     if params is None:
         r.error(f"{where}.rayStartParams", "required by KubeRay (a mapping of `ray start` options; {} for none)")
@@ -115,7 +115,7 @@ def _check_start_params(r: _Report, where: str, group: dict) -> None:
                                                      f"strings); got {value!r}, write '{value}' in quotes")
 
 
-def _check_pods(r: _Report, where: str, group: dict) -> None:
+def _check_pods(r: Report, where: str, group: dict) -> None:
     """Containers: an image of the installed Ray version, cpu and memory resources, no pip in hooks."""
     import ray
 
@@ -133,7 +133,7 @@ def _check_pods(r: _Report, where: str, group: dict) -> None:
         if not image:
             r.error(f"{cw}.image", "required (e.g. rayproject/ray:" + ray.__version__ + "-py311)")
         if j == 0 and image:
-            m = _RAY_IMAGE_TAG.search(str(image))
+            m = RAY_IMAGE_TAG.search(str(image))
             if m and m.group("version") != ray.__version__:
                 r.error(f"{cw}.image", f"{image!r} has Ray {m.group('version')} but this machine has Ray "
                                        f"{ray.__version__}; use rayproject/ray:{ray.__version__}-py"
@@ -159,25 +159,25 @@ def _check_pods(r: _Report, where: str, group: dict) -> None:
         for hook, body in hooks.items():
             command = " ".join(str(x) for x in (((body or {}).get("exec") or {}).get("command") or [])) \
                 if isinstance(body, dict) else str(body)
-            targets = [t for t in _pip_targets(command)]
-            if targets or _PIP.search(json.dumps(body)):
+            targets = [t for t in pip_targets(command)]
+            if targets or PIP_INSTALL.search(json.dumps(body)):
                 what = " ".join(targets)
                 extra = " (fedray is on no package index: it ships itself to the pods)" if any(
-                    _from_index(t) == "fedray" for t in targets) else ""
+                    from_index(t) == "fedray" for t in targets) else ""
                 r.error(f"{cw}.lifecycle.{hook}", f"runs `pip install {what}`{extra}; a failing hook gets the "
                                                   "container killed and it races `ray start`: bake packages into "
                                                   "the image (cluster_configs/Dockerfile) or list them in "
                                                   "runtime.runtime_env.pip")
         for key in ("command", "args"):
             for cmd in c.get(key) or []:
-                for t in _pip_targets(str(cmd)):
-                    if _from_index(t) == "fedray":
+                for t in pip_targets(str(cmd)):
+                    if from_index(t) == "fedray":
                         r.error(f"{cw}.{key}", f"`pip install {t}` installs fedray from a package index, which "
                                                "has no fedray; drop it: fedray ships itself to the pods "
                                                "(runtime.ship_code), or bake it in with cluster_configs/Dockerfile")
 
 
-def _slots(r: _Report, where: str, params: Any, resource: str) -> float:
+def _slots(r: Report, where: str, params: Any, resource: str) -> float:
     if not params:
         return 0.0
     if not isinstance(params, dict):

@@ -5,7 +5,7 @@ type), the provider's required fields, ``head_node_type`` among ``available_node
 worker counts and resource amounts; for the on-premises ``local`` provider the ``ray start
 --resources`` of the start commands; setup commands that install Ray at the driver's version
 and no fedray from a package index; then Ray's launcher schema and Ray's own offline checks
-(``prepare_config`` + ``validate_config``). Entry point: ``_validate_launcher``, called by
+(``prepare_config`` + ``validate_config``). Entry point: ``validate_launcher``, called by
 :func:`fedray.tools.cluster.validate`.
 """
 from __future__ import annotations
@@ -18,12 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from fedray.tools.cluster_issues import (
-    _RAY_IMAGE_TAG,
+    RAY_IMAGE_TAG,
     Issue,
-    _check_workers_count,
-    _from_index,
-    _pip_targets,
-    _Report,
+    Report,
+    check_workers_count,
+    from_index,
+    pip_targets,
 )
 from fedray.tools.cluster_security import check_launcher
 
@@ -49,8 +49,8 @@ PROVIDER_REQUIRED = {"aws": ("region",), "gcp": ("region", "availability_zone", 
 _RESOURCES_FLAG = re.compile(r"--resources[= ]\s*(['\"])(\{.*?\})\1")
 
 
-def _validate_launcher(doc: dict, resource: str) -> list[Issue]:
-    r = _Report()
+def validate_launcher(doc: dict, resource: str) -> list[Issue]:
+    r = Report()
     provider = doc.get("provider")
     ptype = provider.get("type") if isinstance(provider, dict) else None
     r.unknown_keys("", doc, LAUNCHER_KEYS | (LOCAL_ONLY_KEYS if ptype == "local" else set()))
@@ -73,7 +73,7 @@ def _validate_launcher(doc: dict, resource: str) -> list[Issue]:
                 r.error("provider.head_ip", "required for an on-premises cluster (or give coordinator_address)")
             if not isinstance(provider.get("worker_ips"), list):
                 r.error("provider.worker_ips", "must be a list of worker addresses")
-    _check_workers_count(r, doc.get("max_workers"), "max_workers")
+    check_workers_count(r, doc.get("max_workers"), "max_workers")
     if ptype == "local":
         _check_local(r, doc, provider if isinstance(provider, dict) else {}, resource)
     else:
@@ -98,20 +98,20 @@ _GCP_PROJECT = re.compile(r"^[a-z][a-z0-9-]{4,28}[a-z0-9]$")
 def _ray_pins(commands: list[str]) -> list[str]:
     pins = []
     for c in commands:
-        for t in _pip_targets(c):
+        for t in pip_targets(c):
             m = re.match(r"^ray(?:\[[^\]]*\])?==([\w.]+)$", t)
             if m:
                 pins.append(m.group(1))
     return pins
 
 
-def _check_launcher_installs(r: _Report, doc: dict) -> None:
+def _check_launcher_installs(r: Report, doc: dict) -> None:
     """Ray on the nodes (at the driver's version when pinned), and no fedray from a package index."""
     import ray
 
     for where, cmd in _launcher_command_items(doc):
-        for t in _pip_targets(cmd):
-            if _from_index(t) == "fedray":
+        for t in pip_targets(cmd):
+            if from_index(t) == "fedray":
                 r.error(where, f"`pip install {t}` installs fedray from a package index, which has no fedray; "
                                "drop it (fedray ships itself to the nodes, runtime.ship_code) or install a copy "
                                "(`pip install ~/fedray` after file_mounts, or an image built from "
@@ -119,7 +119,7 @@ def _check_launcher_installs(r: _Report, doc: dict) -> None:
     commands = [c for _, c in _launcher_command_items(doc)]
     docker = doc.get("docker") if isinstance(doc.get("docker"), dict) else {}
     image = str((docker or {}).get("image") or (docker or {}).get("head_image") or "")
-    installs_ray = any(re.match(r"^ray(\[|=|>|<|~|$)", t) for c in commands for t in _pip_targets(c))
+    installs_ray = any(re.match(r"^ray(\[|=|>|<|~|$)", t) for c in commands for t in pip_targets(c))
     if not installs_ray and not image:
         r.error("setup_commands", "no setup command installs Ray on the nodes and no docker.image is given; add "
                                   f"`pip install \"ray[default]=={ray.__version__}\"` (plus fedray's dependencies, "
@@ -128,12 +128,12 @@ def _check_launcher_installs(r: _Report, doc: dict) -> None:
         if v != ray.__version__:
             r.error("setup_commands", f"installs Ray {v} on the nodes but this machine has Ray {ray.__version__}; "
                                       "the driver and the cluster must run the same Ray version")
-    m = _RAY_IMAGE_TAG.search(image)
+    m = RAY_IMAGE_TAG.search(image)
     if m and m.group("version") != ray.__version__:
         r.error("docker.image", f"{image!r} has Ray {m.group('version')} but this machine has Ray {ray.__version__}")
 
 
-def _ray_checks(r: _Report, doc: dict) -> None:
+def _ray_checks(r: Report, doc: dict) -> None:
     """Ray's own offline checks of a launcher file (what `ray up` runs before it starts anything)."""
     try:
         from ray.autoscaler._private.util import prepare_config, validate_config
@@ -153,7 +153,7 @@ def _ray_checks(r: _Report, doc: dict) -> None:
         quiet.setLevel(level)
 
 
-def _check_node_types(r: _Report, doc: dict, resource: str) -> None:
+def _check_node_types(r: Report, doc: dict, resource: str) -> None:
     types = doc.get("available_node_types")
     head = doc.get("head_node_type")
     if not isinstance(types, dict) or not types:
@@ -174,8 +174,8 @@ def _check_node_types(r: _Report, doc: dict, resource: str) -> None:
             if key not in nt:
                 r.error(f"{where}.{key}", "required")
         lo, hi = nt.get("min_workers", 0), nt.get("max_workers")
-        _check_workers_count(r, lo, f"{where}.min_workers")
-        _check_workers_count(r, hi, f"{where}.max_workers")
+        check_workers_count(r, lo, f"{where}.min_workers")
+        check_workers_count(r, hi, f"{where}.max_workers")
         if isinstance(lo, int) and isinstance(hi, int) and lo > hi:
             r.error(f"{where}.min_workers", f"min_workers={lo} is more than max_workers={hi}")
         if name != head and isinstance(lo, int):
@@ -202,14 +202,14 @@ def _check_node_types(r: _Report, doc: dict, resource: str) -> None:
                                         f"with runtime.client_resources.custom.{resource}")
 
 
-def _check_local(r: _Report, doc: dict, provider: dict, resource: str) -> None:
+def _check_local(r: Report, doc: dict, provider: dict, resource: str) -> None:
     if doc.get("available_node_types") or doc.get("head_node_type"):
         types = doc.get("available_node_types") or {}
         if set(types) != {"local.cluster.node"}:
             r.error("available_node_types", "not supported by the on-premises (local) provider; declare resources "
                                             "with `ray start --resources` in head/worker_start_ray_commands")
     lo, hi = doc.get("min_workers"), doc.get("max_workers")
-    _check_workers_count(r, lo, "min_workers")
+    check_workers_count(r, lo, "min_workers")
     if isinstance(lo, int) and isinstance(hi, int) and lo > hi:
         r.error("min_workers", f"min_workers={lo} is more than max_workers={hi}")
     n_ips = len(provider.get("worker_ips") or []) if isinstance(provider.get("worker_ips"), list) else None
@@ -224,7 +224,7 @@ def _check_local(r: _Report, doc: dict, provider: dict, resource: str) -> None:
         r.warn("head_start_ray_commands", f"the head declares {head} {resource!r} slots; client actors may run on it")
 
 
-def _declared(commands: Any, resource: str, r: _Report, where: str) -> float:
+def _declared(commands: Any, resource: str, r: Report, where: str) -> float:
     total = 0.0
     for cmd in commands or []:
         for m in _RESOURCES_FLAG.finditer(str(cmd)):
@@ -254,7 +254,7 @@ def _launcher_command_items(doc: dict) -> list[tuple[str, str]]:
     return out
 
 
-def _schema_check(r: _Report, doc: dict) -> None:
+def _schema_check(r: Report, doc: dict) -> None:
     """Ray's own launcher schema (type errors the checks above do not name)."""
     try:
         import jsonschema

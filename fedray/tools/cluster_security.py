@@ -28,7 +28,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from fedray.tools.cluster_issues import Issue, _Report
+from fedray.tools.cluster_issues import Issue, Report
 
 _AUTH_ON = re.compile(r"\bRAY_AUTH_MODE\s*=\s*['\"]?token\b")
 _TOKEN_SOURCE = re.compile(r"\bRAY_AUTH_TOKEN(_PATH)?\s*=")
@@ -55,7 +55,7 @@ def _launcher_commands(doc: dict, keys: tuple[str, ...]) -> list[str]:
     return out
 
 
-def check_launcher(r: _Report, doc: dict) -> None:
+def check_launcher(r: Report, doc: dict) -> None:
     """Token authentication, the dashboard's interface and whole-folder mounts of a launcher file."""
     common = ("initialization_commands", "setup_commands")
     head = _launcher_commands(doc, (*common, "head_setup_commands", "head_start_ray_commands"))
@@ -83,7 +83,7 @@ def check_launcher(r: _Report, doc: dict) -> None:
         _whole_mounts(r, key, doc.get(key))
 
 
-def _whole_mounts(r: _Report, key: str, value: Any) -> None:
+def _whole_mounts(r: Report, key: str, value: Any) -> None:
     sources = (list(value.items()) if isinstance(value, dict) else
                [(str(v), v) for v in value] if isinstance(value, list) else [])
     for dest, src in sources:
@@ -105,7 +105,7 @@ def _env_auth(c: dict) -> bool:
                for e in _items(c.get("env")))
 
 
-def check_raycluster(r: _Report, spec: dict) -> None:
+def check_raycluster(r: Report, spec: dict) -> None:
     """Token authentication, the dashboard's interface and exposure, and pod hardening of a RayCluster."""
     head = spec.get("headGroupSpec") if isinstance(spec.get("headGroupSpec"), dict) else {}
     groups = [("spec.headGroupSpec", head)] + [
@@ -140,7 +140,7 @@ def check_raycluster(r: _Report, spec: dict) -> None:
                        "capabilities.drop: [ALL] (the Ray image runs as user 1000)")
 
 
-def check_network_policies(r: _Report, cluster: dict, others: list[dict]) -> None:
+def check_network_policies(r: Report, cluster: dict, others: list[dict]) -> None:
     """A NetworkPolicy in the same file selects the RayCluster's pods and limits their ingress."""
     name = str((cluster.get("metadata") or {}).get("name") or "")
     for pol in others:
@@ -164,7 +164,7 @@ def check_network_policies(r: _Report, cluster: dict, others: list[dict]) -> Non
 
 def validate_dockerfile(path: Path) -> list[Issue]:
     """A Dockerfile: no whole-context copy without a .dockerignore, a base image pinned by digest."""
-    r = _Report()
+    r = Report()
     text = path.read_text()
     args: dict[str, str] = {}
     lines = re.sub(r"\\\n", " ", text).splitlines()
@@ -196,7 +196,7 @@ def validate_dockerfile(path: Path) -> list[Issue]:
     return r.issues
 
 
-def _dockerignore(r: _Report, path: Path) -> None:
+def _dockerignore(r: Report, path: Path) -> None:
     candidates = [path.with_name(path.name + ".dockerignore"), path.with_name(".dockerignore"),
                   path.parent.parent / ".dockerignore"]
     found = next((c for c in candidates if c.is_file()), None)
