@@ -1,7 +1,7 @@
 """Seconds per client of generating ``blobs`` shards: one client at a time against the block generator.
 
 Builds the shards of ``--clients`` clients (``--points`` points x ``--features`` features,
-``--centers`` centres) with ``fedray.data.blobs._generate_blobs`` client by client (the
+``--centers`` centres) with ``fedray.data.blobs.generate_client_blobs`` client by client (the
 recipe a client host used to run per client) and with ``fedray.data.blobs.generate_block``
 in one call, checks that both give the same bits, and prints microseconds per client for
 each, with the machine's load (``os.getloadavg``) before and after::
@@ -17,7 +17,7 @@ import time
 
 import numpy as np
 
-from fedray.data.blobs import BLOBS_DEFAULTS, _generate_blobs, generate_block
+from fedray.data.blobs import BLOBS_DEFAULTS, generate_block, generate_client_blobs
 
 
 def main() -> None:
@@ -34,9 +34,9 @@ def main() -> None:
                  "n_centers": args.centers}}
     ids = np.arange(args.clients)
     load_before = os.getloadavg()
-    _generate_blobs(source, 0)  # the centres are drawn once per process, outside both timings
+    generate_client_blobs(source, 0)  # the centres are drawn once per process, outside both timings
     t0 = time.perf_counter()
-    shards = [_generate_blobs(source, int(c)) for c in ids]
+    shards = [generate_client_blobs(source, int(c)) for c in ids]
     one_by_one = time.perf_counter() - t0
     t0 = time.perf_counter()
     X, y, _ = generate_block(source, ids)

@@ -1,4 +1,4 @@
-"""Generated ``blobs`` shards: one client's (:func:`_generate_blobs`) or a block of many (:func:`generate_block`).
+"""Generated ``blobs`` shards: one client's (:func:`generate_client_blobs`) or a block of many (:func:`generate_block`).
 
 Every client draws its points from its own stream, ``data_rng(seed, BLOB_ROWS_STREAM, client)``:
 the blob of each point by ``Generator.choice(k, p=w)`` and the noise by
@@ -47,7 +47,7 @@ def _source_centers(source: dict) -> np.ndarray:
                          float(hi))
 
 
-def _generate_blobs(source: dict, client_id: int) -> tuple[np.ndarray, np.ndarray]:
+def generate_client_blobs(source: dict, client_id: int) -> tuple[np.ndarray, np.ndarray]:
     """One client's shard: X (n, d) float64 and y (n,) int64 (the reference :func:`generate_block` matches)."""
     centers = _source_centers(source)
     rng = data_rng(source["seed"], BLOB_ROWS_STREAM, client_id)
@@ -77,7 +77,7 @@ def generate_block(source: dict, ids: np.ndarray) -> tuple[np.ndarray, np.ndarra
     -------
     X : ndarray of float64, shape (sum n_i, d), C-contiguous
         The rows of client ``ids[j]`` are ``X[offsets[j]:offsets[j + 1]]``, bit for bit
-        ``_generate_blobs(source, ids[j])[0]``.
+        ``generate_client_blobs(source, ids[j])[0]``.
     y : ndarray of int64, shape (sum n_i,)
         The blob of each row.
     offsets : ndarray of int64, shape (m + 1,)

@@ -24,8 +24,8 @@ from fedray.core.sizes import CLIENT_BYTES, RECIPE_BYTES
 from fedray.data.blobs import (  # noqa: F401  (the blobs generator's names stay importable from here)
     BLOBS_DEFAULTS,
     BLOBS_OPTIONS,
-    _generate_blobs,
     generate_block,
+    generate_client_blobs,
 )
 from fedray.data.datasets import (
     DATA_SOURCES,
@@ -330,7 +330,7 @@ def _materialize_raw(spec: ClientSpec, table: Any = None) -> tuple[np.ndarray, n
     src = spec.source
     kind = src["kind"]
     if kind == "blobs":
-        X, y = _generate_blobs(src, spec.client_id)
+        X, y = generate_client_blobs(src, spec.client_id)
         return X, y, _column_names(X.shape[1])
     if kind == "pooled":
         if "module" in src and src["dataset"].partition(":")[0] not in DATA_SOURCES:

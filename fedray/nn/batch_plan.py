@@ -5,7 +5,7 @@ This module holds the planning side of batched training (:mod:`fedray.nn.batched
 normalisation); :func:`clients_per_chunk` says how many clients train in one stacked batch
 (0: client by client), from the network's activation size (:func:`activation_size`), B and
 the device only, so that a client trains the same way whichever clients share its host;
-:func:`_schedule` lays out every client's mini-batches, epoch after epoch, as padded row
+:func:`batch_schedule` lays out every client's mini-batches, epoch after epoch, as padded row
 indices and masks, one step after another.
 """
 from __future__ import annotations
@@ -28,7 +28,7 @@ def can_batch(model: nn.Module) -> bool:
     return not any(isinstance(m, _UNBATCHABLE) for m in model.modules())
 
 
-def _schedule(sizes: Sequence[int], perms: list[list[np.ndarray]], offsets: np.ndarray, batch_size: int,
+def batch_schedule(sizes: Sequence[int], perms: list[list[np.ndarray]], offsets: np.ndarray, batch_size: int,
               pad: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Row indices (C, T, B) into the stacked rows (``pad`` where a batch is shorter), the mask
     (C, T, B), and for each client and step the weight of its loss in the last epoch's mean (C, T)."""

@@ -59,13 +59,13 @@ from fedray.core.errors import ConfigError
 from fedray.nn.batch_plan import (
     CPU_CHUNK,
     CPU_CLIENT_LIMIT,
-    _schedule,
     activation_size,
+    batch_schedule,
     can_batch,
     clients_per_chunk,
 )
-from fedray.nn.stacked import _layers
-from fedray.nn.stacked_step import _run_steps, _stacked_step, _vmap_step
+from fedray.nn.stacked import flat_layers
+from fedray.nn.stacked_step import explicit_step, run_steps, vmap_step
 from fedray.nn.train import tensor, torch_threads
 
 #: The input convolution's patches are cut once per :func:`fit_many` for all rows when they take at most
@@ -163,18 +163,18 @@ def _fit_stacked(model: nn.Module, starts: np.ndarray, data: Sequence[tuple[np.n
     sizes = [int(len(d[0])) for d in data]
     perms = [[rng.permutation(n) for _ in range(epochs)] if n else [] for rng, n in zip(rngs, sizes)]
     offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-    idx, mask, last = _schedule(sizes, perms, offsets, int(batch_size), int(offsets[-1]))
+    idx, mask, last = batch_schedule(sizes, perms, offsets, int(batch_size), int(offsets[-1]))
     explicit = _explicit_path(model, path)
     with torch_threads():
         X, Y = _stacked_rows(data, dev, loss)
         params = _stacked_params(model, starts, dev)
         schedule = tuple(torch.from_numpy(a).to(dev) for a in
                          (idx, mask.astype(np.float32), last.astype(np.float32), mask.any(axis=2)))
-        step_fn = _stacked_step(model, names, loss, patches_max=INPUT_PATCHES_MAX) if explicit \
-            else _vmap_step(model, loss)
+        step_fn = explicit_step(model, names, loss, patches_max=INPUT_PATCHES_MAX) if explicit \
+            else vmap_step(model, loss)
         if explicit:
             X = step_fn.prepare(X)  # type: ignore[attr-defined]
-        total = _run_steps(model, step_fn, params, names, X, Y, schedule, lr=lr, optimizer=optimizer,
+        total = run_steps(model, step_fn, params, names, X, Y, schedule, lr=lr, optimizer=optimizer,
                            momentum=momentum, weight_decay=weight_decay)
         weights = torch.cat([params[name].reshape(C, -1) for name in names], dim=1)
         out_losses = np.where(np.array(sizes) > 0, total.to("cpu", torch.float64).numpy(), np.nan)
@@ -185,7 +185,7 @@ def _explicit_path(model: nn.Module, path: str) -> bool:
     """Whether the clients' gradients come from the written-out stacked forward (else from vmap)."""
     if path not in ("auto", "explicit", "vmap"):
         raise ValueError(f"fit_many: path must be 'auto', 'explicit' or 'vmap'; got {path!r}")
-    known = _layers(model) is not None
+    known = flat_layers(model) is not None
     if path == "explicit" and not known:
         raise ValueError("fit_many: the network has layers the explicit stacked forward does not know; use path='vmap'")
     return known and path != "vmap"

@@ -49,7 +49,10 @@ def _image_shape(sample_shape: tuple[int, ...]) -> tuple[int, int, int]:
     return (1, *sample_shape) if len(sample_shape) == 2 else tuple(sample_shape)  # type: ignore[return-value]
 
 
-class _Reshape(nn.Module):
+class Reshape(nn.Module):
+    """Flat rows (B, d) to samples (B, *shape): the first layer of the built-in networks (the stacked
+    forward of :mod:`fedray.nn.stacked` knows it)."""
+
     def __init__(self, shape: tuple[int, ...]) -> None:
         super().__init__()
         self.shape = tuple(shape)
@@ -68,7 +71,7 @@ def cnn28(sample_shape: tuple[int, ...], n_classes: int) -> nn.Module:
     """Two 5x5 convolutions (32, 64 channels, 'same' padding), 2x2 max pooling after each, dense 512."""
     shape = _image_shape(sample_shape)
     features = nn.Sequential(
-        _Reshape(shape),
+        Reshape(shape),
         nn.Conv2d(shape[0], 32, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
         nn.Conv2d(32, 64, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
         nn.Flatten(),
@@ -93,7 +96,7 @@ def cnn8(sample_shape: tuple[int, ...], n_classes: int) -> nn.Module:
     """
     shape = _image_shape(sample_shape)
     features = nn.Sequential(
-        _Reshape(shape),
+        Reshape(shape),
         nn.Conv2d(shape[0], 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
         nn.Flatten(),
     )
@@ -119,7 +122,7 @@ def cnn1d(sample_shape: tuple[int, ...], n_classes: int) -> nn.Module:
     max pooling by 2, then dense 128 and 64 with ReLU (the paper's network for vibration signals)."""
     shape = (1, sample_shape[0]) if len(sample_shape) == 1 else tuple(sample_shape)
     features = nn.Sequential(
-        _Reshape(shape),
+        Reshape(shape),
         nn.Conv1d(shape[0], 64, 5, padding=2), nn.ReLU(), nn.MaxPool1d(2),
         nn.Conv1d(64, 128, 5, padding=2), nn.ReLU(), nn.MaxPool1d(2),
         nn.Conv1d(128, 256, 5, padding=2), nn.ReLU(), nn.MaxPool1d(2),

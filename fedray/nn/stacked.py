@@ -1,14 +1,14 @@
 """The written-out forward of C stacked copies of one network, for batched training.
 
-This module holds the explicit stacked forward of :mod:`fedray.nn.batched`: :func:`_layers`
+This module holds the explicit stacked forward of :mod:`fedray.nn.batched`: :func:`flat_layers`
 flattens a network into the layers it knows (linear layers, convolutions, max pooling,
 flatten and reshape, element-wise activations, the autoencoder's ``decoder(relu(encoder(x)))``)
-and moves a ReLU behind the max pooling that follows it; :func:`_stacked_forward` runs the
+and moves a ReLU behind the max pooling that follows it; :func:`stacked_forward` runs the
 C clients' copies (parameters ``params[name]``: (C, *shape)) on their stacked batches
 (C, B, ...) as batched matrix products — narrow convolutions on their patches (im2col),
 wide ones as one grouped convolution — with channels-last activations from a convolution
 to the next dense layer; the input convolution's patches can be cut once for all rows
-(:func:`_input_conv`, :func:`_input_patches`).
+(:func:`input_conv`, :func:`input_patches`).
 """
 from __future__ import annotations
 
@@ -20,15 +20,15 @@ from torch import nn
 from torch.nn import functional as F
 
 from fedray.nn.autoencoder import Autoencoder
-from fedray.nn.models import _Reshape
+from fedray.nn.models import Reshape
 
 #: Parameter-free layers that act on each value alone: applied to the stacked batch as they are.
 _ELEMENTWISE = (nn.ReLU, nn.Tanh, nn.Sigmoid, nn.GELU, nn.LeakyReLU, nn.ELU, nn.SiLU, nn.Identity)
 
 
-def _layers(model: nn.Module) -> list[tuple[str, nn.Module]] | None:
+def flat_layers(model: nn.Module) -> list[tuple[str, nn.Module]] | None:
     """The network as a flat list of ``(parameter prefix, layer)`` when every layer is one the
-    explicit stacked forward knows (:func:`_stacked_forward`), else None."""
+    explicit stacked forward knows (:func:`stacked_forward`), else None."""
     out: list[tuple[str, nn.Module]] = []
 
     def walk(prefix: str, m: nn.Module) -> bool:
@@ -48,7 +48,7 @@ def _layers(model: nn.Module) -> list[tuple[str, nn.Module]] | None:
         if type(m) in (nn.MaxPool1d, nn.MaxPool2d) and not m.return_indices:
             out.append((prefix, m))
             return True
-        if (type(m) is nn.Flatten and m.start_dim == 1 and m.end_dim == -1) or type(m) is _Reshape \
+        if (type(m) is nn.Flatten and m.start_dim == 1 and m.end_dim == -1) or type(m) is Reshape \
                 or type(m) in _ELEMENTWISE:
             out.append((prefix, m))
             return True
@@ -64,7 +64,7 @@ def _layers(model: nn.Module) -> list[tuple[str, nn.Module]] | None:
     return out
 
 
-def _stacked_forward(layers: list[tuple[str, nn.Module]], params: dict[str, torch.Tensor],
+def stacked_forward(layers: list[tuple[str, nn.Module]], params: dict[str, torch.Tensor],
                      x: torch.Tensor, start: int = 0) -> torch.Tensor:
     """The outputs (C, B, ...) of C copies of the network (``params[name]``: (C, *shape)) on ``x`` (C, B, ...).
 
@@ -72,7 +72,7 @@ def _stacked_forward(layers: list[tuple[str, nn.Module]], params: dict[str, torc
     the activations from a convolution to the next flatten or linear layer stay channels-last
     (C, B, *spatial, channels), where max pooling runs on channels-last memory. ``start > 0``:
     ``x`` holds the patches (C, B, *out_spatial, K) of convolution ``layers[start - 1]``
-    (see :func:`_input_patches`), and the forward goes on from there.
+    (see :func:`input_patches`), and the forward goes on from there.
     """
     C, B = x.shape[:2]
     last = False  # activations are (C, B, *spatial, channels)
@@ -92,7 +92,7 @@ def _stacked_forward(layers: list[tuple[str, nn.Module]], params: dict[str, torc
             x = _max_pool_last(m, x) if last else _max_pool_first(m, x)
         elif isinstance(m, nn.Flatten):
             x, last = _first_if(x, last).reshape(C, B, -1), False
-        elif isinstance(m, _Reshape):
+        elif isinstance(m, Reshape):
             x, last = _first_if(x, last).reshape(C, B, *m.shape), False
         else:
             x = m(x)
@@ -209,19 +209,19 @@ def _as_2d(v: int | Sequence[int], nd: int, one: int = 1) -> tuple[int, ...]:
     return (one, *_tuple(v, 1)) if nd == 1 else _tuple(v, 2)
 
 
-def _input_conv(layers: list[tuple[str, nn.Module]]) -> int:
+def input_conv(layers: list[tuple[str, nn.Module]]) -> int:
     """1 + the index of the network's first layer when it is a convolution on the input (after
     reshapes only) that runs on its patches (:func:`_patches_pay`), else 0: its patches can be cut
-    once from all the rows (:func:`_input_patches`)."""
+    once from all the rows (:func:`input_patches`)."""
     for i, (_, m) in enumerate(layers):
         if isinstance(m, (nn.Conv1d, nn.Conv2d)):
             return i + 1 if _patches_pay(m) else 0
-        if not isinstance(m, _Reshape):
+        if not isinstance(m, Reshape):
             return 0
     return 0
 
 
-def _input_patches(layers: list[tuple[str, nn.Module]], start: int, X: torch.Tensor) -> torch.Tensor:
+def input_patches(layers: list[tuple[str, nn.Module]], start: int, X: torch.Tensor) -> torch.Tensor:
     """The patches (N, *out_spatial, K) of every row of ``X`` (N, *sample_shape) for the input convolution
     ``layers[start - 1]``: cut once per call of :func:`fedray.nn.batched.fit_many`, then gathered by the
     steps' rows."""

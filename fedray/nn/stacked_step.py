@@ -2,9 +2,9 @@
 
 This module holds what :func:`fedray.nn.batched.fit_many` runs at each step: the gradient
 and loss of every stacked client, from one explicit forward of the stacked networks
-(:func:`_stacked_step`, on :func:`fedray.nn.stacked._stacked_forward`) or from
-``vmap(grad_and_value(functional_call))`` (:func:`_vmap_step`); the loop over the steps
-(:func:`_run_steps`); and the clients' parameter updates, SGD with momentum and weight
+(:func:`explicit_step`, on :func:`fedray.nn.stacked.stacked_forward`) or from
+``vmap(grad_and_value(functional_call))`` (:func:`vmap_step`); the loop over the steps
+(:func:`run_steps`); and the clients' parameter updates, SGD with momentum and weight
 decay as ``torch.optim.SGD`` or Adam as ``torch.optim.Adam``, masked for a client whose
 steps are done (:func:`_optimizer_step`, :func:`_adam`).
 """
@@ -18,13 +18,13 @@ from torch import nn
 from torch.func import functional_call, grad_and_value, vmap
 from torch.nn import functional as F
 
-from fedray.nn.stacked import _input_conv, _input_patches, _layers, _stacked_forward
+from fedray.nn.stacked import flat_layers, input_conv, input_patches, stacked_forward
 
 #: What a step function returns: each client's gradients by parameter name (C, *shape), and losses (C,).
 StepFn = Callable[..., tuple[dict[str, torch.Tensor], torch.Tensor]]
 
 
-def _vmap_step(model: nn.Module, loss: str = "cross_entropy") -> StepFn:
+def vmap_step(model: nn.Module, loss: str = "cross_entropy") -> StepFn:
     """Every client's gradient and loss by ``vmap(grad_and_value(functional_call))`` (any batchable network)."""
 
     def loss_one(p: dict[str, torch.Tensor], xb: torch.Tensor, yb: torch.Tensor, mb: torch.Tensor) -> torch.Tensor:
@@ -36,16 +36,16 @@ def _vmap_step(model: nn.Module, loss: str = "cross_entropy") -> StepFn:
     return vmap(grad_and_value(loss_one))
 
 
-def _stacked_step(model: nn.Module, names: list[str], loss: str = "cross_entropy", *,
+def explicit_step(model: nn.Module, names: list[str], loss: str = "cross_entropy", *,
                   patches_max: int) -> StepFn:
     """Every client's gradient and loss from one explicit forward of the stacked networks (no vmap):
     the sum of the clients' losses has, for each client's parameters, that client's gradient.
     ``step.prepare(X)`` gives the rows the steps gather from: the input convolution's patches when
     they take at most ``patches_max`` values (:data:`fedray.nn.batched.INPUT_PATCHES_MAX`)."""
-    layers = _layers(model)
-    if layers is None:  # callers choose this path only for models _layers can write out
+    layers = flat_layers(model)
+    if layers is None:  # callers choose this path only for models flat_layers can write out
         raise RuntimeError(f"no explicit stacked forward for {type(model).__name__}")
-    conv_at = _input_conv(layers)
+    conv_at = input_conv(layers)
     start = 0  # set by prepare: the rows are the input convolution's patches
 
     def prepare(X: torch.Tensor) -> torch.Tensor:
@@ -53,16 +53,16 @@ def _stacked_step(model: nn.Module, names: list[str], loss: str = "cross_entropy
         they fit in ``patches_max`` values."""
         nonlocal start
         start = 0
-        if conv_at and len(X) and len(X) * _input_patches(layers, conv_at, X[:1]).numel() <= patches_max:
+        if conv_at and len(X) and len(X) * input_patches(layers, conv_at, X[:1]).numel() <= patches_max:
             start = conv_at
-            return _input_patches(layers, conv_at, X)
+            return input_patches(layers, conv_at, X)
         return X
 
     def step(params: dict[str, torch.Tensor], xb: torch.Tensor, yb: torch.Tensor,
              mb: torch.Tensor) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
         leaves = {k: v.detach().requires_grad_(True) for k, v in params.items()}
         with torch.enable_grad():
-            out = _stacked_forward(layers, leaves, xb, start)
+            out = stacked_forward(layers, leaves, xb, start)
             C, B = out.shape[:2]
             if loss == "cross_entropy":
                 rows = F.cross_entropy(out.reshape(C * B, -1), yb.reshape(-1), reduction="none").reshape(C, B)
@@ -76,7 +76,7 @@ def _stacked_step(model: nn.Module, names: list[str], loss: str = "cross_entropy
     return step
 
 
-def _run_steps(model: nn.Module, step_fn: StepFn, params: dict[str, torch.Tensor], names: list[str],
+def run_steps(model: nn.Module, step_fn: StepFn, params: dict[str, torch.Tensor], names: list[str],
                X: torch.Tensor, Y: torch.Tensor, schedule: tuple[torch.Tensor, ...], *, lr: float,
                optimizer: str, momentum: float, weight_decay: float) -> torch.Tensor:
     """Take every step of the schedule, updating ``params`` in place; each client's last-epoch mean loss (C,).

@@ -1,5 +1,5 @@
 """Bulk generation of ``blobs`` shards: the block generator and the vectorised seed hashing give,
-bit for bit, what the one-client generator (``_generate_blobs``) and ``data_rng`` give."""
+bit for bit, what the one-client generator (``generate_client_blobs``) and ``data_rng`` give."""
 from __future__ import annotations
 
 import tracemalloc
@@ -10,7 +10,7 @@ import pytest
 from fedray.core.errors import ConfigError, DataError
 from fedray.core.seeding import BLOB_ROWS_STREAM, data_rng, data_rng_many, data_seed_words
 from fedray.data import blobs
-from fedray.data.blobs import BLOBS_DEFAULTS, _generate_blobs, generate_block
+from fedray.data.blobs import BLOBS_DEFAULTS, generate_block, generate_client_blobs
 
 SEEDS = [0, 1, 2**32 - 1, 2**32, 2**40 + 7, 2**62 + 3, -5]
 MIXED_IDS = np.array([0, 1, 2**32 - 1, 2**32, 2**33 + 5, 17, 2**32 + 1, 3], dtype=np.int64)
@@ -55,7 +55,7 @@ def _source(**options):
 
 
 def _reference(source, ids):
-    shards = [_generate_blobs(source, int(c)) for c in ids]
+    shards = [generate_client_blobs(source, int(c)) for c in ids]
     return np.concatenate([s[0] for s in shards]), np.concatenate([s[1] for s in shards])
 
 
@@ -76,7 +76,7 @@ IDS = {
 @pytest.mark.parametrize("case", sorted(CASES))
 @pytest.mark.parametrize("ids_name", sorted(IDS))
 def test_generate_block_is_the_per_client_shards_concatenated(case, ids_name):
-    """Same bits as _generate_blobs client by client, in the order of ids, with the right offsets."""
+    """Same bits as generate_client_blobs client by client, in the order of ids, with the right offsets."""
     source, ids = _source(**CASES[case]), IDS[ids_name]
     X, y, offsets = generate_block(source, ids)
     X_ref, y_ref = _reference(source, ids)
@@ -86,7 +86,7 @@ def test_generate_block_is_the_per_client_shards_concatenated(case, ids_name):
     n = int(source["points_per_client"])
     np.testing.assert_array_equal(offsets, np.arange(len(ids) + 1) * n)
     for j in (0, len(ids) - 1):
-        np.testing.assert_array_equal(X[offsets[j]:offsets[j + 1]], _generate_blobs(source, int(ids[j]))[0])
+        np.testing.assert_array_equal(X[offsets[j]:offsets[j + 1]], generate_client_blobs(source, int(ids[j]))[0])
 
 
 @pytest.mark.parametrize("case", ["default", "alpha"])

@@ -97,7 +97,7 @@ def test_the_written_out_forward_handles_any_stride_padding_dilation_and_pooling
     with torch.no_grad():
         n_out = model(torch.zeros(1, *shape)).shape
     assert n_out == (1, 10)
-    assert nn_stacked._layers(model) is not None, "the explicit forward must know these layers"
+    assert nn_stacked.flat_layers(model) is not None, "the explicit forward must know these layers"
     rs = np.random.default_rng(3)
     w0 = get_flat(model)
     starts = np.stack([w0 + 0.05 * rs.normal(size=w0.shape).astype(np.float32) for _ in SIZES])
@@ -131,7 +131,7 @@ def test_only_narrow_kernels_run_as_matrix_products_of_patches():
 
 
 def test_relu_moves_behind_its_max_pooling_in_the_written_out_forward():
-    layers = nn_stacked._layers(build_model("cnn8", (1, 8, 8), 10, 0))
+    layers = nn_stacked.flat_layers(build_model("cnn8", (1, 8, 8), 10, 0))
     kinds = [type(m).__name__ for _, m in layers]
     assert kinds[kinds.index("Conv2d") + 1:kinds.index("Conv2d") + 3] == ["MaxPool2d", "ReLU"]
 
@@ -156,7 +156,7 @@ def test_a_clients_bits_do_not_depend_on_the_clients_beside_it(path):
 
 def test_networks_with_dropout_batch_norm_or_buffers_are_not_batched():
     assert can_batch(build_model("cnn28", (1, 28, 28), 10, 0))
-    assert nn_stacked._layers(build_model("cnn28", (1, 28, 28), 10, 0)) is not None  # the explicit forward
+    assert nn_stacked.flat_layers(build_model("cnn28", (1, 28, 28), 10, 0)) is not None  # the explicit forward
     assert not can_batch(nn.Sequential(nn.Flatten(), nn.Linear(4, 8), nn.Dropout(0.5), nn.Linear(8, 2)))
     assert not can_batch(nn.Sequential(nn.Flatten(), nn.Linear(4, 8), nn.BatchNorm1d(8), nn.Linear(8, 2)))
     with pytest.raises(ValueError, match="client by client"):
