@@ -69,7 +69,7 @@ def batched(many: Callable[[list[Any], Any, Any], Any], *, shared: str = "one",
 
     ``many(payloads, shared, batch) -> list of updates`` receives the payloads of the
     clients of one host that run this function with the same ``shared`` object, in
-    client-id order, and a :class:`~fedray.runtime.host.ClientBatch` (their rows as one
+    client-id order, and a :class:`~fedray.runtime.clients.ClientBatch` (their rows as one
     contiguous array with offsets, and each client's view for ``state`` and ``rng``).
     It returns one update per client, in that order, equal to what the plain function
     returns for each client alone — bit for bit (the statistics algorithms), or up to

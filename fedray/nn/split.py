@@ -74,7 +74,7 @@ def client_split(client: Any, test_fraction: float = DEFAULT_TEST_FRACTION) -> S
 
     Parameters
     ----------
-    client : fedray.runtime.host.Client
+    client : fedray.core.client_view.ClientView
         Must have labels (supervised algorithms see ``client.data.y``).
     test_fraction : float
         Used only where the federation did not fix the split (``meta["n_test"]``).

@@ -5,8 +5,8 @@ its state and secrets (kept by the host, per client, only while not empty), its 
 the round. Views are built when a client runs and dropped after, so a client costs its rows and
 nothing else until it takes part. :class:`ClientBatch` is the view of many clients for a batched
 client function; :class:`Outcome` and :class:`PackedOutcomes` are the replies, one by one or
-column-wise. The tasks a host is given (:class:`~fedray.runtime.tasks.UniformTasks`, :func:`task_items`)
-live in :mod:`fedray.runtime.tasks` and stay importable from here.
+column-wise. The tasks a host is given (:class:`~fedray.runtime.tasks.UniformTasks`,
+:func:`~fedray.runtime.tasks.task_items`) live in :mod:`fedray.runtime.tasks`.
 """
 from __future__ import annotations
 
@@ -20,10 +20,9 @@ from fedray.core.contract import Reply
 from fedray.core.seeding import client_rng
 from fedray.core.sizes import nbytes_of
 from fedray.core.stats import Stats, StatsBlock
-from fedray.runtime.tasks import UniformTasks, task_items
 
 __all__ = ["Client", "ClientBatch", "ClientData", "ClientsView", "Outcome", "PackedOutcomes", "TrainingView",
-           "UniformTasks", "batch_outcomes", "pack_outcomes", "pack_parts", "task_items", "unpack_outcomes"]
+           "batch_outcomes", "pack_outcomes", "pack_parts", "unpack_outcomes"]
 
 
 @dataclass

@@ -20,7 +20,7 @@ import numpy as np
 
 from fedray.core.calls import Call
 from fedray.core.contract import CohortTasks, Reply, Task, one_task
-from fedray.runtime.clients import UniformTasks
+from fedray.runtime.tasks import UniformTasks
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +72,7 @@ class _Everyone(dict):
 
 
 def host_items(ids: Any, tasks: dict[int, Task], which: dict[int, int]) -> Any:
-    """A host's items for ``ids``: :class:`~fedray.runtime.host.UniformTasks` when they all run one task."""
+    """A host's items for ``ids``: :class:`~fedray.runtime.tasks.UniformTasks` when they all run one task."""
     if isinstance(tasks, CohortTasks) and len(tasks) > 1:
         return UniformTasks(tasks.ids, tasks.task, which[int(tasks.ids[0])])
     ids = list(ids)

@@ -34,27 +34,22 @@ from fedray.core.errors import FedrayError
 from fedray.core.sizes import nbytes_of
 from fedray.core.stats import fold_rows
 from fedray.data.checks import Descriptions
-from fedray.runtime.clients import (  # Client lives there; the names in __all__ stay importable from here
+from fedray.runtime.clients import (
     Client,
     ClientBatch,
-    ClientData,
     ClientsView,
     Outcome,
     PackedOutcomes,
     TrainingView,
-    UniformTasks,
     batch_outcomes,
-    pack_outcomes,
     pack_parts,
-    task_items,
     unpack_outcomes,
 )
 from fedray.runtime.messages import HostReply, KeptSum
 from fedray.runtime.storage import client_store
-from fedray.runtime.tasks import Batch, task_batches
+from fedray.runtime.tasks import Batch, task_batches, task_items
 
-__all__ = ["ClientData", "ClientHost", "Outcome", "PackedOutcomes", "UniformTasks", "pack_outcomes", "pack_parts",
-           "task_items", "unpack_outcomes"]
+__all__ = ["ClientHost"]
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from fedray.core.contract import CohortTasks, Task, one_task
-from fedray.runtime.clients import UniformTasks
+from fedray.runtime.tasks import UniformTasks
 
 
 class ClientPool:
@@ -45,7 +45,7 @@ class ClientPool:
 
     # --- placing a call's tasks -------------------------------------------------------------
     def split(self, tasks: dict[int, Task], which: dict[int, int]) -> dict[int, Any]:
-        """Each actor's items (client-id order): one :class:`~fedray.runtime.clients.UniformTasks` where all
+        """Each actor's items (client-id order): one :class:`~fedray.runtime.tasks.UniformTasks` where all
         of them run one task, else a list of (client id, task, shared index)."""
         first = one_task(tasks)
         if first is not None and len(tasks) > 1:

@@ -23,10 +23,10 @@ from fedray.core.calls import Call
 from fedray.core.errors import RoundFailedError
 from fedray.core.replies import Replies
 from fedray.core.stats import Stats
-from fedray.runtime.clients import UniformTasks
 from fedray.runtime.executor import ExecResult, collect_outcomes, sort_replies
 from fedray.runtime.messages import HostReply, HostTask
 from fedray.runtime.pool import ClientPool
+from fedray.runtime.tasks import UniformTasks
 
 log = logging.getLogger(__name__)
 

@@ -157,7 +157,7 @@ def test_threads_follow_the_cpus_ray_gives_the_actor(ray_session):
 
 class _Client:
     def __init__(self, X, y, cid=0, seed=0, meta=None):
-        from fedray.runtime.host import ClientData
+        from fedray.runtime.clients import ClientData
 
         self.data = ClientData(X, y, (X.shape[1],))
         self.labels = y

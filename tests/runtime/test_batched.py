@@ -204,7 +204,7 @@ def test_batched_form_on_a_host_equals_the_plain_function_client_by_client(name,
 
 def test_a_stats_block_reply_becomes_one_packed_message_and_per_client_updates():
     from fedray.core.stats import StatsBlock
-    from fedray.runtime.host import PackedOutcomes
+    from fedray.runtime.clients import PackedOutcomes
 
     @batched(lambda payloads, shared, batch: StatsBlock(n=batch.sizes.astype(float), s=np.ones((len(batch), 2))))
     def fn(payload, shared, client):
@@ -294,7 +294,7 @@ def test_batched_forms_equal_plain_on_ray_for_any_clients_per_actor(ray_session)
 
 def test_one_task_for_many_clients_travels_as_ids_and_gives_the_same_outcomes():
     from fedray.algorithms.kmeans import lloyd_stats
-    from fedray.runtime.host import UniformTasks
+    from fedray.runtime.tasks import UniformTasks
 
     C = np.array([[-3.0, 1.0], [2.0, 2.0]])
     task = Task(lloyd_stats, None, C)

@@ -11,8 +11,8 @@ from fedray.core.centers import evaluate_pass1
 from fedray.core.contract import Task, batched
 from fedray.core.stats import Stats
 from fedray.data.recipes import RecipeRange
-from fedray.runtime.clients import UniformTasks
 from fedray.runtime.host import ClientHost
+from fedray.runtime.tasks import UniformTasks
 
 N, PTS, D = 20_000, 10, 8
 

@@ -20,6 +20,7 @@ from fedray.data.federation import build_federation
 from fedray.runtime import host as host_mod
 from fedray.runtime import summed as summed_mod
 from fedray.runtime.backends import make_executor
+from fedray.runtime.tasks import UniformTasks
 
 KW = dict(algorithm={"name": "kmeans", "params": {"n_clusters": 4, "init": "random-box"}},
           data={"dataset": "blobs", "options": {"n_centers": 4, "points_per_client": 7, "n_features": 3},
@@ -128,8 +129,8 @@ def test_hosts_fold_in_chunks_as_one_pass(monkeypatch):
     a, b = ClientHost(RecipeRange(src, 0, 30), 3, False, (3,)), ClientHost(RecipeRange(src, 30, 50), 3, False, (3,))
     C = np.random.default_rng(1).normal(size=(4, 3))
     task = Task(lloyd_stats, None, C)
-    out_a = a.run_kept(0, host_mod.UniformTasks(np.arange(30), task, 0), C)
-    out_b = b.run_kept(0, host_mod.UniformTasks(np.arange(30, 50), task, 0), C)
+    out_a = a.run_kept(0, UniformTasks(np.arange(30), task, 0), C)
+    out_b = b.run_kept(0, UniformTasks(np.arange(30, 50), task, 0), C)
     assert out_a[0] == out_b[0] == "kept"
     acc = b.fold_kept(a.fold_kept(None))
     whole = total([o.update for o in a.run(0, [(c, task, 0) for c in range(30)], C)]
@@ -214,11 +215,11 @@ def test_a_host_keeps_at_most_keep_bytes_and_sends_the_rest_on(monkeypatch):
         stored.append(part)
         return ("stored", len(stored) - 1)
 
-    assert host.run_kept(0, host_mod.UniformTasks(np.arange(30), task, 0), C, store=store)[0] == "kept"
+    assert host.run_kept(0, UniformTasks(np.arange(30), task, 0), C, store=store)[0] == "kept"
     assert not stored and len(host._kept) == 15
     per_chunk = sum(a.nbytes for a in host._kept[0].arrays.values())
     monkeypatch.setattr(host_mod, "KEEP_BYTES", 3 * per_chunk)  # three chunks are kept, the other 12 stored
-    out = host.run_kept(0, host_mod.UniformTasks(np.arange(30), task, 0), C, store=store)
+    out = host.run_kept(0, UniformTasks(np.arange(30), task, 0), C, store=store)
     assert out[0] == "plain" and len(stored) == 12 and host._kept is None
     parts = [stored[p[1]] if isinstance(p, tuple) else p for p in out[1]]
     got = {o.client_id: o.update for o in unpack_outcomes(parts)}
