@@ -532,3 +532,17 @@ def test_private_names_crossing_module_boundaries_only_become_fewer():
     assert len(crossing) <= MAX_PRIVATE_CROSSINGS, (
         f"{len(crossing)} private names cross module boundaries (at most {MAX_PRIVATE_CROSSINGS}); the new ones: "
         + "; ".join(f"{imp.where} {imp.statement}" for imp in crossing))
+
+
+def test_the_driver_of_a_run_without_secure_aggregation_loads_no_cryptography():
+    """A fresh interpreter that imports what a run's driver imports (the session, the run functions, the
+    privacy layer itself) has not imported cryptography: the keys, the PRG and the share encryption import
+    it when a run with secure aggregation first uses them."""
+    import subprocess
+    import sys
+
+    code = ("import sys\nimport fedray.api.session, fedray.api.run, fedray.layers.privacy\n"
+            "print('cryptography' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "False", "importing the session loaded cryptography"

@@ -4,12 +4,9 @@ and noise, masking). Every secret stays in ``client.secrets`` (see :mod:`fedray.
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from fedray.core.errors import DataError
 from fedray.core.stats import Stats
@@ -37,6 +34,9 @@ from fedray.layers.privacy.keys import (
 )
 from fedray.layers.privacy.shamir import SHARE_BYTES, shamir_split
 
+if TYPE_CHECKING:  # cryptography is imported on first use: only runs with secure aggregation need it
+    from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
+
 _KEEP_INSTANCES = 8  # protocol instances a client remembers (older ones are dropped)
 
 
@@ -54,6 +54,9 @@ def secagg_share_keys(payload: dict[str, Any], shared: Any, client: Any) -> dict
     run, inst = payload["run"], int(payload["instance"])
     peers = [int(p) for p in payload["peers"]]
     t = int(payload["t"])
+    from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
     me = int(client.id)
     s_sk = X25519PrivateKey.generate()
     b = os.urandom(32)
@@ -82,6 +85,9 @@ def secagg_unmask(payload: dict[str, Any], shared: Any, client: Any) -> dict[str
     out_ids, out_kind, out_shares = [], [], []
     if inst is None or "inbox" not in inst or len(survivors) < int(payload["min_survivors"]):
         return {"ids": np.zeros(0, np.int64), "kind": np.zeros(0, np.int8), "shares": np.zeros((0, SHARE_BYTES), np.uint8)}
+    from cryptography.exceptions import InvalidTag
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
     me = int(client.id)
     for sender, cpk, blob in inst["inbox"]:
         kind = 1 if sender in survivors else (0 if sender in dropped else -1)

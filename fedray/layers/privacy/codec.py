@@ -8,7 +8,6 @@ statistics, from which the server rebuilds the unmasked total (:func:`template`)
 from __future__ import annotations
 
 import numpy as np
-from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
 
 from fedray.core.stats import Stats
 
@@ -97,5 +96,7 @@ def decode(total: list[int]) -> np.ndarray:
 
 def prg(seed: bytes, length: int) -> list[int]:
     """``length`` integers modulo 2^256 from the ChaCha20 key stream of the 32-byte ``seed``."""
+    from cryptography.hazmat.primitives.ciphers import Cipher, algorithms  # on first use (secure aggregation)
+
     enc = Cipher(algorithms.ChaCha20(seed, b"\0" * 16), mode=None).encryptor()
     return ints_of(enc.update(b"\0" * (ENTRY_BYTES * length)))

@@ -2,38 +2,43 @@
 the keys that encrypt Shamir shares (AES-GCM) between two clients."""
 from __future__ import annotations
 
-from typing import Any
-
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric.x25519 import (
-    X25519PrivateKey,
-    X25519PublicKey,
-)
-from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+from typing import TYPE_CHECKING, Any
 
 from fedray.layers.privacy.shamir import SHARE_BYTES
+
+if TYPE_CHECKING:  # cryptography is imported on first use: only runs with secure aggregation need it
+    from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
 CT_BYTES = 12 + 2 * SHARE_BYTES + 16  # nonce, two shares (s_sk, b), GCM tag
 
 
 def pk_bytes(sk: X25519PrivateKey) -> bytes:
     """The raw 32-byte public key of ``sk``."""
+    from cryptography.hazmat.primitives import serialization
+
     return sk.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
 
 
 def sk_int(sk: X25519PrivateKey) -> int:
     """The private key as a little-endian integer (the secret that is Shamir-shared)."""
+    from cryptography.hazmat.primitives import serialization
+
     raw = sk.private_bytes(serialization.Encoding.Raw, serialization.PrivateFormat.Raw, serialization.NoEncryption())
     return int.from_bytes(raw, "little")
 
 
 def sk_from_int(v: int) -> X25519PrivateKey:
     """The private key back from :func:`sk_int`."""
+    from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
+
     return X25519PrivateKey.from_private_bytes(int(v).to_bytes(32, "little"))
 
 
 def kdf(secret: bytes, info: bytes) -> bytes:
     """HKDF-SHA256 of ``secret`` to 32 bytes, bound to ``info``."""
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
     return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=info).derive(secret)
 
 
@@ -46,6 +51,8 @@ def instance_info(kind: bytes, run: str, instance: int, i: int, j: int) -> bytes
 
 def pair_seed(sk: X25519PrivateKey, peer_pk: bytes, run: str, instance: int, me: int, peer: int) -> bytes:
     """s_uv: HKDF-SHA256 of the X25519 agreement, bound to the protocol instance and the pair."""
+    from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PublicKey
+
     shared = sk.exchange(X25519PublicKey.from_public_bytes(bytes(peer_pk)))
     return kdf(shared, instance_info(b"mask", run, instance, me, peer))
 
@@ -54,6 +61,8 @@ def long_key(client: Any) -> X25519PrivateKey:
     """The client's long-lived key pair for encrypting shares (drawn from the OS on first use)."""
     sec = client.secrets
     if "c_sk" not in sec:
+        from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
+
         sec["c_sk"] = X25519PrivateKey.generate()
     return sec["c_sk"]
 
@@ -63,6 +72,8 @@ def share_key(client: Any, peer: int, peer_cpk: bytes) -> bytes:
     cache = client.secrets.setdefault("share_keys", {})
     key = (peer, bytes(peer_cpk))
     if key not in cache:
+        from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PublicKey
+
         shared = long_key(client).exchange(X25519PublicKey.from_public_bytes(bytes(peer_cpk)))
         cache[key] = kdf(shared, instance_info(b"share", "", 0, int(client.id), int(peer)))
     return cache[key]
