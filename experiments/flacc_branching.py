@@ -72,11 +72,11 @@ def run_trunk(cfg: dict[str, Any], params: dict[str, Any], out: Path) -> Path:
         return run_dir
     if (run_dir / "checkpoint" / FILENAME).exists():
         log.info("trunk: resuming %s", run_dir)
-        resume(run_dir, progress=False, on_round=[hook])
+        resume(run_dir, progress=True, on_round=[hook])
         return run_dir
     cfg = {**cfg, "checkpoint": {"every": 1}, "output": {"overwrite": True}}
     with Session(cfg) as s:
-        s.run("flacc", params, output=run_dir, progress=False, on_round=[hook])
+        s.run("flacc", params, output=run_dir, progress=True, on_round=[hook])
     return run_dir
 
 
@@ -113,7 +113,7 @@ def run_arm(out: Path, arm: str) -> Path | None:
         return run_dir
     if (run_dir / "checkpoint" / FILENAME).exists():
         log.info("%s: resuming %s", arm, run_dir)
-        resume(run_dir, progress=False)
+        resume(run_dir, progress=True)
         return run_dir
     start = branch_checkpoint(out)
     if start is None:
@@ -124,7 +124,7 @@ def run_arm(out: Path, arm: str) -> Path | None:
     if run_dir.exists():
         shutil.rmtree(run_dir)  # an arm that died before its first checkpoint starts again
     log.info("%s: from %s with %s", arm, start.name, ARMS[arm])
-    resume(start, progress=False, output=run_dir, algorithm_params=ARMS[arm], adopt=True)
+    resume(start, progress=True, output=run_dir, algorithm_params=ARMS[arm], adopt=True)
     return run_dir
 
 

@@ -117,8 +117,9 @@ def run_seed(args: argparse.Namespace, seed: int, methods: list[str], out: Path,
         train = dict(s.config.algorithm.params)
         for method in methods:
             t0 = time.perf_counter()
+            log.info("seed %d %s: starting", seed, method)
             algo = "flacc" if method == "flacc-control" else method
-            res = s.run(algo, {**train, **extra(method, args)}, output=False, progress=False)
+            res = s.run(algo, {**train, **extra(method, args)}, output=False, progress=True)
             fin = res.final
             row = {"seed": seed, "method": method, "writers": s.info.n_clients, "accuracy": 100 * float(fin["accuracy"]),
                    "n_clusters": fin.get("n_clusters"), "separation_round": fin.get("separation_round"),

@@ -140,7 +140,7 @@ def run(args: argparse.Namespace) -> pd.DataFrame:
                     elif args.sweep == "memory":
                         params["memory"] = v
                     t0 = time.perf_counter()
-                    res = session.run("flacc", params, output=False, progress=False)
+                    res = session.run("flacc", params, output=False, progress=True)
                     fin = res.final
                     row = {"sweep": args.sweep, "federation": fed, "seed": seed, "value": str(v),
                            "accuracy": 100 * float(fin["accuracy"]), "n_clusters": float(fin["n_clusters"]),

@@ -168,9 +168,10 @@ def run_table(args: argparse.Namespace) -> tuple[pd.DataFrame, pd.DataFrame, dic
                             session.config = base.model_copy(deep=True)
                             session.config.federation.fraction = 1.0
                         t0 = time.perf_counter()
+                        log.info("%s seed %d %s %s: starting", fed, seed, method, label)
                         try:
                             algo = "flacc" if method == CONTROL else method
-                            res = session.run(algo, {**train, **extra}, output=False, progress=False)
+                            res = session.run(algo, {**train, **extra}, output=False, progress=True)
                         finally:
                             session.config = base
                         wall = time.perf_counter() - t0
@@ -204,6 +205,8 @@ def run_table(args: argparse.Namespace) -> tuple[pd.DataFrame, pd.DataFrame, dic
 
 def markdown(runs: pd.DataFrame, args: argparse.Namespace, details: dict[str, Any]) -> str:
     """The table in the paper's layout, then FLACC's clusters and the settings."""
+    # a method without variants has the label "", which a CSV read back (a resumed run) gives as NaN
+    runs = runs.assign(variant=runs["variant"].fillna("").astype(str))
     feds = [f for f in args.federations if f in set(runs["federation"])]
     lines = ["| method | " + " | ".join(f"{f} {args.dataset}" for f in feds) + " |",
              "| --- |" + " --- |" * len(feds)]
