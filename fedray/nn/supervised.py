@@ -80,6 +80,7 @@ knows them (:mod:`fedray.data.image_federations`); used for ARI only.
 """
 from __future__ import annotations
 
+import logging
 import math
 import secrets
 from collections.abc import Hashable, Iterable, Mapping
@@ -104,6 +105,8 @@ from fedray.core.seeding import n_sampled
 from fedray.core.sizes import nbytes_of
 from fedray.nn import MODEL_KINDS, available_models, check_model, is_model_reference, model_spec, resolve_model_factory
 from fedray.nn.supervised_client import ClientContext, client_round
+
+log = logging.getLogger(__name__)
 
 
 class SupervisedParams(Params):
@@ -361,7 +364,15 @@ class SupervisedAlgorithm(Algorithm):
             for r in evals:
                 self.client_acc[r.client_id] = r.update["acc"]
             out["accuracy"] = float(np.nanmean([r.update["acc"] for r in evals]))
-            out["test_loss"] = float(np.nanmean([r.update["test_loss"] for r in evals]))
+            losses = np.array([r.update["test_loss"] for r in evals], dtype=np.float64)
+            finite = losses[np.isfinite(losses)]
+            out["test_loss"] = float(finite.mean()) if finite.size else float("nan")
+            if finite.size < losses.size and not getattr(self, "_warned_diverged", False):
+                self._warned_diverged = True  # once a run: the rounds table keeps the numbers
+                log.warning("round %d: %d of %d evaluated clients have a non-finite test loss: their models "
+                            "diverged, and their accuracy is that of a constant prediction; lower the step "
+                            "sizes (algorithm.params.lr and the algorithm's own)",
+                            ctx.round, losses.size - finite.size, losses.size)
         trained = [r for r in replies if "train_loss" in r.update]
         out["clients_trained"] = float(len(trained))  # clients_sampled also counts evaluation-only tasks
         if trained:
