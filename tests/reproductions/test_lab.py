@@ -1,0 +1,169 @@
+"""The lab: the claim tables are what the records say, every claim is complete, the scripts use public faces."""
+from __future__ import annotations
+
+import ast
+import math
+from pathlib import Path
+
+import pytest
+
+from reproductions import common
+from reproductions.__main__ import main as lab_main
+from reproductions.common import Claim, LabError
+
+PUBLIC = ("fedray", "fedray.supervised", "fedray.tune", "fedray.estimators", "fedray.plots", "fedray.algorithms")
+
+
+def test_tables_equal_what_the_records_give():
+    """Every README's claim table and the docs index are exactly what `python -m reproductions tables` writes."""
+    stale = [str(p.relative_to(common.REPO)) for p, text in common.generated().items() if p.read_text() != text]
+    assert not stale, f"regenerate with `python -m reproductions tables`: {stale}"
+    assert common.INDEX in common.generated()
+
+
+def test_no_claim_is_contradicted_by_its_records():
+    assert common.problems() == []
+
+
+def test_every_paper_has_a_readme_with_claims():
+    for paper in common.PAPERS:
+        readme = common.ROOT / paper / "README.md"
+        if not readme.exists():
+            pytest.skip(f"{paper} has no README yet")
+        assert len(readme.read_text().splitlines()) <= 200, f"{paper}/README.md is over 200 lines"
+        assert common.load_claims(paper), f"{paper} declares no claim"
+
+
+def test_index_is_short():
+    assert len(common.INDEX.read_text().splitlines()) <= 100
+
+
+def _fedray_imports(path: Path) -> list[str]:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            out.append(node.module)
+    return [m for m in out if m == "fedray" or m.startswith("fedray.")]
+
+
+def test_lab_scripts_use_only_fedrays_public_faces():
+    """A file under reproductions/ imports fedray, fedray.supervised/tune/estimators/plots or fedray.algorithms only."""
+    bad = []
+    for path in sorted(common.ROOT.rglob("*.py")):
+        for mod in _fedray_imports(path):
+            if not any(mod == p or (p == "fedray.algorithms" and mod.startswith(p + ".")) for p in PUBLIC):
+                bad.append(f"{path.relative_to(common.REPO)}: {mod}")
+    assert not bad, bad
+
+
+def test_the_public_faces_check_catches_an_internal_import(tmp_path):
+    f = tmp_path / "x.py"
+    f.write_text("from fedray.core.ops import fcm\nimport fedray.algorithms.flacc\nfrom fedray import run\n")
+    assert _fedray_imports(f) == ["fedray.core.ops", "fedray.algorithms.flacc", "fedray"]
+
+
+# ---------------------------------------------------------------------------------------------- the machinery
+
+def _claim(**kw) -> Claim:
+    base = dict(id="t-claim", where="Table X", quantity="accuracy", verdict="same ordering", metric="acc",
+                order=("a", "b"), command="python -m reproductions run barcena2021/t-claim")
+    base.update(kw)
+    return Claim(**base)
+
+
+def test_a_claim_without_command_or_reason_is_refused():
+    with pytest.raises(LabError, match="needs a reason"):
+        Claim(id="x", where="w", quantity="q", verdict="not attempted")
+    with pytest.raises(LabError, match="needs the command"):
+        Claim(id="x", where="w", quantity="q", verdict="reversed")
+    with pytest.raises(LabError, match="not one of"):
+        Claim(id="x", where="w", quantity="q", verdict="close enough", command="c")
+    with pytest.raises(LabError, match="kebab-case"):
+        Claim(id="Table 1", where="w", quantity="q", verdict="reversed", command="c")
+
+
+def _record(method, seed, acc, **kw):
+    common.record_run("barcena2021", "t-claim", method=method, seed=seed, scale="reduced", metrics={"acc": acc},
+                      wall_s=1.0, **kw)
+
+
+def test_records_round_trip_and_resume(tmp_path):
+    with common.scratch_results(tmp_path):
+        _record("a", 0, 0.9, config={"k": 3})
+        _record("a", 1, 0.7)
+        df = common.recorded("barcena2021", "t-claim")
+        assert list(df["m:acc"]) == [0.9, 0.7] and set(df["source"]) == {"run"}
+        assert df["commit"].iloc[0] != "" and df["device"].iloc[0]
+        todo = common.pending("barcena2021", "t-claim", [{"method": "a", "seed": s, "scale": "reduced"}
+                                                          for s in range(3)])
+        assert todo == [{"method": "a", "seed": 2, "scale": "reduced"}]
+    assert not (common.ROOT / "barcena2021" / "results" / "t-claim.csv").exists()
+
+
+def test_the_verdict_is_derived_from_the_records(tmp_path):
+    with common.scratch_results(tmp_path):
+        for s, (a, b) in enumerate([(0.9, 0.5), (0.8, 0.6)]):
+            _record("a", s, a)
+            _record("b", s, b)
+        row = common.summarise("barcena2021", _claim())
+        assert row.derived == "same ordering" and common.check_claim(row) == []
+        assert row.ours["a"][0] == pytest.approx(0.85) and row.ours["a"][2] == 2
+        assert math.isclose(row.ours["b"][1], 0.1414, rel_tol=1e-3)
+        wrong = common.summarise("barcena2021", _claim(verdict="reversed"))
+        assert "records give 'same ordering'" in common.check_claim(wrong)[0]
+        close = common.summarise("barcena2021", _claim(tolerance=0.06, paper={"a": "0.90 ± 0.01", "b": "0.55"}))
+        assert close.derived == "reproduced"
+        far = common.summarise("barcena2021", _claim(tolerance=0.01, paper={"a": "0.90", "b": "0.55"}))
+        assert far.derived == "same ordering"
+        _record("b", 2, 0.99)
+        _record("b", 3, 0.99)
+        flipped = common.summarise("barcena2021", _claim(verdict="same ordering"))
+        assert flipped.derived == "reversed" and common.check_claim(flipped)
+
+
+def test_a_claimed_result_needs_records(tmp_path):
+    with common.scratch_results(tmp_path):
+        row = common.summarise("barcena2021", _claim(order=(), verdict="same ordering"))
+        assert "no record" in common.check_claim(row)[0]
+
+
+def test_a_stale_table_is_found(tmp_path, monkeypatch):
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# x\n{common.BEGIN}\nold\n{common.END}\ntail\n")
+    text = common._replace_block(readme.read_text(), "new", readme)
+    assert text == f"# x\n{common.BEGIN}\nnew\n{common.END}\ntail\n"
+    with pytest.raises(LabError, match="markers"):
+        common._replace_block("no markers", "new", readme)
+
+
+def test_transcribed_numbers_are_marked(tmp_path):
+    with common.scratch_results(tmp_path):
+        _record("a", 0, 0.9, source="notebook@54116ca")
+        _record("b", 0, 0.5, source="notebook@54116ca")
+        row = common.summarise("barcena2021", _claim())
+        assert row.transcribed and common._ours(row).endswith("†")
+        assert common.recorded("barcena2021", "t-claim")["commit"].iloc[0] == "54116ca"
+
+
+def test_cli_errors_are_one_line(capsys):
+    assert lab_main(["run", "barcena2021/no-such-claim"]) == 2
+    assert capsys.readouterr().err.strip().count("\n") == 0
+    assert lab_main(["run", "nopaper/x"]) == 2
+    assert "unknown paper" in capsys.readouterr().err
+
+
+def test_cli_list_counts_every_verdict(capsys):
+    assert lab_main(["list"]) == 0
+    out = capsys.readouterr().out
+    total = sum(len(common.load_claims(p)) for p in common.PAPERS)
+    assert out.strip().splitlines()[-1].startswith(f"{total} claims")
+
+
+def test_quick_run_records_nothing_in_the_lab(data_dir):
+    before = {p: p.read_text() for p in (common.ROOT / "barcena2021" / "results").glob("*.csv")}
+    assert lab_main(["run", "barcena2021/table1-s-set1-ari", "--quick", "--data-dir", str(data_dir)]) == 0
+    after = {p: p.read_text() for p in (common.ROOT / "barcena2021" / "results").glob("*.csv")}
+    assert before == after
