@@ -65,8 +65,8 @@ SIZES = "50 non-IID clients × 10 points (1-D), K = 5, T = 200, B = ∞"
 
 
 def variant(s: dict[str, float]) -> str:
-    """A setting's name in the records: ``α=0.5, C=0.2, E=1, β=1``."""
-    return f"α={s['alpha']:g}, C={s['C']:g}, E={int(s['E'])}, β={s['beta']:g}"
+    """A setting's name in the records: ``α=0.5 C=0.2 E=1 β=1``."""
+    return f"α={s['alpha']:g} C={s['C']:g} E={int(s['E'])} β={s['beta']:g}"
 
 
 def panel_settings(panel: str) -> list[dict[str, float]]:
