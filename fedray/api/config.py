@@ -180,6 +180,8 @@ class EvaluationConfig(_Section):
 
     central_baseline: bool = Field(default=False, description="also run the central algorithm on the union of "
                                    "the clients' data and compare (central_ari, centre distance)")
+    central_max_rows: int = Field(default=1_000_000, ge=1, description="the central baseline runs on at most this "
+                                  "many rows: above, on a uniform sample of them from the seed (the summary says so)")
 
 
 class OutputConfig(_Section):

@@ -33,6 +33,7 @@ import pandas as pd
 from fedray.api.headlines import accuracy_account, accuracy_lines
 from fedray.api.outputs import record
 from fedray.api.plotdata import PlotData
+from fedray.api.scale import central_rows
 from fedray.core.contract import Algorithm
 from fedray.core.metrics import best_permutation_distance
 from fedray.core.ops import assign
@@ -190,8 +191,12 @@ class Result:
         if start is None or self.algorithm_cls.central is Algorithm.central:
             log.warning("%s has no central baseline", self.summary["algorithm"])
             return
-        parts = session.executor.gather_data(labels=True)
+        rows = central_rows(session.info.n_samples, self.config.evaluation.central_max_rows, self.config.seed)
+        parts = session.executor.gather_data(labels=True, rows=rows)
         X = np.vstack([p[1] for p in parts])
+        if rows is not None:
+            log.warning("central baseline: on a uniform sample of %d of the union's %d rows "
+                        "(evaluation.central_max_rows=%d)", len(X), session.info.total_samples, len(X))
         rounds = int((self.history["phase"] == "train").sum()) if len(self.history) else 1
         params = make_params(self.algorithm_cls, self.config.algorithm.params)
         C = self.algorithm_cls.central(X, start, params, max(1, rounds))
@@ -200,6 +205,8 @@ class Result:
             return
         self.model["central_centers"] = C
         fin = self.summary["final"]
+        fin["central_baseline_rows"] = {"rows": int(len(X)), "of_rows": int(session.info.total_samples),
+                                        "subsampled": rows is not None}
         fin["center_distance_to_central"] = best_permutation_distance(C, self.model["centers"])
         if all(p[2] is not None for p in parts):
             y = np.concatenate([p[2] for p in parts])
