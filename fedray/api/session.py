@@ -20,6 +20,7 @@ from fedray.api import plotdata
 from fedray.api.checkpoint import Checkpointer
 from fedray.api.config import ExperimentConfig, make_config
 from fedray.api.drivers import LocalDriver, RayDriver
+from fedray.api.federation_config import build_clock
 from fedray.api.outputs import prepare, release, write_partial
 from fedray.api.progress import Activity, Progress, startup_line
 from fedray.api.results import Result
@@ -301,7 +302,8 @@ class Session:
         fed = cfg.federation
         settings = ServerSettings(seed=cfg.seed, fraction=fed.fraction, max_rounds=cap, min_clients=fed.min_clients,
                                   round_timeout=cfg.runtime.round_timeout, round_retries=fed.round_retries,
-                                  blocks=cohort_blocks(cfg, len(self.federation.specs), self.layers))
+                                  blocks=cohort_blocks(cfg, len(self.federation.specs), self.layers),
+                                  clock=build_clock(cfg, self.info, alg))
         return cfg, settings, cap, budget
 
     def _algorithm_entry(self, alg: Algorithm) -> Any:
