@@ -87,7 +87,7 @@ WORKLOADS: dict[str, Workload] = {
         clients=100, per_round=100, rounds=5, epochs=5, batch_size=50, lr=0.1, model="blazefl_cnn",
         published="BlazeFL up to 3.1x over Flower", hardware="a single node (not stated in what we read)",
         source="Azuma & Nishio 2026, BlazeFL (arXiv 2604.03606); settings from the blazefl/benchmarks repository",
-        quick={"clients": 100, "per_round": 20, "rounds": 2, "epochs": 1}),
+        quick={"clients": 100, "per_round": 20, "rounds": 2}),
     "pfl": Workload(
         "pfl-research: CIFAR-10, simple CNN", "cifar10", {"name": "iid"},
         clients=1000, per_round=50, rounds=1500, epochs=1, batch_size=10, lr=0.1, model="pfl_cnn",
