@@ -23,7 +23,7 @@ from fedray.core.errors import DataError, FedrayError, PluginError, RoundFailedE
 from fedray.core.replies import reply_columns
 from fedray.core.seeding import sample_blocks, sample_clients
 from fedray.core.sizes import nbytes_of
-from fedray.loop.clock import unsummed
+from fedray.loop.clock import trained, unsummed
 from fedray.loop.settings import ServerSettings
 from fedray.runtime.executor import ExecResult, Executor
 
@@ -210,6 +210,8 @@ class Server:
         """Time the answering clients of a training call on the simulated clock; those past the deadline or
         their online spell become late (their replies dropped), as injected stragglers do."""
         ids, _, up = reply_columns(res.replies)
+        train = trained(tasks, ids)
+        ids, up = (ids, up) if train.all() else (ids[train], up[train])
         t = self.clock.times(tasks, ids, up)
         late, why = self.clock.late(ids, t, self.sim_time + self._wait)
         self._timed.append(t[~late])

@@ -166,3 +166,15 @@ def test_a_bad_trace_file_fails_in_one_line(tmp_path):
             _run(availability={"trace": str(path)})
         assert "federation.availability.trace" in str(err.value) and message in str(err.value)
         assert "\n" not in str(err.value)
+
+
+def test_evaluation_only_tasks_are_neither_timed_nor_withheld():
+    from fedray.loop.clock import trained
+
+    train, look = Task(print, None, None), Task(print, None, None, evaluation=True)
+    tasks = {0: train, 1: look, 2: train, 3: look}
+    assert trained(tasks, np.array([0, 1, 2, 3])).tolist() == [True, False, True, False]
+    online = np.array([True, True, False, False])
+    assert sorted(Clock.only_online(tasks, online)) == [0, 1, 3]  # offline client 3 still evaluates
+    kept = Clock.only_online(CohortTasks([0, 1, 2, 3], train), online)
+    assert list(kept) == [0, 1]
