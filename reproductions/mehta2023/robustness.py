@@ -35,7 +35,7 @@ RECORDS = "robustness-rotated-mnist"
 MEMORY = {"T=2": 2, "T=5": 5, "T=10": 10, "T=25": 25, "T=inf": None}
 ALPHA_0 = {"alpha_0=+0.1": 0.1, "alpha_0=-0.1": -0.1}
 #: the variants of each table, in the order they run (T = 10 with weight updates and alpha_0 = 0 is the default)
-VARIANTS = {"table4": ("T=10", "alpha_0=+0.1", "alpha_0=-0.1"), "table5": ("T=inf", "T=2", "T=5", "T=25", "T=10"),
+VARIANTS = {"table4": ("T=10", "alpha_0=+0.1", "alpha_0=-0.1"), "table5": ("T=inf", "T=2", "T=5", "T=10", "T=25"),
             "table6": ("T=10", "gradients"), "figure8": ("T=10", "gradients")}
 SIZES = {
     "reduced": {"n_clients": 20, "fraction": 0.3, "samples": [60, 120], "epochs": 5, "rounds": 30, "eval_every": 10},
