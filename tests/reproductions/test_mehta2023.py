@@ -52,6 +52,8 @@ def test_a_quick_table1_run_records_flacc_fedavg_and_the_control(tmp_path):
             df = common.recorded("mehta2023", "table1-rotated-mnist")
     assert sorted(df["method"]) == ["fedavg", "flacc", "flacc-control"]
     assert set(df["source"]) == {"run"} and (df["m:accuracy"].between(0, 100)).all()
+    flacc = df[df["method"] == "flacc"].iloc[0]  # FLACC's records keep the similarity within and across groups
+    assert -1 <= float(flacc["m:sim_within"]) <= 1 and -1 <= float(flacc["m:sim_across"]) <= 1
 
 
 def test_the_column_settings_are_the_notebooks():
