@@ -61,6 +61,7 @@ from fedray.algorithms.flacc_rules import (
     random_groups,
 )
 from fedray.core.contract import FederationInfo, Reply, RoundContext, Task
+from fedray.core.errors import ConfigError
 from fedray.core.metrics import cluster_metrics
 from fedray.core.registry import register
 from fedray.core.sizes import nbytes_of
@@ -126,6 +127,15 @@ class FLACC(SupervisedAlgorithm):
         # the server actor receives this object through Ray's object store, whose arrays are
         # read-only; the per-client arrays are updated in place during the run
         self.__dict__.update({k: np.array(v) if isinstance(v, np.ndarray) else v for k, v in state.items()})
+
+    @classmethod
+    def check_config(cls, cfg: Any) -> None:
+        """The base's checks; ``similarity: gradients`` is refused under privacy, whose layers protect the
+        weights a client sends and not the gradient sent beside them."""
+        super().check_config(cfg)
+        if (cfg.algorithm.params or {}).get("similarity") == "gradients" and cfg.privacy.active:
+            raise ConfigError("algorithm.params.similarity: 'gradients' sends each client's gradient beside its "
+                              "weights, outside the privacy layers; use 'updates' with privacy")
 
     # --- rounds: every sampled client trains its entity's model ---
     def _gradients_due(self, ctx: RoundContext) -> bool:

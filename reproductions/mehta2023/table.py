@@ -196,7 +196,8 @@ def run_table(args: argparse.Namespace) -> tuple[pd.DataFrame, pd.DataFrame, dic
                                                     "group_names": session.info.extras.get("group_names"),
                                                     "merges": fin["merges"], "notes": notes,
                                                     "client_accuracy": fin.get("client_accuracy"),
-                                                    "separation_round": fin.get("separation_round")}
+                                                    "separation_round": fin.get("separation_round"),
+                                                    "similarity_mean": res.model.get("similarity_mean")}
     return pd.DataFrame(runs), pd.concat(rounds, ignore_index=True), details
 
 
