@@ -267,7 +267,7 @@ def load_claims(paper: str) -> list[Claim]:
     try:
         mod = importlib.import_module(f"reproductions.{paper}.claims")
     except ModuleNotFoundError as exc:
-        if exc.name == f"reproductions.{paper}.claims":
+        if exc.name in (f"reproductions.{paper}", f"reproductions.{paper}.claims"):
             return []
         raise
     claims = list(mod.CLAIMS)
@@ -395,6 +395,8 @@ def _fmt(mean: float, std: float, n: int, digits: int) -> str:
 def _dur(seconds: float) -> str:
     if not math.isfinite(seconds):
         return "?"
+    if seconds < 10:
+        return f"{seconds:.1f} s"
     if seconds < 120:
         return f"{seconds:.0f} s"
     if seconds < 7200:
@@ -436,8 +438,8 @@ def paper_table(paper: str) -> str:
              "| --- | --- | --- | --- | --- | --- | --- |"]
     for r in rows:
         c = r.claim
-        runs = "; ".join(x for x in (f"seeds {r.seeds}" if r.seeds else "", f"{c.scale}"
-                                     + (f": {c.sizes}" if c.sizes else ""), r.device, r.wall) if x)
+        scale = "" if c.verdict == "not attempted" and not r.seeds else c.scale + (f": {c.sizes}" if c.sizes else "")
+        runs = "; ".join(x for x in (f"seeds {r.seeds}" if r.seeds else "", scale, r.device, r.wall) if x)
         how = f"`{c.command}`" if c.command else ""
         if c.reason:
             how = f"{how} {c.reason}".strip()

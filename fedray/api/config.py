@@ -22,6 +22,7 @@ from pydantic import (
     field_validator,
 )
 
+from fedray.api.federation_config import FederationConfig, check_clock
 from fedray.api.overrides import nest_kwargs, parse_override, set_dotted
 from fedray.api.tracking import check_available as check_trackers
 from fedray.api.uris import redact_config
@@ -92,21 +93,6 @@ class DataConfig(_Section):
     @field_serializer("dataset")
     def _dataset_text(self, v: str | ArrayData) -> str:
         return v if isinstance(v, str) else str(v)
-
-
-class FederationConfig(_Section):
-    """How many clients, how many of them each round, and how many rounds at most."""
-
-    n_clients: int | None = Field(default=10, ge=1, description="number of clients M (None: as many as the data "
-                                  "set's own split gives)")
-    fraction: float = Field(default=1.0, gt=0.0, le=1.0, description="share C of the clients sampled each round "
-                                "(max(floor(C M), 1) clients)")
-    rounds: int | None = Field(default=None, ge=1, description="most server rounds of a run; unset: the "
-                               "algorithm's own budget (its max_rounds, FedCRef's iterations), else 100. A run "
-                               "that this cap, not the algorithm, ends warns and records stop_reason 'round cap'")
-    min_clients: int = Field(default=1, ge=1, description="answers a round needs to go on; fewer fail the round "
-                             "(or retry it)")
-    round_retries: int = Field(default=0, ge=0, le=1000, description="re-run a round with < min_clients answers")
 
 
 class ClientResources(_Section):
@@ -180,6 +166,8 @@ class EvaluationConfig(_Section):
 
     central_baseline: bool = Field(default=False, description="also run the central algorithm on the union of "
                                    "the clients' data and compare (central_ari, centre distance)")
+    central_max_rows: int = Field(default=1_000_000, ge=1, description="the central baseline runs on at most this "
+                                  "many rows: above, on a uniform sample of them from the seed (the summary says so)")
 
 
 class OutputConfig(_Section):
@@ -433,6 +421,7 @@ def validate_static(cfg: ExperimentConfig) -> None:
         raise ConfigError(
             f"federation.min_clients: {fed.min_clients} is more than federation.n_clients={fed.n_clients}")
     _check_reliability(cfg)
+    check_clock(cfg)
     cls.check_config(cfg)
 
 

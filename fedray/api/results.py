@@ -30,9 +30,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from fedray.api.headlines import accuracy_account, accuracy_lines
+from fedray.api.headlines import accuracy_account, accuracy_lines, simulated_account, simulated_lines
 from fedray.api.outputs import record
 from fedray.api.plotdata import PlotData
+from fedray.api.scale import central_rows
 from fedray.core.contract import Algorithm
 from fedray.core.metrics import best_permutation_distance
 from fedray.core.ops import assign
@@ -42,6 +43,7 @@ from fedray.layers.messages import messages_table
 from fedray.layers.privacy.accountant import privacy_summary
 from fedray.plots import style as P
 from fedray.plots.cfl import client_clusters
+from fedray.plots.clock import clock_metric, sim_time
 
 log = logging.getLogger(__name__)
 
@@ -142,6 +144,8 @@ class Result:
         if session.executor.backend == "ray":
             summary["actors"] = session.executor.n_actors
         summary.update(accuracy_account(history, clients))
+        if "sim_time_s" in history.columns:
+            summary["simulated"] = simulated_account(history, cfg.federation, fail_rows)
         extras = _reliability_extras(state, summary)
         return cls(cfg, history, clients, model, summary, type(alg), session.scaler, extras=extras)
 
@@ -190,8 +194,12 @@ class Result:
         if start is None or self.algorithm_cls.central is Algorithm.central:
             log.warning("%s has no central baseline", self.summary["algorithm"])
             return
-        parts = session.executor.gather_data(labels=True)
+        rows = central_rows(session.info.n_samples, self.config.evaluation.central_max_rows, self.config.seed)
+        parts = session.executor.gather_data(labels=True, rows=rows)
         X = np.vstack([p[1] for p in parts])
+        if rows is not None:
+            log.warning("central baseline: on a uniform sample of %d of the union's %d rows "
+                        "(evaluation.central_max_rows=%d)", len(X), session.info.total_samples, len(X))
         rounds = int((self.history["phase"] == "train").sum()) if len(self.history) else 1
         params = make_params(self.algorithm_cls, self.config.algorithm.params)
         C = self.algorithm_cls.central(X, start, params, max(1, rounds))
@@ -200,6 +208,8 @@ class Result:
             return
         self.model["central_centers"] = C
         fin = self.summary["final"]
+        fin["central_baseline_rows"] = {"rows": int(len(X)), "of_rows": int(session.info.total_samples),
+                                        "subsampled": rows is not None}
         fin["center_distance_to_central"] = best_permutation_distance(C, self.model["centers"])
         if all(p[2] is not None for p in parts):
             y = np.concatenate([p[2] for p in parts])
@@ -218,6 +228,7 @@ class Result:
         names += ["failures.parquet"] if "failures" in self.extras else []
         names += ["messages.parquet"] if self.extras.get("messages") is not None else []
         names += [f"plots/{n}" for n in _PLOTS] if plots else []
+        names += ["plots/sim_time.png"] if plots and "simulated" in self.summary else []
         # fedray's marker lists what it writes (what --overwrite may delete) before writing, so that a
         # file half-written when the disk fills up is known as fedray's too
         record(out, [out / n for n in names])
@@ -260,6 +271,10 @@ class Result:
                          central=None if central is None else project(central), axis_labels=labels,
                          title="federated centres over the data density" + ("" if C.shape[1] == 2 else
                                                                            " (federated PCA)"))
+        metric = clock_metric(self.history, self.config.federation.target) if "simulated" in self.summary else None
+        if metric is not None:
+            sim_time(self.history, where / "sim_time.png", metric, self.config.federation.target,
+                     title=f"{self.summary['algorithm']}: {metric} on the simulated clock")
         if self.model.get("assignment") is not None:  # clustered FL: which clients ended up together
             groups = data.true_groups if data is not None else None
             client_clusters(self.model["assignment"], groups, self.clients["n_samples"].to_numpy(),
@@ -274,7 +289,7 @@ class Result:
                  f"{'dataset':<28}{self.summary['dataset']}",
                  f"{'clients / samples':<28}{self.summary['n_clients']} / {self.summary['n_samples']}",
                  f"{'rounds (stopped by)':<28}{self.summary['rounds']} ({self.summary.get('stop_reason') or '-'})",
-                 *_time_lines(self.summary)]
+                 *_time_lines(self.summary), *simulated_lines(self.summary)]
         lines += [f"{k:<28}{fin[k]:.4f}" for k in keys if isinstance(fin[k], (int, float)) and k != "accuracy"]
         lines += accuracy_lines(self.summary)
         cov = fin.get("evaluation_coverage")

@@ -20,9 +20,11 @@ from fedray.api import plotdata
 from fedray.api.checkpoint import Checkpointer
 from fedray.api.config import ExperimentConfig, make_config
 from fedray.api.drivers import LocalDriver, RayDriver
+from fedray.api.federation_config import build_clock
 from fedray.api.outputs import prepare, release, write_partial
 from fedray.api.progress import Activity, Progress, startup_line
 from fedray.api.results import Result
+from fedray.api.scale import total_in_parts
 from fedray.api.tracking import Trackers
 from fedray.core import calls
 from fedray.core.calls import Call
@@ -30,7 +32,7 @@ from fedray.core.contract import Algorithm, FederationInfo, Task
 from fedray.core.errors import ConfigError, DataError, OutputError
 from fedray.core.extras import requirements
 from fedray.core.registry import algorithm_reference, check_algorithm_class, get_algorithm, make_params
-from fedray.core.stats import Stats, total
+from fedray.core.stats import Stats
 from fedray.data.checks import Descriptions, check_descriptions, check_magnitude, column_moments
 from fedray.data.federation import Federation, build_federation, check_memory, shard_residency
 from fedray.layers.privacy import PrivacyLayer
@@ -300,7 +302,8 @@ class Session:
         fed = cfg.federation
         settings = ServerSettings(seed=cfg.seed, fraction=fed.fraction, max_rounds=cap, min_clients=fed.min_clients,
                                   round_timeout=cfg.runtime.round_timeout, round_retries=fed.round_retries,
-                                  blocks=cohort_blocks(cfg, len(self.federation.specs), self.layers))
+                                  blocks=cohort_blocks(cfg, len(self.federation.specs), self.layers),
+                                  clock=build_clock(cfg, self.info, alg))
         return cfg, settings, cap, budget
 
     def _algorithm_entry(self, alg: Algorithm) -> Any:
@@ -402,12 +405,15 @@ class Session:
                 raise DataError(f"{call.label()}: a secure sum needs at least privacy.min_cohort="
                                 f"{layer.cfg.min_cohort} clients; the federation has {len(tasks)}")
             return layer.secure_sum(call, tasks)
+        return total_in_parts(lambda part: self._all_answer(call, part), tasks)  # parts of clients: bounded memory
+
+    def _all_answer(self, call: Call, tasks: dict[int, Task]) -> Any:
         res = self.call(call, tasks)
         if len(res.replies) < len(tasks):
             first = next(iter(res.errors.values()), "no reply").strip()
             raise DataError(f"{call.label()}: {len(tasks) - len(res.replies)} of {len(tasks)} clients did not "
                             f"answer: {(first.splitlines() or [''])[-1]}")
-        return total(res.replies)
+        return res.replies
 
     def _secure_layer(self) -> PrivacyLayer:
         if self._secure is None:

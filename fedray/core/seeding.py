@@ -25,6 +25,8 @@ ALGORITHM_STREAM = 7  #: RoundContext.rng, the algorithm's own server draws
 FAULT_STREAM = 11  #: the injected faults' plan (fedray.layers.faults)
 MASK_RING_STREAM = 13  #: the public mask graph of secure aggregation (privacy.mask_neighbors)
 BLOCKS_STREAM = 17  #: the fixed client blocks of privacy.cohorts='blocks' (client_blocks)
+DEVICES_STREAM = 19  #: the device profile drawn for each client (federation.devices)
+AVAILABILITY_STREAM = 23  #: the generated availability traces (federation.availability)
 # Client streams, keyed by (seed, client, round, stream, ...):
 DP_NOISE_STREAM = 29  #: seeded DP noise (privacy.dp.seeded_noise, debugging only)
 # Data streams, keyed by (seed, stream, ...):
@@ -38,6 +40,7 @@ WRITERS_STREAM = 61  #: the writers chosen as clients of a natural federation (b
 MOTIVATIONAL_STREAM = 101  #: the scenario stallmann-motivational
 TRIEBE_1D_STREAM = 102  #: the scenario triebe-1d
 CENTRAL_STARTS_STREAM = 7001  #: the central baseline's starts in K selection
+CENTRAL_ROWS_STREAM = 7002  #: the rows of a subsampled central baseline (evaluation.central_max_rows)
 
 
 def _u(x: int) -> int:

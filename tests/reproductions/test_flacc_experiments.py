@@ -2,6 +2,7 @@
 and hand-made inputs)."""
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import sys
 from pathlib import Path
@@ -13,7 +14,13 @@ import pytest
 EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
 
 
+#: the FLACC scripts live in the lab now (reproductions/mehta2023), imported as modules
+MOVED = {"flacc_table": "table", "flacc_sweeps": "sweeps", "flacc_mnist": "mnist"}
+
+
 def _module(name):
+    if name in MOVED:
+        return importlib.import_module(f"reproductions.mehta2023.{MOVED[name]}")
     if str(EXPERIMENTS) not in sys.path:
         sys.path.insert(0, str(EXPERIMENTS))
     spec = importlib.util.spec_from_file_location(f"_exp_{name}", EXPERIMENTS / f"{name}.py")

@@ -18,10 +18,10 @@ already there are skipped), ``rounds.csv`` (accuracy per evaluated round),
 ``clusters_seed{S}.csv`` (FLACC's cluster of every writer), ``table.md`` and
 ``accuracy.png`` (first seed; the dotted line is FLACC's separation).
 
-    python experiments/flacc_femnist.py --data-dir ../shared/datasets --seeds 0 1 2
-    python experiments/flacc_femnist.py --data-dir ../shared/datasets --writers 195 --rounds 200 --epochs 5 \\
+    python -m reproductions.mehta2023.femnist --data-dir ../shared/datasets --seeds 0 1 2
+    python -m reproductions.mehta2023.femnist --data-dir ../shared/datasets --writers 195 --rounds 200 --epochs 5 \\
         --methods local fedavg ifca cfl flhc flacc --seeds 0 1 2 3 4          # the paper's setting
-    python experiments/flacc_femnist.py --quick --data-dir ../shared/datasets --out /tmp/q   # seconds, for tests
+    python -m reproductions.mehta2023.femnist --quick --data-dir ../shared/datasets --out /tmp/q   # seconds, for tests
 """
 from __future__ import annotations
 
@@ -29,7 +29,6 @@ import argparse
 import json
 import logging
 import os
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -38,11 +37,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from fedray.api.session import Session
+import fedray
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # flacc_branching, beside this script
 log = logging.getLogger("flacc_femnist")
-#: the methods --branch derives from one FLACC run (experiments/flacc_branching.py)
+#: the methods --branch derives from one FLACC run (reproductions/mehta2023/branching.py)
 BRANCHED = ("flacc", "flacc-control", "fedavg")
 METHODS = ["local", "fedavg", "ifca", "cfl", "flhc", "flacc", "flacc-control"]
 LABELS = {"local": "NoFed", "fedavg": "FedAvg", "ifca": "IFCA", "cfl": "CFL", "flhc": "FL+HC", "flacc": "FLACC",
@@ -113,7 +111,7 @@ def config(args: argparse.Namespace, seed: int) -> dict[str, Any]:
 def run_seed(args: argparse.Namespace, seed: int, methods: list[str], out: Path,
              save: Callable[[dict, pd.DataFrame], None]) -> None:
     """Run ``methods`` on one seed's federation; ``save`` gets each run's row and rounds as it ends."""
-    with Session(config(args, seed)) as s:
+    with fedray.Session(config(args, seed)) as s:
         train = dict(s.config.algorithm.params)
         for method in methods:
             t0 = time.perf_counter()
@@ -142,8 +140,8 @@ def branch_seed(args: argparse.Namespace, seed: int, methods: list[str], out: Pa
                 save: Callable[[dict, pd.DataFrame], None]) -> None:
     """FLACC once to its separation round, then the control and FedAvg arms from its checkpoint there.
 
-    See ``experiments/flacc_branching.py``: the arms are bit for bit the runs from round 0."""
-    import flacc_branching as fb
+    See ``reproductions/mehta2023/branching.py``: the arms are bit for bit the runs from round 0."""
+    from reproductions.mehta2023 import branching as fb
 
     folder = out / f"branches_seed{seed}"
     cfg = config(args, seed)

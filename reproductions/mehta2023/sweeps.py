@@ -22,11 +22,11 @@ there are skipped); ``table.md`` is rewritten after each run, with ``uptime``'s 
 
 Examples::
 
-    python experiments/flacc_sweeps.py --sweep alpha0 --out runs/flacc_alpha0
-    python experiments/flacc_sweeps.py --sweep memory --out runs/flacc_memory
-    python experiments/flacc_sweeps.py --sweep diagnose --federations rotated label-swapped \\
+    python -m reproductions.mehta2023.sweeps --sweep alpha0 --out runs/flacc_alpha0
+    python -m reproductions.mehta2023.sweeps --sweep memory --out runs/flacc_memory
+    python -m reproductions.mehta2023.sweeps --sweep diagnose --federations rotated label-swapped \\
         --samples 50 150 --rounds 50 --n-merge 2 --out runs/flacc_diagnose
-    python experiments/flacc_sweeps.py --sweep alpha0 --quick --out /tmp/q      # seconds, for tests
+    python -m reproductions.mehta2023.sweeps --sweep alpha0 --quick --out /tmp/q      # seconds, for tests
 """
 from __future__ import annotations
 
@@ -41,8 +41,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from fedray.api.session import Session
-from fedray.core.metrics import ari_from_table, contingency
+import fedray
 
 log = logging.getLogger("flacc_sweeps")
 N_GROUPS = {"rotated": 4, "grouped": 5, "label-swapped": 5, "grouped+rotated": 4}
@@ -57,7 +56,7 @@ PAPER = {  # rotated MNIST rows of Tables IV and V: (test accuracy, clusters)
 def ari(a: np.ndarray, b: np.ndarray) -> float:
     _, p = np.unique(a, return_inverse=True)
     _, q = np.unique(b, return_inverse=True)
-    return float(ari_from_table(contingency(p, q, p.max() + 1, q.max() + 1)))
+    return float(fedray.ari_from_table(fedray.contingency(p, q, p.max() + 1, q.max() + 1)))
 
 
 def diagnose(model: dict[str, Any], final: dict[str, Any], n_groups: int) -> dict[str, Any]:
@@ -132,7 +131,7 @@ def run(args: argparse.Namespace) -> pd.DataFrame:
                             "partition": {"name": fed, "samples": list(args.samples)}},
                    "federation": {"n_clients": args.n_clients, "fraction": args.fraction, "rounds": args.rounds},
                    "runtime": {"backend": "local", "progress": False}}
-            with Session(cfg) as session:
+            with fedray.Session(cfg) as session:
                 for v in todo:
                     params = {**train, "n_merge": args.n_merge, "n_sep": args.n_sep, "warmup": args.warmup}
                     if args.sweep == "alpha0":

@@ -19,10 +19,10 @@ the methods.
 
 Examples::
 
-    python experiments/flacc_mnist.py --data-dir ../shared/datasets --out runs/flacc_mnist
-    python experiments/flacc_mnist.py --data-dir ../shared/datasets --seeds 3 --methods cfl --out runs/m3
-    python experiments/flacc_mnist.py --out runs/flacc_mnist --table-only
-    python experiments/flacc_mnist.py --quick --dataset sklearn:digits --out /tmp/q    # seconds, for tests
+    python -m reproductions.mehta2023.mnist --data-dir ../shared/datasets --out runs/flacc_mnist
+    python -m reproductions.mehta2023.mnist --data-dir ../shared/datasets --seeds 3 --methods cfl --out runs/m3
+    python -m reproductions.mehta2023.mnist --out runs/flacc_mnist --table-only
+    python -m reproductions.mehta2023.mnist --quick --dataset sklearn:digits --out /tmp/q    # seconds, for tests
 """
 from __future__ import annotations
 
@@ -30,14 +30,12 @@ import argparse
 import json
 import logging
 import os
-import sys
 import time
 from pathlib import Path
 
 import pandas as pd
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import flacc_table  # noqa: E402  (the sibling script: same runs, same table layout)
+from reproductions.mehta2023 import table as flacc_table  # the same runs, the same table layout
 
 log = logging.getLogger("flacc_mnist")
 METHODS = ["flacc", "fedavg", "local", "ifca", "flhc", "cfl"]

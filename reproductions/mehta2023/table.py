@@ -18,15 +18,15 @@ the paper's Fig. 4).
 
 Examples::
 
-    python experiments/flacc_table.py --out runs/flacc_digits            # sklearn:digits, 3 seeds
-    python experiments/flacc_table.py --federations rotated --methods local fedavg flacc \\
+    python -m reproductions.mehta2023.table --out runs/flacc_digits            # sklearn:digits, 3 seeds
+    python -m reproductions.mehta2023.table --federations rotated --methods local fedavg flacc \\
         --seeds 0 1 2 3 4 --samples 80 240 --rounds 100 --n-merge 1     # docs/reproductions.md
-    python experiments/flacc_table.py --dataset mnist --data-dir ../shared/datasets \\
+    python -m reproductions.mehta2023.table --dataset mnist --data-dir ../shared/datasets \\
         --federations rotated --out runs/flacc_mnist
-    python experiments/flacc_table.py --federations rotated --methods fedavg flacc \
+    python -m reproductions.mehta2023.table --federations rotated --methods fedavg flacc \
         examples.plugins.perfedavg:PerFedAvg --plugin-params alpha=0.01,0.03 \
         --seeds 0 1 2 --samples 80 240 --rounds 100 --n-merge 1                # a plug-in in the table
-    python experiments/flacc_table.py --quick --out /tmp/flacc_quick      # seconds, for tests
+    python -m reproductions.mehta2023.table --quick --out /tmp/flacc_quick      # seconds, for tests
 """
 from __future__ import annotations
 
@@ -43,9 +43,6 @@ import pandas as pd
 
 import fedray
 from fedray.algorithms.flacc import plot_accuracy, plot_clusters
-from fedray.api.session import Session
-from fedray.core.errors import ConfigError, SharedSamplesWarning
-from fedray.core.registry import get_algorithm, make_params
 
 log = logging.getLogger("flacc_table")
 
@@ -155,9 +152,9 @@ def run_table(args: argparse.Namespace) -> tuple[pd.DataFrame, pd.DataFrame, dic
         for seed in args.seeds:
             cfg = session_config(args, fed, seed)
             with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always", SharedSamplesWarning)
-                session = Session(cfg)
-            notes = sorted({str(w.message) for w in caught if issubclass(w.category, SharedSamplesWarning)})
+                warnings.simplefilter("always", fedray.SharedSamplesWarning)
+                session = fedray.Session(cfg)
+            notes = sorted({str(w.message) for w in caught if issubclass(w.category, fedray.SharedSamplesWarning)})
             with session:
                 for method in args.methods:
                     for label, extra in variants(method, fed, args.quick, args.n_merge, args.plugin_params,
@@ -351,8 +348,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if not isinstance(args.flacc_params, dict):
         p.error(f"--flacc-params: expected a JSON object such as '{{\"alpha_0\": 0.1}}'; got {args.flacc_params!r}")
     try:
-        make_params(get_algorithm("flacc"), args.flacc_params)
-    except ConfigError as exc:
+        fedray.make_config({"algorithm": {"name": "flacc", "params": args.flacc_params}})
+    except fedray.ConfigError as exc:
         p.error(f"--flacc-params: {exc}")
     args.plugin_params = parse_plugin_params(args.plugin_params)
     q = args.quick

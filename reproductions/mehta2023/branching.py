@@ -32,9 +32,7 @@ from typing import Any
 
 import pandas as pd
 
-from fedray.api.checkpoint import FILENAME, load
-from fedray.api.run import resume
-from fedray.api.session import Session
+import fedray
 
 log = logging.getLogger("flacc_branching")
 KEEP = 3  # merging-round checkpoints kept while the trunk runs
@@ -46,7 +44,7 @@ class MergingCheckpoints:
     """An ``on_round`` hook: copies the run's checkpoint after every round of the merging phase."""
 
     def __init__(self, run_dir: Path, keep_dir: Path) -> None:
-        self.source = run_dir / "checkpoint" / FILENAME
+        self.source = run_dir / "checkpoint" / fedray.CHECKPOINT_FILE
         self.keep_dir = keep_dir
         keep_dir.mkdir(parents=True, exist_ok=True)
 
@@ -70,12 +68,12 @@ def run_trunk(cfg: dict[str, Any], params: dict[str, Any], out: Path) -> Path:
     run_dir, hook = out / "flacc", MergingCheckpoints(out / "flacc", out / "merging-checkpoints")
     if _finished(run_dir):
         return run_dir
-    if (run_dir / "checkpoint" / FILENAME).exists():
+    if (run_dir / "checkpoint" / fedray.CHECKPOINT_FILE).exists():
         log.info("trunk: resuming %s", run_dir)
-        resume(run_dir, progress=True, on_round=[hook])
+        fedray.resume(run_dir, progress=True, on_round=[hook])
         return run_dir
     cfg = {**cfg, "checkpoint": {"every": 1}, "output": {"overwrite": True}}
-    with Session(cfg) as s:
+    with fedray.Session(cfg) as s:
         s.run("flacc", params, output=run_dir, progress=True, on_round=[hook])
     return run_dir
 
@@ -88,11 +86,11 @@ def separation_round(run_dir: Path) -> int | None:
         sep = json.loads((run_dir / "summary.json").read_text())["final"].get("separation_round")
         return None if sep is None else int(sep)
     kept = sorted((run_dir.parent / "merging-checkpoints").glob("round-*.pkl"))
-    live = run_dir / "checkpoint" / FILENAME
+    live = run_dir / "checkpoint" / fedray.CHECKPOINT_FILE
     if not kept or not live.exists():
         return None
     last = int(kept[-1].stem.split("-")[1])
-    return last if int(load(live)["server"]["round"]) > last + 1 else None
+    return last if int(fedray.load_checkpoint(live)["server"]["round"]) > last + 1 else None
 
 
 def branch_checkpoint(out: Path) -> Path | None:
@@ -111,9 +109,9 @@ def run_arm(out: Path, arm: str) -> Path | None:
     run_dir = out / arm
     if _finished(run_dir):
         return run_dir
-    if (run_dir / "checkpoint" / FILENAME).exists():
+    if (run_dir / "checkpoint" / fedray.CHECKPOINT_FILE).exists():
         log.info("%s: resuming %s", arm, run_dir)
-        resume(run_dir, progress=True)
+        fedray.resume(run_dir, progress=True)
         return run_dir
     start = branch_checkpoint(out)
     if start is None:
@@ -124,16 +122,16 @@ def run_arm(out: Path, arm: str) -> Path | None:
     if run_dir.exists():
         shutil.rmtree(run_dir)  # an arm that died before its first checkpoint starts again
     log.info("%s: from %s with %s", arm, start.name, ARMS[arm])
-    resume(start, progress=True, output=run_dir, algorithm_params=ARMS[arm], adopt=True)
+    fedray.resume(start, progress=True, output=run_dir, algorithm_params=ARMS[arm], adopt=True)
     return run_dir
 
 
 def accuracy_at(checkpoint: Path) -> pd.Series:
     """Every client's test accuracy with the models of ``checkpoint`` (its final evaluation, no round run)."""
-    blob = load(checkpoint, bound=False)
+    blob = fedray.load_checkpoint(checkpoint, bound=False)
     blob["server"]["max_rounds"] = int(blob["server"]["round"])  # nothing left to run: evaluate and stop
     blob["config"]["checkpoint"] = {"every": 0}
-    with Session(blob["config"]) as s:
+    with fedray.Session(blob["config"]) as s:
         res = s.run(output=False, progress=False, resume_from=blob)
     return res.clients.set_index("client_id")["accuracy"]
 
