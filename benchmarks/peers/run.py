@@ -208,6 +208,8 @@ def run_flower(spec: dict[str, Any]) -> dict[str, Any]:
 
     def shard(cid: int) -> tuple[Any, Any, Any]:
         if "federation" not in worker:
+            if str(HERE) not in sys.path:  # the worker imports peer_models to build the model
+                sys.path.insert(0, str(HERE))
             fed = build_federation(cfg.data, n, seed)  # fedray's partition, from the same configuration
             worker["federation"] = fed
             worker["model"] = build_model(f"peer_models:{spec['model']}", fed.sample_shape, fed.n_classes, seed)
