@@ -48,7 +48,7 @@ def test_association_diagnostic_labels_every_cross_client_pair_once(tmp_path):
     owner, cls = nodes["owner"].to_numpy(), nodes["majority_class"].to_numpy()
     cross = owner[:, None] != owner[None, :]
     same = cls[:, None] == cls[None, :]
-    assert len(grid) == 3 * 1 * 2 * 2                               # normalisations x P x tau x ratio
+    assert len(grid) == 4 * 1 * 2 * 2                               # normalisations x P x tau x ratio
     # the ratio test only adds edges to those of the tau test
     paired = grid.pivot_table(index=["normalisation", "tau"], columns="ratio", values="edges")
     assert (paired[0.9] >= paired[0.0]).all()
@@ -71,7 +71,7 @@ def test_association_diagnostic_reuses_its_build_and_the_sibling_filter_only_rem
             "--epochs", "2", "--hidden", "8", "4", "--normalisations", "relative", "--percentiles", "95",
             "--taus", "0.3", "1.0", "--links", "best", "mutual-best", "--selfs", "0", "0.5", "--out", str(tmp_path)]
     first = mod.main(argv)
-    assert len(list(tmp_path.glob("build_*_lr0.npz"))) == 1
+    assert len(list(tmp_path.glob("build_*.npz"))) == 1
     again = mod.main(argv)
     pd.testing.assert_frame_equal(first, again)
     wide = first.pivot_table(index=["tau", "link"], columns="self", values="edges")
@@ -79,7 +79,7 @@ def test_association_diagnostic_reuses_its_build_and_the_sibling_filter_only_rem
     assert (first[first["link"] == "mutual-best"]["edges"].to_numpy()
             <= first[first["link"] == "best"]["edges"].to_numpy()).all()
     refined = mod.main(argv + ["--local-refinements", "1"])
-    assert len(list(tmp_path.glob("build_*_lr1.npz"))) == 1
+    assert len(list(tmp_path.glob("build_*.npz"))) == 2
     assert refined["clusters"].iloc[0] <= first["clusters"].iloc[0]
 
 
