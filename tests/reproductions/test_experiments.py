@@ -43,17 +43,6 @@ def test_stallmann_g2_quick(tmp_path, data_dir):
     assert "Table 3" in (out / "g2.md").read_text()
 
 
-def test_barcena_fraction_quick(tmp_path, data_dir):
-    out = _run("barcena_fraction", tmp_path, data_dir)
-    df = pd.read_parquet(out / "barcena.parquet")
-    assert sorted(df["gamma"].unique()) == [0.25, 0.5, 0.75, 1.0]
-    # every client taking part: federated FCM is central FCM from the same start
-    assert df[df["gamma"] == 1.0]["dist_central"].max() < 1e-9
-    full = df[df["gamma"] == 1.0]
-    np.testing.assert_allclose(full["ari"], full["ari_central"], atol=1e-9)
-    assert (out / "plots" / "distance_by_fraction.png").exists()
-
-
 def test_triebe_sweep_quick(tmp_path):
     out = _run("triebe_sweep", tmp_path)
     df = pd.read_parquet(out / "triebe.parquet")

@@ -22,7 +22,7 @@ from fedray.data.datasets import IMAGE_SETS
 from fedray.data.partitions import FEDERATION_BUILDERS
 
 ROOT = Path(__file__).resolve().parents[2]
-DOC = ROOT / "docs" / "reproductions.md"
+DOC = ROOT / "docs" / "notes" / "lab-notebook-2026.md"
 SECTION = "## The papers' other data sets"
 COMMAND = re.compile(r"`((?:python experiments/|fedray run )[^`]+)`")
 

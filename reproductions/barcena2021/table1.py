@@ -12,10 +12,11 @@ folder holds s-set1 (``sipu/s1``) but not the others, so ``uci/statlog`` (Statlo
 image segmentation: 7 classes, 2310 × 19) and ``uci/wine`` (3 classes, 178 × 13)
 stand in for the multi-class UCI sets.
 
-Writes ``barcena.parquet`` (one row per set, seed and γ), ``barcena.md`` and
-``plots/distance_by_fraction.png`` to ``--out``.
+Each (set, seed, γ) is one record of ``results/table1.csv`` (resumable: recorded runs are skipped);
+``--out`` also gets ``barcena.parquet``, ``barcena.md`` and ``plots/distance_by_fraction.png``.
 
-    python experiments/barcena_fraction.py --data-dir ../shared/datasets
+    python -m reproductions run barcena2021/table1-s-set1-ari --seeds 0 1 2 3 4 5 6 7 8 9
+    python -m reproductions.barcena2021.table1 --data-dir ../shared/datasets   # every set, the figure
 """
 from __future__ import annotations
 
@@ -28,8 +29,9 @@ import numpy as np
 import pandas as pd
 
 import fedray
-from fedray.core.metrics import best_permutation_distance
-from fedray.core.ops import assign, fcm
+from fedray import assign, best_permutation_distance, fcm
+from reproductions.common import data_dir as default_data_dir
+from reproductions.common import record_run, recorded
 
 log = logging.getLogger("barcena_fraction")
 
@@ -43,18 +45,29 @@ PAPER = {  # ARI at gamma = 0.25, 0.5, 0.75, 1 and ||V_fed - V_sum||_F
 }
 
 
-def run(data_dir: str | None, sets: list[str], seeds: int, fractions: tuple[float, ...], n_clients: int = 20,
-        max_rounds: int = 30) -> pd.DataFrame:
+RECORDS = "table1"
+SIZES = "20 IID clients, γ ∈ {0.25, 0.5, 0.75, 1}, λ = 2, ε = 0.005, ≤ 30 rounds"
+
+
+def run(data_dir: str | None, sets: list[str], seeds: list[int], fractions: tuple[float, ...], n_clients: int = 20,
+        max_rounds: int = 30, record: bool = True) -> pd.DataFrame:
+    """One row per (set, seed, γ); with ``record``, each seed's runs are recorded as they end and skipped when present."""
     from sklearn.metrics import adjusted_rand_score
 
     rows = []
     for name in sets:
-        ds = fedray.data.load_dataset(f"benchmark:{name}", data_dir)
+        ds = fedray.load_dataset(f"benchmark:{name}", data_dir)
         k = int(len(np.unique(ds.y)))
         t0 = time.perf_counter()
-        for seed in range(seeds):
+        done = recorded("barcena2021", RECORDS)
+        for seed in seeds:
+            have = done[(done["method"] == name) & (done["seed"] == seed)] if record else done.iloc[:0]
+            if len(have) == len(fractions):
+                log.info("%s seed %d: recorded already", name, seed)
+                continue
             central = None
             for gamma in fractions:
+                t_run = time.perf_counter()
                 cfg = fedray.make_config(
                     seed=seed,
                     algorithm={"name": "federated-fcm", "params": {"n_clusters": k, "init": "random-box", "m": 2.0,
@@ -73,10 +86,18 @@ def run(data_dir: str | None, sets: list[str], seeds: int, fractions: tuple[floa
                         Vc = fcm(X, res.model["initial_centers"], m=2.0, tol=0.005, max_iter=max_rounds)[0]
                         central = (Vc, adjusted_rand_score(y, assign(X, Vc)[0]))
                 V = res.model["centers"]
-                rows.append({"dataset": name, "k": k, "seed": seed, "gamma": gamma, "ari": res.final["ari"],
-                             "ari_central": central[1], "dist_central": best_permutation_distance(central[0], V),
-                             "rounds": res.summary["rounds"], "converged": res.summary["converged"]})
-        log.info("%s: %d seeds in %.1f s", name, seeds, time.perf_counter() - t0)
+                row = {"dataset": name, "k": k, "seed": seed, "gamma": gamma, "ari": res.final["ari"],
+                       "ari_central": central[1], "dist_central": best_permutation_distance(central[0], V),
+                       "rounds": res.summary["rounds"], "converged": res.summary["converged"]}
+                rows.append(row)
+                if record:
+                    record_run("barcena2021", RECORDS, method=name, variant=f"gamma={gamma}", seed=seed,
+                               scale="paper", sizes=SIZES, config={"n_clients": n_clients, "gamma": gamma,
+                                                                   "max_rounds": max_rounds, "dataset": name},
+                               metrics={k_: row[k_] for k_ in ("ari", "ari_central", "dist_central", "rounds",
+                                                              "converged")},
+                               wall_s=time.perf_counter() - t_run)
+        log.info("%s: %d seeds in %.1f s", name, len(seeds), time.perf_counter() - t0)
     return pd.DataFrame(rows)
 
 
@@ -128,21 +149,31 @@ def plot(df: pd.DataFrame, out: Path) -> None:
     plt.close(fig)
 
 
+def run_claim(claim, scale: str, seeds: list[int], quick: bool, data_dir: str | None) -> None:
+    """The lab's runner: the claim's set (``claim.select['method']``) over ``seeds``, recorded run by run."""
+    name = claim.select.get("method", "sipu/s1")
+    if quick:
+        run(data_dir, ["uci/wine"], seeds[:2], FRACTIONS, max_rounds=10)
+    else:
+        run(data_dir, [name], seeds, FRACTIONS)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="wine only, 2 seeds, at most 10 rounds")
-    ap.add_argument("--out", default="fedray-output/barcena_fraction")
+    ap.add_argument("--out", default="fedray-output/barcena2021")
     ap.add_argument("--data-dir", default=None, help="benchmark data folder (default: $FEDRAY_DATA_DIR)")
     ap.add_argument("--seeds", type=int, default=10)
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     logging.getLogger("fedray").setLevel(logging.WARNING)
+    args.data_dir = default_data_dir(args.data_dir)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     if args.quick:
-        df = run(args.data_dir, ["uci/wine"], 2, FRACTIONS, max_rounds=10)
+        df = run(args.data_dir, ["uci/wine"], [0, 1], FRACTIONS, max_rounds=10, record=False)
     else:
-        df = run(args.data_dir, list(SETS), args.seeds, FRACTIONS)
+        df = run(args.data_dir, list(SETS), list(range(args.seeds)), FRACTIONS, record=False)
     df.to_parquet(out / "barcena.parquet", index=False)
     md = markdown(df, int(df["seed"].nunique()))
     (out / "barcena.md").write_text(md)
