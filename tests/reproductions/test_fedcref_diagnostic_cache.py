@@ -1,21 +1,15 @@
 """The association diagnostic's build cache is keyed on every argument that changes a build."""
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import numpy as np
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "experiments" / "fedcref_association_diagnostic.py"
+from reproductions.fedcref2025 import association_diagnostic
 
 
 @pytest.fixture(scope="module")
 def diag():
-    spec = importlib.util.spec_from_file_location("_exp_fedcref_diag_cache", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return association_diagnostic
 
 
 BASE = ["--dataset", "mnist", "--clients", "25", "--classes", "2", "5", "--samples-per-class", "500",

@@ -19,7 +19,7 @@ cluster's client and majority class) to ``--out``.
 It runs in one process without Ray (the functions are the ones the client
 actors call), so it takes seconds to minutes:
 
-    python experiments/fedcref_association_diagnostic.py --data-dir ../shared/datasets \\
+    python -m reproductions.fedcref2025.association_diagnostic --data-dir ../shared/datasets \\
         --clients 15 --classes 3 5 --samples-per-class 250 --dirtiness 0.4 --out results/fedcref-diag
 """
 from __future__ import annotations
@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from fedray.algorithms.fedcref_client import _compact, initial_labels
+import fedray
 from fedray.algorithms.fedcref_rules import (
     LINK_MODES,
     NORMALISATIONS,
@@ -47,32 +47,34 @@ from fedray.algorithms.fedcref_rules import (
     link_clusters,
     refine_labels,
 )
-from fedray.core.seeding import client_rng, data_rng
-from fedray.data.datasets import load_dataset
-from fedray.data.fedcref_federations import class_subsets_indices
-from fedray.nn.autoencoder import ae_for, errors_matrix, initial_ae_weights, train_autoencoder
-from fedray.nn.train import get_flat, set_flat, torch_threads
+from fedray.algorithms.fedcref_tools import (
+    class_subsets_indices,
+    cluster_errors,
+    compact_labels,
+    initial_labels,
+    one_thread,
+    train_cluster_model,
+)
 
 log = logging.getLogger("fedcref_diagnostic")
 
 
 def build(args: argparse.Namespace, seed: int) -> dict[str, Any]:
     """Clients' data, initial labels, trained cluster models and the (n, M) error matrix of each client."""
-    ds = load_dataset(args.dataset, args.data_dir, **json.loads(args.data_options))
-    parts, chosen, repeats = class_subsets_indices(ds.y, args.clients, data_rng(seed, 11), args.classes,
+    ds = fedray.load_dataset(args.dataset, args.data_dir, **json.loads(args.data_options))
+    parts, chosen, repeats = class_subsets_indices(ds.y, args.clients, fedray.data_rng(seed, 11), args.classes,
                                                    args.samples_per_class)
     spec = {"n_features": ds.X.shape[1], "hidden": tuple(args.hidden), "output": "sigmoid", "seed": seed}
-    model = ae_for(spec, device="cpu")
     clients, weights, owner, node_class, share = [], [], [], [], []
     for cid, idx in enumerate(parts):
         X, y = ds.X[idx].astype(np.float32), ds.y[idx]
-        rng = client_rng(seed, cid, -1)
+        rng = fedray.client_rng(seed, cid, -1)
         lab = initial_labels({"init": "dirty", "dirtiness": args.dirtiness, "local_k": "true"}, X, y, rng)
-        Wc = _train(model, spec, X, lab, args, [seed, cid, 0])
+        Wc = _train(spec, X, lab, args, [seed, cid, 0])
         for r in range(args.local_refinements):   # Algorithm 2 with the client's own models, then retrain
-            raw, _ = refine_labels(errors_matrix(model, Wc, X), int(lab.max()) + 1)
-            lab = _compact(align_labels(raw, lab))
-            Wc = _train(model, spec, X, lab, args, [seed, cid, r + 1])
+            raw, _ = refine_labels(cluster_errors(spec, Wc, X), int(lab.max()) + 1)
+            lab = compact_labels(align_labels(raw, lab))
+            Wc = _train(spec, X, lab, args, [seed, cid, r + 1])
         for p in range(int(lab.max()) + 1):
             weights.append(Wc[p])
             owner.append(cid)
@@ -82,7 +84,7 @@ def build(args: argparse.Namespace, seed: int) -> dict[str, Any]:
         clients.append((X, y, lab))
     W = np.stack(weights)
     owner_a = np.asarray(owner)
-    E = [errors_matrix(model, W, X) for X, _, _ in clients]
+    E = [cluster_errors(spec, W, X) for X, _, _ in clients]
     return {"clients": clients, "W": W, "owner": owner_a, "node_class": np.asarray(node_class), "E": E,
             "share": np.asarray(share),
             "repeats": repeats, "chosen": chosen}
@@ -144,16 +146,10 @@ def cached_build(args: argparse.Namespace, seed: int, out: Path) -> dict[str, An
     return b
 
 
-def _train(model: Any, spec: dict, X: np.ndarray, lab: np.ndarray, args: argparse.Namespace,
-           key: list[int]) -> np.ndarray:
+def _train(spec: dict, X: np.ndarray, lab: np.ndarray, args: argparse.Namespace, key: list[int]) -> np.ndarray:
     """One autoencoder per local cluster, from fresh weights, as phase 1 trains them: (K, P)."""
-    out = []
-    for p in range(int(lab.max()) + 1):
-        set_flat(model, initial_ae_weights(spec))
-        train_autoencoder(model, X[lab == p], epochs=args.epochs, batch_size=args.batch_size, lr=1e-3,
-                          rng=client_rng(*key, p))
-        out.append(get_flat(model))
-    return np.stack(out)
+    return np.stack([train_cluster_model(spec, X[lab == p], epochs=args.epochs, batch_size=args.batch_size,
+                                         rng=fedray.client_rng(*key, p)) for p in range(int(lab.max()) + 1)])
 
 
 def statistics(b: dict[str, Any], percentile: float, normalisation: str, siblings: bool = False,
@@ -224,7 +220,7 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     dist_rows, grid_rows = [], []
-    with torch_threads(1):
+    with one_thread():
         for seed in args.seeds:
             for epochs in args.epochs:
                 a = argparse.Namespace(**{**vars(args), "epochs": epochs})

@@ -14,15 +14,15 @@ Writes to ``--out``: ``runs.parquet`` (one row a run), ``tables.md`` (mean and
 standard deviation over seeds), ``plots/*.png`` (curves over iterations, the final
 community graph of the first seed).
 
-    python experiments/fedcref_tables.py --data-dir ../shared/datasets --tables main --seeds 0 1 2
-    python experiments/fedcref_tables.py --quick --out /tmp/fedcref-quick
+    python -m reproductions.fedcref2025.tables --data-dir ../shared/datasets --tables main --seeds 0 1 2
+    python -m reproductions.fedcref2025.tables --quick --out /tmp/fedcref-quick
 
 The runs use ``preset: paper`` (the paper's association test and rules) unless
 ``--preset tuned`` or ``--params '{"preset": "tuned"}'`` asks for fedcref's defaults;
 parameters in ``--params`` override the preset's values.
 
 Why clusters do or do not associate (true- and false-pair distributions of the
-association statistic, evaluation only): ``experiments/fedcref_association_diagnostic.py``.
+association statistic, evaluation only): ``reproductions/fedcref2025/association_diagnostic.py``.
 """
 from __future__ import annotations
 
@@ -36,9 +36,8 @@ from typing import Any
 
 import pandas as pd
 
+from fedray import Session, SharedSamplesWarning
 from fedray.algorithms.fedcref_report import central_baseline, plot_community_graph, plot_curves
-from fedray.api.session import Session
-from fedray.core.errors import SharedSamplesWarning
 
 log = logging.getLogger("fedcref_tables")
 
