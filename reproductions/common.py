@@ -267,7 +267,7 @@ def load_claims(paper: str) -> list[Claim]:
     try:
         mod = importlib.import_module(f"reproductions.{paper}.claims")
     except ModuleNotFoundError as exc:
-        if exc.name == f"reproductions.{paper}.claims":
+        if exc.name in (f"reproductions.{paper}", f"reproductions.{paper}.claims"):   # no folder or no claims yet
             return []
         raise
     claims = list(mod.CLAIMS)
