@@ -269,3 +269,15 @@ def test_a_run_with_preset_authors_federates_and_repeats_bit_for_bit():
     assert len(a.model["communities"]) > 0
     assert a.model["community_weights"].tobytes() == b.model["community_weights"].tobytes()
     assert a.final["acc_end"] == b.final["acc_end"]
+
+
+@pytest.mark.parametrize("key,value,allowed", [
+    ("fed_start", "random", "'node' or 'fresh'"), ("community_model", "first", "'aggregate' or 'first-member'"),
+    ("equal_differences", "nan", "'pass' or 'fail'"), ("fed_first_epochs", 0, "greater than or equal to 1"),
+    ("link", "scan", "first-scan"), ("normalisation", "robust", "tail"), ("preset", "code", "authors")])
+def test_bad_values_of_the_authors_options_are_one_line_config_errors(key, value, allowed):
+    from fedray.core.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=rf"fedcref\)\.{key}: .*{allowed}") as e:
+        _params(**{key: value})
+    assert "\n" not in str(e.value)
