@@ -342,8 +342,9 @@ class Server:
                                   "kind": kind, "error": err})
         if res.failed:
             log.warning("%s: client(s) %s failed: %s", call.label(), res.failed, rows[0][2])
-        if res.late:
-            log.warning("%s: client(s) %s late", call.label(), res.late)
+        if res.late:  # the simulated clock's late clients are expected: said at info level
+            log.log(logging.INFO if set(res.late) <= set(self._sim_late) else logging.WARNING,
+                    "%s: client(s) %s late", call.label(), res.late)
 
     def run(self) -> list[dict[str, Any]]:
         while self.step() is not None:
