@@ -178,3 +178,10 @@ def test_evaluation_only_tasks_are_neither_timed_nor_withheld():
     assert sorted(Clock.only_online(tasks, online)) == [0, 1, 3]  # offline client 3 still evaluates
     kept = Clock.only_online(CohortTasks([0, 1, 2, 3], train), online)
     assert list(kept) == [0, 1]
+
+
+def test_the_ray_runtime_gives_the_same_simulated_clock(ray_session):
+    local, ray = _clocked(), _clocked(backend="ray", num_cpus=2, clients_per_actor=20)
+    cols = ["round", "clients_sampled", "clients_late", "sim_round_s", "sim_time_s"]
+    pd.testing.assert_frame_equal(local.history[cols], ray.history[cols])
+    pd.testing.assert_frame_equal(local.failures, ray.failures)
