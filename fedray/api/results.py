@@ -292,6 +292,10 @@ class Result:
                  *_time_lines(self.summary), *simulated_lines(self.summary)]
         lines += [f"{k:<28}{fin[k]:.4f}" for k in keys if isinstance(fin[k], (int, float)) and k != "accuracy"]
         lines += accuracy_lines(self.summary)
+        sample = fin.get("central_baseline_rows") or {}
+        if sample.get("subsampled"):
+            lines.append(f"{'central baseline on':<28}a uniform sample of {sample['rows']} of {sample['of_rows']} rows "
+                         "(evaluation.central_max_rows)")
         cov = fin.get("evaluation_coverage")
         if cov:
             text = (f"{'evaluated':<28}{cov['clients']} of {cov['of_clients']} clients, "

@@ -165,6 +165,6 @@ def unsummed(tasks: Any) -> Any:
     hosts already added could not give back."""
     one = one_task(tasks)
     if one is not None:
-        return tasks if not one.summed else CohortTasks(np.fromiter(tasks, dtype=np.int64),
-                                                         dataclasses.replace(one, summed=False))
+        ids = tasks.ids if isinstance(tasks, CohortTasks) else np.fromiter(tasks, dtype=np.int64)
+        return tasks if not one.summed else CohortTasks(ids, dataclasses.replace(one, summed=False))
     return {c: (dataclasses.replace(t, summed=False) if t.summed else t) for c, t in tasks.items()}

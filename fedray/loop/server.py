@@ -335,15 +335,17 @@ class Server:
         call's stream round (the round, or -1 - stage for an evaluation pass)."""
         spill = set(res.spillover)
         rows = [(cid, "failed", (res.errors.get(cid, "").strip().splitlines() or [""])[-1]) for cid in res.failed]
-        rows += [(cid, "late", self._sim_late.get(cid) or f"no answer within runtime.round_timeout="
-                  f"{self.settings.round_timeout}" + (SPILLOVER if cid in spill else "")) for cid in res.late]
-        for cid, kind, err in rows:
-            self.failures.append({"round": call.stream_round, "attempt": call.attempt, "client_id": cid,
-                                  "kind": kind, "error": err})
+        waited = f"no answer within runtime.round_timeout={self.settings.round_timeout}"
+        rows += [(cid, "late", self._sim_late.get(cid) or waited + (SPILLOVER if cid in spill else ""))
+                 for cid in res.late]
+        r, a = call.stream_round, call.attempt
+        self.failures.extend({"round": r, "attempt": a, "client_id": cid, "kind": kind, "error": err}
+                             for cid, kind, err in rows)
         if res.failed:
             log.warning("%s: client(s) %s failed: %s", call.label(), res.failed, rows[0][2])
-        if res.late:
-            log.warning("%s: client(s) %s late", call.label(), res.late)
+        if res.late:  # the simulated clock's late clients are expected: said at info level
+            log.log(logging.INFO if set(res.late) <= set(self._sim_late) else logging.WARNING,
+                    "%s: client(s) %s late", call.label(), res.late)
 
     def run(self) -> list[dict[str, Any]]:
         while self.step() is not None:
