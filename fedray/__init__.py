@@ -29,6 +29,7 @@ from fedray.core.errors import (
     EmptyClusterWarning,
     FedrayError,
     FedrayWarning,
+    ReleaseRefusedError,
     RoundFailedError,
 )
 from fedray.core.registry import available_algorithms, register
@@ -74,6 +75,6 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "Algorithm", "ArrayData", "CenterAlgorithm", "CenterParams", "ClientView", "ConfigError", "DataError", "EmptyClusterWarning",
     "ExperimentConfig", "FederationInfo", "FedrayError", "FedrayWarning", "Params", "Reply", "Result",
-    "RoundContext", "RoundFailedError", "Session", "resume", "Stats", "StatsBlock", "SupervisedAlgorithm", "SupervisedParams",
+    "ReleaseRefusedError", "RoundContext", "RoundFailedError", "Session", "resume", "Stats", "StatsBlock", "SupervisedAlgorithm", "SupervisedParams",
     "Task", "available_algorithms", "batched", "from_arrays", "make_config", "register", "run", "total",
 ]

@@ -255,7 +255,14 @@ class PrivacyConfig(_Section):
                                     description="Shamir threshold t = floor(value * peers) + 1")
     release_rule: Literal["strict", "count"] = Field(default="strict", description="a sum with which a combination "
         "of released sums singles out < min_cohort clients: strict: narrowed or refused; count: released, counted")
-    cohorts: Literal["random", "blocks"] = Field(default="random", description="blocks: sample fixed blocks")
+    cohorts: Literal["auto", "random", "blocks"] = Field(
+        default="auto", description="how a round samples its clients under secure aggregation: blocks: whole fixed "
+        "blocks of at least min_cohort clients; random: clients one by one; auto: blocks with secure aggregation, "
+        "no DP and federation.fraction < 1, else random")
+    blocks_seed: int = Field(default=0, ge=0, description="seed of the fixed blocks (cohorts: blocks): a property "
+                             "of the federation, not of the run; keep it the same for every run over the same clients")
+    release_log: str | None = Field(default=None, description="folder of the federation's release journal (every "
+                                    "sum secure aggregation released; default: release_log/ in the output folder)")
     dp: DPConfig | None = Field(default=None, description="differential privacy: set clip and noise_multiplier "
                                 "to turn on (None: off)")
     min_samples_guard: bool = Field(default=False, description="a client withholds its statistics when N_m F <= L "
@@ -267,6 +274,13 @@ class PrivacyConfig(_Section):
     @property
     def active(self) -> bool:
         return bool(self.secure_aggregation or self.dp is not None or self.min_samples_guard or self.min_cluster_count)
+
+    def block_cohorts(self, fraction: float) -> bool:
+        """Rounds sample whole fixed blocks: secure aggregation at fraction < 1 with ``cohorts: blocks``, or
+        ``auto`` without DP."""
+        if not self.secure_aggregation or fraction >= 1:
+            return False
+        return self.cohorts == "blocks" or (self.cohorts == "auto" and self.dp is None)
 
 
 class CheckpointConfig(_Section):

@@ -9,6 +9,7 @@ sweeps run many algorithms on one session without rebuilding shards.
 from __future__ import annotations
 
 import logging
+import secrets
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -20,7 +21,7 @@ from fedray.api import plotdata
 from fedray.api.checkpoint import Checkpointer
 from fedray.api.config import ExperimentConfig, make_config
 from fedray.api.drivers import LocalDriver, RayDriver
-from fedray.api.outputs import prepare, release, write_partial
+from fedray.api.outputs import prepare, release, run_id_of, write_partial
 from fedray.api.progress import Activity, Progress, startup_line
 from fedray.api.results import Result
 from fedray.api.tracking import Trackers
@@ -34,6 +35,7 @@ from fedray.core.stats import Stats, total
 from fedray.data.checks import Descriptions, check_descriptions, check_magnitude, column_moments
 from fedray.data.federation import Federation, build_federation, check_memory, shard_residency
 from fedray.layers.privacy import PrivacyLayer
+from fedray.layers.privacy.journal import federation_fingerprint
 from fedray.layers.stack import build_stack, cohort_blocks, find_layer, secure_layer
 from fedray.loop.server import round_cap
 from fedray.loop.settings import ServerSettings
@@ -100,6 +102,7 @@ class Session:
             # K selection, validation, plots); each run starts its records afresh.
             self.layers: Executor = build_stack(self.executor, cfg, self.disclosures)
             self._secure: PrivacyLayer | None = None
+            self.fingerprint: str | None = None  # of the federation, once its set-up moments are summed
             act.stage("checking the data (per-client summaries)", "data checks")
             self.descriptions: Descriptions = self.executor.describe(private=True) if cfg.privacy.active else self.executor.describe()
             self.info, self.scaler = self._check_and_scale(self.descriptions)
@@ -126,6 +129,7 @@ class Session:
             check_magnitude(lo, hi, N, names)
         scaler = None
         mode = self.config.data.scale
+        self._join_federation(n, n_features, s, ss)
         if self.config.privacy.feature_bounds is not None:  # the user's box, also for random starts and plots
             lo, hi = _bounds(self.config.privacy.feature_bounds, n_features)
         if mode == "standard":
@@ -143,6 +147,26 @@ class Session:
                               n_samples=n, feature_min=lo, feature_max=hi, n_classes=n_classes,
                               has_labels=self.federation.has_labels, extras={**self.federation.extras, "feature_names": names})
         return info, scaler
+
+    def _join_federation(self, n: Any, n_features: int, s: Any, ss: Any) -> None:
+        """Give the privacy layers the release log of this federation (its fingerprint: the clients' names
+        and sample counts and the set-up moments), shared by every session over the same clients in this
+        process (:mod:`fedray.layers.privacy.journal`)."""
+        self.fingerprint = federation_fingerprint([sp.name for sp in self.federation.specs], n, n_features, (s, ss))
+        for layer in {id(x): x for x in (find_layer(self.layers, PrivacyLayer), self._secure) if x is not None}.values():
+            layer.join_federation(self.fingerprint)
+
+    def _begin_privacy(self, alg: Algorithm, cfg: ExperimentConfig, out: Any, run_key: str | None) -> None:
+        """Tell the privacy layer which run starts (refusals name it; a resumed run keeps its key) and where
+        the federation's release journal is (``privacy.release_log``, else ``release_log/`` in ``out``)."""
+        layer = find_layer(self.layers, PrivacyLayer)
+        if layer is None or not cfg.privacy.secure_aggregation:
+            return
+        folder = cfg.privacy.release_log or (Path(out) / "release_log" if out else None)
+        where = f" -> {out}" if out else ""
+        held = layer.begin_run(run_key or secrets.token_hex(16), f"run {alg.name} (seed {cfg.seed}{where})", folder)
+        if held:
+            log.info("release journal %s: %d earlier release(s) of this federation", folder, held)
 
     def _private_moments(self, n_features: int, N: float, names: Any) -> tuple[np.ndarray, ...]:
         """Column sums and sums of squares through secure aggregation (no per-client moment or
@@ -232,6 +256,8 @@ class Session:
         """The run itself, in the output folder ``out`` claimed for it."""
         checkpoint = Checkpointer(cfg, out, self, None if resume_from is None else resume_from.get("run_id")) \
             if cfg.checkpoint.every else None
+        self._begin_privacy(alg, cfg, out, (checkpoint.run_id if checkpoint is not None else None)
+                            or (resume_from or {}).get("run_id") or (run_id_of(out) if out else None))
         if resume_from is not None and resume_from.get("clients"):
             self.executor.set_state(resume_from["clients"])
         self._stash_outside_records()
@@ -268,6 +294,8 @@ class Session:
             bar.close()
             driver.close()  # also when the run fails or is interrupted
             self.layers.reset_records()  # the run's records are in its state (its Result)
+            if (own := find_layer(self.layers, PrivacyLayer)) is not None:
+                own.end_run()
             if cfg.runtime.backend == "ray":
                 self._prestart_server()  # the next run's, started while this one's results are built
         status = "FAILED"
@@ -412,6 +440,8 @@ class Session:
     def _secure_layer(self) -> PrivacyLayer:
         if self._secure is None:
             self._secure = secure_layer(self.layers, self.config)
+            if self.fingerprint is not None:
+                self._secure.join_federation(self.fingerprint)
         return self._secure
 
     def _plot_total(self, fn: Any, shared: Any) -> Stats | None:

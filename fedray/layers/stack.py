@@ -66,13 +66,17 @@ def secure_layer(top: Executor, cfg: Any) -> PrivacyLayer:
 
 
 def cohort_blocks(cfg: Any, n_clients: int, top: Executor) -> np.ndarray | None:
-    """Each client's fixed block when ``privacy.cohorts`` is ``blocks`` under secure aggregation and
-    partial participation (None otherwise); the stack's privacy layer narrows to whole blocks."""
+    """Each client's fixed block when rounds sample whole blocks (:meth:`PrivacyConfig.block_cohorts
+    <fedray.api.config.PrivacyConfig.block_cohorts>`; None otherwise); the stack's privacy layer narrows
+    to whole blocks. The blocks derive from ``privacy.blocks_seed``, fixed for the federation, never from
+    the run's seed: every run over the same clients releases unions of the same blocks."""
     p = cfg.privacy
-    if not (p.secure_aggregation and p.cohorts == "blocks" and cfg.federation.fraction < 1):
-        return None
-    blocks = client_blocks(cfg.seed, n_clients, p.min_cohort)
     layer = find_layer(top, PrivacyLayer)
+    if not p.block_cohorts(cfg.federation.fraction):
+        if layer is not None:
+            layer.blocks = None
+        return None
+    blocks = client_blocks(p.blocks_seed, n_clients, p.min_cohort)
     if layer is not None:
-        layer.releases.blocks = blocks
+        layer.blocks = blocks
     return blocks

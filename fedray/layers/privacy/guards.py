@@ -51,3 +51,32 @@ def enough_samples(X: np.ndarray, n_statistics: int) -> bool:
     """The minimum-sample guard: N_m > L / F, i.e. the N_m F unknowns exceed the L equations."""
     F = max(1, X.shape[1])
     return X.shape[0] * F > n_statistics
+
+
+#: The statistic a client adds beside its crisp per-cluster sums under secure aggregation without DP:
+#: 1 for each cluster it has a point in. Summed, it is each cluster's number of contributors.
+CONTRIBUTORS = "_contributors"
+
+
+def with_contributors(stats: Stats) -> Stats:
+    """``stats`` with :data:`CONTRIBUTORS` added when it holds crisp per-cluster sums and counts."""
+    for s, c in CLUSTER_PAIRS.items():
+        if s in stats and c in stats and np.ndim(stats[c]) == 1 and CONTRIBUTORS not in stats:
+            return Stats(**dict(stats), **{CONTRIBUTORS: (np.asarray(stats[c]) > 0).astype(np.float64)})
+    return stats
+
+
+def per_cluster_support(total: Stats, min_cohort: int) -> tuple[Stats, int]:
+    """A secure total without :data:`CONTRIBUTORS`, every per-cluster component with fewer than
+    ``min_cohort`` contributors (but some) zeroed; returns it and how many clusters were zeroed."""
+    if CONTRIBUTORS not in total:
+        return total, 0
+    support = np.asarray(total[CONTRIBUTORS])
+    low = (support > 0.5) & (support < min_cohort - 0.5)
+    k = support.shape[0]
+    arrays = {n: np.array(v, dtype=np.float64) for n, v in total.items() if n != CONTRIBUTORS}
+    if low.any():
+        for v in arrays.values():
+            if v.ndim >= 1 and v.shape[0] == k:
+                v[low] = 0.0
+    return Stats(**arrays), int(low.sum())

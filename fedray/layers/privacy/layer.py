@@ -10,7 +10,7 @@ import numpy as np
 
 from fedray.core.calls import Call
 from fedray.core.contract import Reply, Task
-from fedray.core.errors import DataError, RoundFailedError
+from fedray.core.errors import DataError, ReleaseRefusedError, RoundFailedError
 from fedray.core.seeding import MASK_RING_STREAM, server_rng
 from fedray.core.sizes import nbytes_of
 from fedray.core.stats import Stats
@@ -23,10 +23,11 @@ from fedray.layers.privacy.client import (
     secagg_unmask,
 )
 from fedray.layers.privacy.codec import MOD, MaskedStats, decode, layout_of, prg, template
-from fedray.layers.privacy.dp import noise_std, round_multiplier
-from fedray.layers.privacy.guards import count_small_clusters
+from fedray.layers.privacy.dp import noise_std, round_multiplier, weak_noise
+from fedray.layers.privacy.guards import count_small_clusters, per_cluster_support
+from fedray.layers.privacy.journal import Journal, shared_log
 from fedray.layers.privacy.keys import CT_BYTES, pair_seed, pk_bytes, sk_from_int
-from fedray.layers.privacy.release import Release, ReleaseLog, conflict_message, release_of
+from fedray.layers.privacy.release import Release, ReleaseLog, conflict_message, refusal_fixes, release_of
 from fedray.layers.privacy.shamir import shamir_combine, threshold
 from fedray.runtime.executor import ExecResult, Executor, ExecutorWrapper
 
@@ -89,8 +90,37 @@ class PrivacyLayer(ExecutorWrapper):
         self._cpk: dict[int, bytes] = {}  # registered long-lived public keys (relayed, public)
         self.transcript: dict[str, Any] = {}  # what the server held in the last instance (audits, tests)
         self._outside: list[dict[str, Any]] = []  # releases of calls outside runs (kept in every run's account)
-        # the sums released so far (the release rule, fedray.layers.privacy.release): kept across runs
+        # the sums released so far (the release rule, fedray.layers.privacy.release): the federation's log
+        # once the session knows its fingerprint (join_federation), kept across runs and sessions
         self.releases = ReleaseLog(privacy.min_cohort)
+        self.fingerprint: str | None = None
+        self.blocks: np.ndarray | None = None  # each client's fixed block (privacy.cohorts: blocks)
+        self.run_key = ""  # the run's name in the release log ("" outside runs)
+        self.run_name = "the session's set-up"  # the run, as refusals name it
+
+    def join_federation(self, fingerprint: str) -> None:
+        """Use the release log of federation ``fingerprint`` in this process (every layer over the same
+        clients shares it), with what this layer released so far (the set-up sums) added to it."""
+        shared = shared_log(fingerprint, self.cfg.min_cohort)
+        if shared is not self.releases:
+            for r in self.releases.released:
+                shared.add(r)
+            self.releases = shared
+        self.fingerprint = fingerprint
+
+    def begin_run(self, key: str, name: str, folder: Any = None) -> int:
+        """A run starts: ``key`` names it in the release log (a resumed run keeps its first key), ``name``
+        in refusals; ``folder`` (None: none) holds the federation's journal on disk, read now and
+        appended at each release. Returns how many releases the journal held."""
+        self.run_key, self.run_name = str(key), str(name)
+        if folder is None or self.fingerprint is None:
+            self.releases.attach(None)
+            return 0
+        return self.releases.attach(Journal(folder, self.fingerprint))
+
+    def end_run(self) -> None:
+        """The run is over: later calls are the session's own."""
+        self.run_key, self.run_name = "", "the session (outside runs)"
 
     @property
     def whole_cohort_retries(self) -> bool:  # type: ignore[override]
@@ -179,6 +209,8 @@ class PrivacyLayer(ExecutorWrapper):
                                  "min_cluster_count": cfg.min_cluster_count}
         if dp_std is not None:
             extra.update(dp_std=dp_std, clip=dp.clip, seeded_noise=bool(dp.seeded_noise))
+        weak = dp is not None and sa and weak_noise(dp, len(cohort), len(cohort), True)
+        extra["support"] = sa and (dp_std is None or weak)  # each cluster's contributors, summed with the sums
         dropped_early: dict[int, str] = {}
         peers: dict[int, list[int]] = {}
         keys: Keys = {}
@@ -195,7 +227,10 @@ class PrivacyLayer(ExecutorWrapper):
         res.failed.sort()
         n_stats = self._count_replies(cfg, res, call, dp_std is not None)
         if sa:
-            self._unmask(cfg, res, keys, call, timeout, noised=dp_std is not None)
+            weak = dp is not None and weak_noise(dp, max(1, n_stats), len(cohort), True)
+            if weak and n_stats:
+                self.account["weak_noise"] += 1
+            self._unmask(cfg, res, keys, call, timeout, noised=dp_std is not None and not weak)
         if cfg.min_samples_guard and training:
             self._fill_withheld(res, call)
         if dp is not None and n_stats:
@@ -208,10 +243,10 @@ class PrivacyLayer(ExecutorWrapper):
         """Refuse a cohort below ``privacy.min_cohort`` before anything is sent."""
         if len(cohort) < cfg.min_cohort:
             self.account["refused_rounds"] += 1
-            raise RoundFailedError(
-                f"{call.label()}: secure aggregation refused: a cohort of {len(cohort)} client(s) is below "
-                f"privacy.min_cohort={cfg.min_cohort} (its sum would reveal too much); sample more clients "
-                f"(federation.fraction) or lower privacy.min_cohort")
+            raise ReleaseRefusedError(
+                f"{self.run_name}: {call.label()}: secure aggregation refused: a cohort of {len(cohort)} client(s) "
+                f"is below privacy.min_cohort={cfg.min_cohort}, so its sum would single out {len(cohort)} "
+                f"client(s); fixes: sample more clients (federation.fraction) or lower privacy.min_cohort")
 
     def _wrap(self, t: Task, extra_base: dict[str, Any], peers: dict[int, list[int]], keys: Keys, cid: int) -> Task:
         """Client ``cid``'s task wrapped in :func:`private_call`, with its peers' public keys and its inbox."""
@@ -310,28 +345,20 @@ class PrivacyLayer(ExecutorWrapper):
                                    f"clients sent {sorted(layouts)}")
         layout = layouts.pop()
         arrived = sorted(r.client_id for _, r in masked)
-        release = release_of(call, arrived, layout, noised)
-        verdict = "release"
         if len(arrived) < call.quorum:  # the caller would throw the sum away: never unmask it
             return self._refuse(res, masked, call, f"only {len(arrived)} of the {call.quorum} answers the call "
                                 f"needs arrived; the sum is not released", "held")
-        if len(arrived) >= cfg.min_cohort:
-            verdict, cohort, exposure = self.releases.decide(release.clients, release.statistics, noised)
-            if verdict in ("narrowed", "refused") and cfg.release_rule == "count":
-                verdict, cohort = "release", release.clients
-                before = self.releases.exposure(None, release.statistics).clients_in_small_groups
-                self._disclose("differencing", max(1, exposure.clients_in_small_groups - before))
-            if verdict == "refused":
-                why = conflict_message(release.clients, exposure, self.releases.released, cfg.min_cohort)
-                return self._refuse(res, masked, call, why, "refused")
-            if verdict == "narrowed":
-                self._leave_out(res, [c for c in arrived if c not in cohort], call)
-                masked = [(k, r) for k, r in enumerate(res.replies) if isinstance(r.update, MaskedStats)]
-                release = release_of(call, sorted(cohort), layout, noised)
+        release = release_of(call, arrived, layout, noised, self.run_key)
+        with self.releases.held():  # decided and recorded under the journal's lock (write-ahead)
+            verdict = "release"
+            if len(arrived) >= cfg.min_cohort:
+                verdict, release, masked = self._decide(cfg, res, masked, call, release, layout, noised)
+            if len(release.clients) < call.quorum:  # the caller would throw the sum away: never unmask it
+                return self._refuse(res, masked, call, f"only {len(release.clients)} of the {call.quorum} answers "
+                                    f"the call needs arrived; the sum is not released", "held")
+            if len(release.clients) >= cfg.min_cohort:
+                self.releases.add(release)
         survivors = sorted(release.clients)
-        if len(survivors) < call.quorum:  # the caller would throw the sum away: never unmask it
-            return self._refuse(res, masked, call, f"only {len(survivors)} of the {call.quorum} answers the call "
-                                f"needs arrived; the sum is not released", "held")
         dropped = sorted(c for c in keys if c not in release.clients)
         revealed, why = self._reveal(cfg, keys, survivors, dropped, call, timeout)
         if why is not None:  # discard the masked vectors: they are never unmasked
@@ -344,12 +371,40 @@ class PrivacyLayer(ExecutorWrapper):
         self.account["masked_messages"] += len(masked)
         self._record(release)
         self.account["release_rule"][verdict] += 1
-        tmpl = template(layout)
-        summed = tmpl.with_flat(decode([t % MOD for t in total]))
+        summed, low = per_cluster_support(template(layout).with_flat(decode([t % MOD for t in total])), cfg.min_cohort)
+        tmpl = summed.zero()
+        if low:
+            self.account["low_support_clusters"] += low
+            log.info("%s: %d per-cluster sum(s) from fewer than privacy.min_cohort=%d clients zeroed", call.label(),
+                     low, cfg.min_cohort)
         if not cfg.min_cluster_count:
             self._disclose("small_cluster_totals", count_small_clusters(summed))
         for n, (k, r) in enumerate(masked):
             res.replies[k] = Reply(r.client_id, summed if n == 0 else tmpl, r.seconds, r.nbytes)
+
+    def _decide(self, cfg: Any, res: ExecResult, masked: list[tuple[int, Reply]], call: Call, release: Release,
+                layout: str, noised: bool) -> tuple[str, Release, list[tuple[int, Reply]]]:
+        """The release rule on the sum over ``release.clients``: the verdict, the release to make and the
+        masked replies in it; raises :class:`ReleaseRefusedError` when it refuses."""
+        key = (self.run_key, call.kind.value, call.stream_round, call.attempt) if self.run_key else None
+        verdict, cohort, exposure = self.releases.decide(release.clients, release.statistics, noised,
+                                                         blocks=self.blocks, min_cohort=cfg.min_cohort, key=key)
+        if verdict in ("narrowed", "refused") and cfg.release_rule == "count":
+            verdict, cohort = "release", release.clients
+            before = self.releases.exposure(None, release.statistics, cfg.min_cohort).clients_in_small_groups
+            self._disclose("differencing", max(1, exposure.clients_in_small_groups - before))
+        if verdict == "refused":
+            self.account["release_rule"]["refused"] += 1
+            why = conflict_message(release.clients, exposure, self.releases.released, cfg.min_cohort)
+            log.warning("%s: secure aggregation refused: %s", call.label(), why)
+            res.replies = [r for r in res.replies if not isinstance(r.update, MaskedStats)]  # never unmasked
+            raise ReleaseRefusedError(f"{self.run_name}: {call.label()}: secure aggregation refused the sum of "
+                                      f"{len(release.clients)} clients: {why}; {refusal_fixes(self.blocks is not None)}")
+        if verdict == "narrowed" and cohort is not None and cohort != release.clients:
+            self._leave_out(res, [c for c in release.clients if c not in cohort], call)
+            masked = [(k, r) for k, r in enumerate(res.replies) if isinstance(r.update, MaskedStats)]
+            release = release_of(call, sorted(cohort), layout, noised, self.run_key)
+        return verdict, release, masked
 
     def outside_releases(self) -> list[dict[str, Any]]:
         """The releases of calls outside runs so far (set-up, K selection, validation, plots)."""
@@ -363,7 +418,7 @@ class PrivacyLayer(ExecutorWrapper):
                 self.releases.add(Release.of_row(r))
 
     def _record(self, release: Release) -> None:
-        self.releases.add(release)
+        self.releases.add(release)  # (added before unmasking already: counted once)
         self.account["releases"].append({**release.row(), "summed": True})
 
     def _leave_out(self, res: ExecResult, out: list[int], call: Call) -> None:
