@@ -360,7 +360,8 @@ class PrivacyLayer(ExecutorWrapper):
                 self.releases.add(release)
         survivors = sorted(release.clients)
         dropped = sorted(c for c in keys if c not in release.clients)
-        revealed, why = self._reveal(cfg, keys, survivors, dropped, call, timeout)
+        # share holders: every client whose masked vector arrived, also those the rule left out of the sum
+        revealed, why = self._reveal(cfg, keys, survivors, dropped, call, timeout, holders=arrived)
         if why is not None:  # discard the masked vectors: they are never unmasked
             self._refuse(res, masked, call, why)
             return
@@ -434,16 +435,19 @@ class PrivacyLayer(ExecutorWrapper):
         res.failed.sort()
 
     def _reveal(self, cfg: Any, keys: Keys, survivors: list[int], dropped: list[int], call: Call,
-                timeout: float | None) -> tuple[dict[str, dict[int, dict[int, int]]], str | None]:
-        """Ask the survivors for their shares: ``{"b": {v: {x: share}}, "s": ...}`` and why the round is refused
-        (None when every needed secret has at least t shares)."""
+                timeout: float | None, holders: list[int] | None = None
+                ) -> tuple[dict[str, dict[int, dict[int, int]]], str | None]:
+        """Ask the share ``holders`` (default: the survivors; clients left out of the sum hold shares too, and
+        never reveal their own self-mask) for their shares: ``{"b": {v: {x: share}}, "s": ...}`` and why the
+        round is refused (None when every needed secret has at least t shares)."""
         revealed: dict[str, dict[int, dict[int, int]]] = {"b": {}, "s": {}}
         if len(survivors) < cfg.min_cohort:
             return revealed, (f"only {len(survivors)} masked vector(s) arrived, below privacy.min_cohort="
                               f"{cfg.min_cohort}; their total would reveal too much")
         payload = {"run": self._run, "instance": self._instance, "survivors": survivors,
                    "dropped": dropped, "min_survivors": cfg.min_cohort}
-        out = self._protocol(call, {c: Task(secagg_unmask, payload, None) for c in survivors}, timeout)
+        asked = sorted(set(survivors) | set(holders or ()))
+        out = self._protocol(call, {c: Task(secagg_unmask, payload, None) for c in asked}, timeout)
         for r in out.replies:
             u = r.update
             x = r.client_id + 1
