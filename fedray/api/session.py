@@ -9,7 +9,6 @@ sweeps run many algorithms on one session without rebuilding shards.
 from __future__ import annotations
 
 import logging
-import secrets
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -35,8 +34,7 @@ from fedray.core.stats import Stats, total
 from fedray.data.checks import Descriptions, check_descriptions, check_magnitude, column_moments
 from fedray.data.federation import Federation, build_federation, check_memory, shard_residency
 from fedray.layers.privacy import PrivacyLayer
-from fedray.layers.privacy.journal import federation_fingerprint
-from fedray.layers.stack import build_stack, cohort_blocks, find_layer, secure_layer
+from fedray.layers.stack import begin_private_run, build_stack, cohort_blocks, find_layer, join_federation, secure_layer
 from fedray.loop.server import round_cap
 from fedray.loop.settings import ServerSettings
 from fedray.runtime.backends import make_executor
@@ -149,24 +147,9 @@ class Session:
         return info, scaler
 
     def _join_federation(self, n: Any, n_features: int, s: Any, ss: Any) -> None:
-        """Give the privacy layers the release log of this federation (its fingerprint: the clients' names
-        and sample counts and the set-up moments), shared by every session over the same clients in this
-        process (:mod:`fedray.layers.privacy.journal`)."""
-        self.fingerprint = federation_fingerprint([sp.name for sp in self.federation.specs], n, n_features, (s, ss))
-        for layer in {id(x): x for x in (find_layer(self.layers, PrivacyLayer), self._secure) if x is not None}.values():
-            layer.join_federation(self.fingerprint)
-
-    def _begin_privacy(self, alg: Algorithm, cfg: ExperimentConfig, out: Any, run_key: str | None) -> None:
-        """Tell the privacy layer which run starts (refusals name it; a resumed run keeps its key) and where
-        the federation's release journal is (``privacy.release_log``, else ``release_log/`` in ``out``)."""
-        layer = find_layer(self.layers, PrivacyLayer)
-        if layer is None or not cfg.privacy.secure_aggregation:
-            return
-        folder = cfg.privacy.release_log or (Path(out) / "release_log" if out else None)
-        where = f" -> {out}" if out else ""
-        held = layer.begin_run(run_key or secrets.token_hex(16), f"run {alg.name} (seed {cfg.seed}{where})", folder)
-        if held:
-            log.info("release journal %s: %d earlier release(s) of this federation", folder, held)
+        """Give the privacy layers the release log of this federation (:func:`fedray.layers.stack.join_federation`)."""
+        self.fingerprint = join_federation([sp.name for sp in self.federation.specs], n, n_features, (s, ss),
+                                           (find_layer(self.layers, PrivacyLayer), self._secure))
 
     def _private_moments(self, n_features: int, N: float, names: Any) -> tuple[np.ndarray, ...]:
         """Column sums and sums of squares through secure aggregation (no per-client moment or
@@ -256,8 +239,8 @@ class Session:
         """The run itself, in the output folder ``out`` claimed for it."""
         checkpoint = Checkpointer(cfg, out, self, None if resume_from is None else resume_from.get("run_id")) \
             if cfg.checkpoint.every else None
-        self._begin_privacy(alg, cfg, out, (checkpoint.run_id if checkpoint is not None else None)
-                            or (resume_from or {}).get("run_id") or (run_id_of(out) if out else None))
+        begin_private_run(self.layers, alg.name, cfg, out, (checkpoint.run_id if checkpoint is not None else None)
+                          or (resume_from or {}).get("run_id") or (run_id_of(out) if out else None))
         if resume_from is not None and resume_from.get("clients"):
             self.executor.set_state(resume_from["clients"])
         self._stash_outside_records()

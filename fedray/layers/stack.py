@@ -16,6 +16,10 @@ the validation indices), one with secure aggregation alone, on top of the same s
 """
 from __future__ import annotations
 
+import logging
+import secrets
+from collections.abc import Iterable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
@@ -24,9 +28,11 @@ from fedray.core.seeding import client_blocks
 from fedray.layers.faults import FaultInjector
 from fedray.layers.messages import MessageLog
 from fedray.layers.privacy import PrivacyLayer
+from fedray.layers.privacy.journal import federation_fingerprint
 from fedray.runtime.executor import Executor, ExecutorWrapper
 
 L = TypeVar("L", bound=Executor)
+log = logging.getLogger(__name__)
 
 
 def build_stack(executor: Executor, cfg: Any, disclosures: dict[str, int] | None = None) -> Executor:
@@ -80,3 +86,28 @@ def cohort_blocks(cfg: Any, n_clients: int, top: Executor) -> np.ndarray | None:
     if layer is not None:
         layer.blocks = blocks
     return blocks
+
+
+def join_federation(names: list[str], n: Any, n_features: int, sums: Any, layers: Iterable[PrivacyLayer | None]
+                    ) -> str:
+    """The federation's fingerprint (the clients' names and sample counts and the set-up moments ``sums``);
+    each privacy layer of ``layers`` takes the federation's release log, shared by every session over the
+    same clients in this process (:mod:`fedray.layers.privacy.journal`)."""
+    fingerprint = federation_fingerprint(names, n, n_features, sums)
+    for layer in {id(x): x for x in layers if x is not None}.values():
+        layer.join_federation(fingerprint)
+    return fingerprint
+
+
+def begin_private_run(top: Executor, name: str, cfg: Any, out: Any, run_key: str | None) -> None:
+    """Tell the stack's privacy layer that run ``name`` starts (refusals name it; a resumed run keeps its
+    ``run_key``) and where the federation's release journal is (``privacy.release_log``, else
+    ``release_log/`` in the output folder ``out``; none without either)."""
+    layer = find_layer(top, PrivacyLayer)
+    if layer is None or not cfg.privacy.secure_aggregation:
+        return
+    folder = cfg.privacy.release_log or (Path(out) / "release_log" if out else None)
+    where = f" -> {out}" if out else ""
+    held = layer.begin_run(run_key or secrets.token_hex(16), f"run {name} (seed {cfg.seed}{where})", folder)
+    if held:
+        log.info("release journal %s: %d earlier release(s) of this federation", folder, held)

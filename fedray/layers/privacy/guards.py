@@ -12,6 +12,8 @@ from typing import Any
 
 import numpy as np
 
+from fedray.core.contract import Reply
+from fedray.core.errors import RoundFailedError
 from fedray.core.stats import COUNTS_OF, Stats
 
 # Per-cluster sums and the point counts next to them (crisp clusters: the small-cluster guard and count):
@@ -80,3 +82,20 @@ def per_cluster_support(total: Stats, min_cohort: int) -> tuple[Stats, int]:
             if v.ndim >= 1 and v.shape[0] == k:
                 v[low] = 0.0
     return Stats(**arrays), int(low.sum())
+
+
+def fill_withheld(res: Any, call: Any) -> None:
+    """Withheld statistics count as zero, so that any aggregation that sums replies works."""
+    withheld = [k for k, r in enumerate(res.replies) if r.update is None]
+    if not withheld:
+        return
+    sent = next((r.update for r in res.replies if isinstance(r.update, Stats)), None)
+    if sent is None:
+        raise RoundFailedError(
+            f"{call.label()}: every client withheld its statistics (privacy.min_samples_guard: a client sends "
+            f"L statistics only if its N_m samples of F features give N_m * F > L); use fewer clusters, "
+            f"fewer and larger clients, or turn the guard off")
+    zero = sent.zero()
+    for k in withheld:
+        r = res.replies[k]
+        res.replies[k] = Reply(r.client_id, zero, r.seconds, r.nbytes)

@@ -11,7 +11,6 @@ import numpy as np
 from fedray.core.calls import Call
 from fedray.core.contract import Reply, Task
 from fedray.core.errors import DataError, ReleaseRefusedError, RoundFailedError
-from fedray.core.seeding import MASK_RING_STREAM, server_rng
 from fedray.core.sizes import nbytes_of
 from fedray.core.stats import Stats
 from fedray.layers.messages import Envelope
@@ -24,9 +23,9 @@ from fedray.layers.privacy.client import (
 )
 from fedray.layers.privacy.codec import MOD, MaskedStats, decode, layout_of, prg, template
 from fedray.layers.privacy.dp import noise_std, round_multiplier, weak_noise
-from fedray.layers.privacy.guards import count_small_clusters, per_cluster_support
+from fedray.layers.privacy.guards import count_small_clusters, fill_withheld, per_cluster_support
 from fedray.layers.privacy.journal import Journal, shared_log
-from fedray.layers.privacy.keys import CT_BYTES, pair_seed, pk_bytes, sk_from_int
+from fedray.layers.privacy.keys import CT_BYTES, mask_peers, pair_seed, pk_bytes, sk_from_int
 from fedray.layers.privacy.release import Release, ReleaseLog, conflict_message, refusal_fixes, release_of
 from fedray.layers.privacy.shamir import shamir_combine, threshold
 from fedray.runtime.executor import ExecResult, Executor, ExecutorWrapper
@@ -36,26 +35,6 @@ log = logging.getLogger(__name__)
 
 Keys = dict[int, dict[str, Any]]  # per client of an instance: s_pk, c_pk, ct, peers, t
 OUTSIDE_KINDS = ("setup", "adhoc")  # kinds of the calls a session makes outside runs
-
-
-def mask_peers(cohort: list[int], neighbors: int | None, seed: int, round_: int, attempt: int) -> dict[int, list[int]]:
-    """Mask peers of each client: everyone else, or ``neighbors`` peers on a ring seeded by
-    (``seed``, ``round_``, ``attempt``); the layer passes a call's
-    :attr:`~fedray.core.calls.Call.stream_round` and attempt.
-
-    The graph is public (the server chooses it, as in SecAgg+); no secret derives from it.
-    """
-    n = len(cohort)
-    if neighbors is None or neighbors >= n - 1:
-        return {c: [p for p in cohort if p != c] for c in cohort}
-    order = [cohort[k] for k in server_rng(seed, round_, MASK_RING_STREAM, attempt).permutation(n)]
-    h = max(1, neighbors // 2)
-    peers: dict[int, set[int]] = {c: set() for c in cohort}
-    for pos, c in enumerate(order):
-        for s in range(1, h + 1):
-            peers[c].add(order[(pos + s) % n])
-            peers[c].add(order[(pos - s) % n])
-    return {c: sorted(p) for c, p in peers.items()}
 
 
 def _stack(rows: list[Any], width: int) -> np.ndarray:
@@ -165,27 +144,11 @@ class PrivacyLayer(ExecutorWrapper):
         protocol is counted in this layer's account. Used by the session for its set-up moments
         and plots.
 
-        Parameters
-        ----------
-        call : Call
-            The call (usually ``SETUP`` or ``ADHOC``); it keys the public mask graph.
-        tasks : dict of int to Task
-            Per client, a task whose function returns a :class:`~fedray.core.stats.Stats`.
-        timeout : float, optional
-            Seconds each step may take (None: no limit).
-
-        Returns
-        -------
-        Stats
-            The exact total (2^-64 per client) of every client's statistics.
-
-        Raises
-        ------
-        DataError
-            A client's function raised one (the first client's message).
-        RoundFailedError
-            The call is refused (cohort or survivors too small) or a client did not answer.
-        """
+        ``call`` (usually ``SETUP`` or ``ADHOC``) keys the public mask graph; each of ``tasks`` returns a
+        :class:`~fedray.core.stats.Stats`; ``timeout``: seconds each step may take (None: no limit).
+        Returns the exact total (2^-64 per client). Raises :class:`DataError` (a client's function raised
+        one: the first client's message) or :class:`RoundFailedError` (the call is refused, or a client did
+        not answer)."""
         cfg = self.cfg.model_copy(update={"dp": None, "min_samples_guard": False, "min_cluster_count": 0,
                                           "secure_aggregation": True})
         res = self._execute(cfg, call, tasks, timeout)
@@ -232,7 +195,7 @@ class PrivacyLayer(ExecutorWrapper):
                 self.account["weak_noise"] += 1
             self._unmask(cfg, res, keys, call, timeout, noised=dp_std is not None and not weak)
         if cfg.min_samples_guard and training:
-            self._fill_withheld(res, call)
+            fill_withheld(res, call)
         if dp is not None and n_stats:
             answered = n_stats if sa else len(cohort)
             self.account["rounds"].append({"round": call.round, "attempt": call.attempt,
@@ -502,23 +465,6 @@ class PrivacyLayer(ExecutorWrapper):
                 total = [(a - b) if u < v else (a + b) for a, b in zip(total, m)]
                 self.account["recovered_masks"] += 1
         return total
-
-    @staticmethod
-    def _fill_withheld(res: ExecResult, call: Call) -> None:
-        """Withheld statistics count as zero, so that any aggregation that sums replies works."""
-        withheld = [k for k, r in enumerate(res.replies) if r.update is None]
-        if not withheld:
-            return
-        sent = next((r.update for r in res.replies if isinstance(r.update, Stats)), None)
-        if sent is None:
-            raise RoundFailedError(
-                f"{call.label()}: every client withheld its statistics (privacy.min_samples_guard: a client sends "
-                f"L statistics only if its N_m samples of F features give N_m * F > L); use fewer clusters, "
-                f"fewer and larger clients, or turn the guard off")
-        zero = sent.zero()
-        for k in withheld:
-            r = res.replies[k]
-            res.replies[k] = Reply(r.client_id, zero, r.seconds, r.nbytes)
 
     def report(self) -> dict[str, Any]:
         acc = {**self.account, "rounds": list(self.account["rounds"]), "releases": list(self.account["releases"]),
