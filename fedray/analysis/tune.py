@@ -45,6 +45,11 @@
   are made owner-only (files 0600, folders 0700), and so is the trial's whole folder (fedray's outputs
   and checkpoints, Tune's own files): the trial's process creates files owner-only (umask 077) and
   the tree is made so again when the run ends; a cloud bucket's access is yours to set.
+* **Secure aggregation.** Under ``privacy.secure_aggregation`` the trials of one experiment share
+  one release journal, ``release_log/`` in the experiment's folder (unless ``privacy.release_log``
+  names another), so the release rule weighs every trial's sums over the same clients together
+  (:mod:`fedray.layers.privacy.journal`); trials on other nodes share it only if that folder is
+  shared storage: name one with ``privacy.release_log``.
 * **Keys.** Checkpoints are signed (:mod:`fedray.api.checkpoint`); the trials get the
   driver's signing key through the object store, never through their configuration.
 
@@ -162,7 +167,8 @@ def run_trial(config: Mapping[str, Any], *, base: Any, checkpoint_every: int = 5
     hooks = [reporter, *on_round]
     checkpoint = tune.get_checkpoint()
     if checkpoint is None:
-        result = run(trial_config(base, config, checkpoint_every), output=out, progress=False, on_round=hooks)
+        result = run(shared_release_log(trial_config(base, config, checkpoint_every), trial_dir.parent), output=out,
+                     progress=False, on_round=hooks)
     else:
         with checkpoint.as_directory() as folder:
             params = _mutated_params(trial_config(base, config, checkpoint_every),
@@ -171,6 +177,16 @@ def run_trial(config: Mapping[str, Any], *, base: Any, checkpoint_every: int = 5
     owner_only(trial_dir)
     tune.report(final_report(reporter.last, numeric_items(result.final)))
     return result
+
+
+def shared_release_log(cfg: ExperimentConfig, experiment: Path) -> ExperimentConfig:
+    """Under secure aggregation, the trials of one experiment share one release journal (``release_log/``
+    in the experiment's folder, unless ``privacy.release_log`` names one): each trial runs in a process
+    of its own, and the release rule must weigh every trial's sums over the same clients together."""
+    p = cfg.privacy
+    if not p.secure_aggregation or p.release_log is not None:
+        return cfg
+    return cfg.model_copy(update={"privacy": p.model_copy(update={"release_log": str(experiment / "release_log")})})
 
 
 def owner_only(tree: Path) -> None:

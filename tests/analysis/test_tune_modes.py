@@ -67,3 +67,17 @@ def test_a_trials_own_output_tree_is_owner_only(tmp_path, monkeypatch):
     assert any(p.name == "checkpoint.pkl" for p in tree) and any(p.name == "summary.json" for p in tree)
     loose = [(str(p), oct(stat.S_IMODE(p.stat().st_mode))) for p in tree if stat.S_IMODE(p.stat().st_mode) & 0o077]
     assert loose == []
+
+
+def test_trials_under_secure_aggregation_share_one_release_journal(tmp_path):
+    """Each trial runs in its own process: under secure aggregation its run gets the experiment's
+    release_log/ folder (unless privacy.release_log names one), so all trials' sums are weighed together."""
+    from fedray.analysis.tune import shared_release_log, trial_config
+
+    secure = {**BASE, "privacy": {"secure_aggregation": True}}
+    a = shared_release_log(trial_config(secure, {"algorithm.params.n_clusters": 2}, 3), tmp_path / "exp")
+    b = shared_release_log(trial_config(secure, {"algorithm.params.n_clusters": 3}, 3), tmp_path / "exp")
+    assert a.privacy.release_log == b.privacy.release_log == str(tmp_path / "exp" / "release_log")
+    mine = {**BASE, "privacy": {"secure_aggregation": True, "release_log": str(tmp_path / "mine")}}
+    assert shared_release_log(trial_config(mine, {}, 3), tmp_path / "exp").privacy.release_log == str(tmp_path / "mine")
+    assert shared_release_log(trial_config(BASE, {}, 3), tmp_path / "exp").privacy.release_log is None
