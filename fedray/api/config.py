@@ -506,7 +506,8 @@ def _check_privacy(cfg: ExperimentConfig) -> None:
             raise ConfigError(f"privacy.feature_bounds[{k}]: ({lo}, {hi}) must have low < high")
     n = cfg.federation.n_clients
     if p.secure_aggregation and n is not None:
-        m = n_sampled(cfg.federation.fraction, n)
+        # whole blocks of at least min_cohort clients (one block at least) when the federation has one block
+        m = n if p.block_cohorts(cfg.federation.fraction) else n_sampled(cfg.federation.fraction, n)
         if m < p.min_cohort:
             raise ConfigError(f"privacy.min_cohort: secure aggregation needs cohorts of at least {p.min_cohort} "
                               f"clients; federation.n_clients={n} with fraction={cfg.federation.fraction} samples "

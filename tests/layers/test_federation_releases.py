@@ -266,3 +266,47 @@ def test_negligible_dp_noise_does_not_let_a_sum_past_the_rule(tmp_path):
     p = res.summary["privacy"]
     assert p["weak_noise"] == 0 and p["release_rule"]["refused"] == 0
     assert p["releases"]["train"]["noised"] == p["releases"]["train"]["calls"] > 0
+
+
+def test_two_processes_sharing_a_journal_decide_against_each_others_sums(tmp_path):
+    """Two logs over one journal folder (two Tune trials' processes): a sum one of them released is read
+    in by the other before it decides, so the other refuses the sum a client apart from it."""
+    from fedray.layers.privacy.journal import Journal
+    from fedray.layers.privacy.release import Release, ReleaseLog
+
+    stats = frozenset({"sums:(3, 2)"})
+    a, b = ReleaseLog(3), ReleaseLog(3)
+    a.attach(Journal(tmp_path, "f" * 32))
+    b.attach(Journal(tmp_path, "f" * 32))
+    a.add(Release("train", 1, 0, frozenset(range(10)), stats, False, "trial-a"))
+    with b.held():
+        verdict, _, exposure = b.decide(frozenset(range(9)), stats, False)
+    assert verdict == "refused" and exposure.smallest == (9,)
+    c = ReleaseLog(3)  # a third process, later: it starts from both the journal's sums
+    assert c.attach(Journal(tmp_path, "f" * 32)) == 1 and c.released == a.released
+
+
+def test_a_journal_that_is_a_link_is_refused(tmp_path):
+    from fedray.core.errors import OutputError
+    from fedray.layers.privacy.journal import Journal
+    from fedray.layers.privacy.release import ReleaseLog
+
+    outside = tmp_path / "outside.txt"
+    outside.write_text("precious")
+    for kind in ("symlink", "hardlink"):
+        folder = tmp_path / kind
+        folder.mkdir()
+        path = folder / f"releases-{'e' * 32}.jsonl"
+        path.symlink_to(outside) if kind == "symlink" else path.hardlink_to(outside)
+        with pytest.raises(OutputError, match="release journal"):
+            ReleaseLog(3).attach(Journal(folder, "e" * 32))
+    assert outside.read_text() == "precious"
+
+
+def test_secure_aggregation_with_blocks_accepts_a_fraction_whose_clients_alone_would_be_too_few():
+    """10 clients at fraction 0.2 sample 2 clients one by one (refused up front under min_cohort 3), but
+    one whole block of at least 3 under cohorts: auto / blocks, which is accepted."""
+    fedray.make_config(federation={"n_clients": 10, "fraction": 0.2}, privacy={"secure_aggregation": True})
+    with pytest.raises(fedray.ConfigError, match="privacy.min_cohort"):
+        fedray.make_config(federation={"n_clients": 10, "fraction": 0.2},
+                           privacy={"secure_aggregation": True, "cohorts": "random"})
