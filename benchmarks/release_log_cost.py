@@ -26,7 +26,7 @@ from pathlib import Path
 
 from fedray.api.session import Session
 from fedray.layers.privacy import journal
-from fedray.layers.privacy.journal import forget_releases
+from fedray.layers.privacy.release import forget_releases
 
 SPENT: list[float] = []  # seconds in the journal, one entry per call
 

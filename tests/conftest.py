@@ -68,7 +68,7 @@ def run_notebook(tmp_path):
 def _fresh_release_logs():
     """Each test starts with a server that has seen no sum: secure aggregation's release logs are kept
     per federation for the life of the process, so one test's sums would otherwise weigh on the next."""
-    from fedray.layers.privacy.journal import forget_releases
+    from fedray.layers.privacy.release import forget_releases
 
     forget_releases()
     yield

@@ -127,7 +127,9 @@ class Session:
             check_magnitude(lo, hi, N, names)
         scaler = None
         mode = self.config.data.scale
-        self._join_federation(n, n_features, s, ss)
+        # the federation's release log (fedray.layers.stack.join_federation), shared by its sessions
+        self.fingerprint = join_federation([sp.name for sp in self.federation.specs], n, n_features, (s, ss),
+                                           (find_layer(self.layers, PrivacyLayer), self._secure))
         if self.config.privacy.feature_bounds is not None:  # the user's box, also for random starts and plots
             lo, hi = _bounds(self.config.privacy.feature_bounds, n_features)
         if mode == "standard":
@@ -145,11 +147,6 @@ class Session:
                               n_samples=n, feature_min=lo, feature_max=hi, n_classes=n_classes,
                               has_labels=self.federation.has_labels, extras={**self.federation.extras, "feature_names": names})
         return info, scaler
-
-    def _join_federation(self, n: Any, n_features: int, s: Any, ss: Any) -> None:
-        """Give the privacy layers the release log of this federation (:func:`fedray.layers.stack.join_federation`)."""
-        self.fingerprint = join_federation([sp.name for sp in self.federation.specs], n, n_features, (s, ss),
-                                           (find_layer(self.layers, PrivacyLayer), self._secure))
 
     def _private_moments(self, n_features: int, N: float, names: Any) -> tuple[np.ndarray, ...]:
         """Column sums and sums of squares through secure aggregation (no per-client moment or

@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from fedray.core.seeding import client_blocks
+from fedray.core.seeding import block_cohorts, client_blocks
 from fedray.layers.faults import FaultInjector
 from fedray.layers.messages import MessageLog
 from fedray.layers.privacy import PrivacyLayer
@@ -72,13 +72,13 @@ def secure_layer(top: Executor, cfg: Any) -> PrivacyLayer:
 
 
 def cohort_blocks(cfg: Any, n_clients: int, top: Executor) -> np.ndarray | None:
-    """Each client's fixed block when rounds sample whole blocks (:meth:`PrivacyConfig.block_cohorts
-    <fedray.api.config.PrivacyConfig.block_cohorts>`; None otherwise); the stack's privacy layer narrows
+    """Each client's fixed block when rounds sample whole blocks (:func:`~fedray.core.seeding.block_cohorts`;
+    None otherwise); the stack's privacy layer narrows
     to whole blocks. The blocks derive from ``privacy.blocks_seed``, fixed for the federation, never from
     the run's seed: every run over the same clients releases unions of the same blocks."""
     p = cfg.privacy
     layer = find_layer(top, PrivacyLayer)
-    if not p.block_cohorts(cfg.federation.fraction):
+    if not block_cohorts(p, cfg.federation.fraction):
         if layer is not None:
             layer.blocks = None
         return None

@@ -16,7 +16,7 @@ from fedray.api.session import Session
 from fedray.core.errors import ReleaseRefusedError
 from fedray.core.stats import total
 from fedray.layers.privacy import PrivacyLayer
-from fedray.layers.privacy.journal import forget_releases
+from fedray.layers.privacy.release import forget_releases
 from fedray.layers.stack import find_layer
 
 LOCAL = {"backend": "local"}

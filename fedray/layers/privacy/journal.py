@@ -5,7 +5,7 @@ A server that lives longer than one run keeps every sum it was ever given, so th
 same clients (a seed loop, a sweep, K selection, Tune trials) and against the sums a resumed run
 released after its checkpoint. Two stores keep them:
 
-* **in this process**: :func:`shared_log` hands every privacy layer of a federation (its
+* **in this process**: :func:`~fedray.layers.privacy.release.shared_log` hands every privacy layer of a federation (its
   :func:`federation_fingerprint`) the same :class:`~fedray.layers.privacy.release.ReleaseLog`,
   whichever session built the layer;
 * **on disk**: a :class:`Journal`, ``releases-<fingerprint>.jsonl`` in the run's release-log folder
@@ -39,10 +39,6 @@ from fedray.core.errors import OutputError
 
 log = logging.getLogger(__name__)
 
-#: Release logs of this process, by federation fingerprint (see :func:`shared_log`).
-_LOGS: dict[str, Any] = {}
-
-
 def federation_fingerprint(names: Sequence[str], n_samples: Any, n_features: int, sums: Sequence[Any]) -> str:
     """A 32-hex-digit fingerprint of a federation: its clients (names and sample counts), their number
     of features and ``sums`` (the exact set-up moments the server was given)."""
@@ -53,21 +49,6 @@ def federation_fingerprint(names: Sequence[str], n_samples: Any, n_features: int
     for s in sums:
         h.update(np.ascontiguousarray(np.asarray(s, dtype=np.float64)).tobytes())
     return h.hexdigest()[:32]
-
-
-def shared_log(fingerprint: str, min_cohort: int) -> Any:
-    """The release log of federation ``fingerprint`` in this process (made on first use)."""
-    from fedray.layers.privacy.release import ReleaseLog
-
-    if fingerprint not in _LOGS:
-        _LOGS[fingerprint] = ReleaseLog(min_cohort)
-    return _LOGS[fingerprint]
-
-
-def forget_releases() -> None:
-    """Drop every release log of this process (the on-disk journals stay). For tests that need a
-    server that has seen nothing; a real deployment never calls it."""
-    _LOGS.clear()
 
 
 class Journal:

@@ -24,9 +24,16 @@ from fedray.layers.privacy.client import (
 from fedray.layers.privacy.codec import MOD, MaskedStats, decode, layout_of, prg, template
 from fedray.layers.privacy.dp import noise_std, round_multiplier, weak_noise
 from fedray.layers.privacy.guards import count_small_clusters, fill_withheld, per_cluster_support
-from fedray.layers.privacy.journal import Journal, shared_log
+from fedray.layers.privacy.journal import Journal
 from fedray.layers.privacy.keys import CT_BYTES, mask_peers, pair_seed, pk_bytes, sk_from_int
-from fedray.layers.privacy.release import Release, ReleaseLog, conflict_message, refusal_fixes, release_of
+from fedray.layers.privacy.release import (
+    Release,
+    ReleaseLog,
+    conflict_message,
+    refusal_fixes,
+    release_of,
+    shared_log,
+)
 from fedray.layers.privacy.shamir import shamir_combine, threshold
 from fedray.runtime.executor import ExecResult, Executor, ExecutorWrapper
 

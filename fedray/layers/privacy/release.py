@@ -113,7 +113,7 @@ def quantities_of(statistics: frozenset[str]) -> frozenset[str]:
 class ReleaseLog:
     """The sums released so far, as one linear :class:`~fedray.layers.privacy.span.System` per quantity.
 
-    One log serves a federation for the life of the process (:func:`~fedray.layers.privacy.journal.shared_log`:
+    One log serves a federation for the life of the process (:func:`shared_log`:
     every session, run, sweep and K selection over the same clients), and a run that has a release-log folder
     keeps it on disk too (:attr:`journal`, see :mod:`fedray.layers.privacy.journal`): what a server has
     learned stays learned.
@@ -268,6 +268,23 @@ class ReleaseLog:
             isolated.update(sys.isolated().tolist())
             small += sys.exposure().small_groups
         return {"isolated_clients": len(isolated), "small_groups": small}
+
+
+#: Release logs of this process, by federation fingerprint (see :func:`shared_log`).
+_LOGS: dict[str, ReleaseLog] = {}
+
+
+def shared_log(fingerprint: str, min_cohort: int) -> ReleaseLog:
+    """The release log of federation ``fingerprint`` in this process (made on first use)."""
+    if fingerprint not in _LOGS:
+        _LOGS[fingerprint] = ReleaseLog(min_cohort)
+    return _LOGS[fingerprint]
+
+
+def forget_releases() -> None:
+    """Drop every release log of this process (the on-disk journals stay). For tests that need a
+    server that has seen nothing; a real deployment never calls it."""
+    _LOGS.clear()
 
 
 def conflict_message(clients: frozenset[int], exposure: Exposure, released: list[Release], min_difference: int
