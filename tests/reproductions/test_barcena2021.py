@@ -3,10 +3,12 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from reproductions.barcena2021 import table1
 
 
+@pytest.mark.slow  # the Table 1 script end to end (--quick)
 def test_table1_quick(tmp_path, data_dir):
     out = tmp_path / "barcena"
     assert table1.main(["--quick", "--out", str(out), "--data-dir", str(data_dir)]) == 0

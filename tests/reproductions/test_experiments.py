@@ -6,6 +6,9 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pytest
+
+pytestmark = pytest.mark.slow  # each test runs a paper's experiment script end to end (--quick)
 
 EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
 

@@ -5,6 +5,7 @@ import importlib.util
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 SCRIPT = Path(__file__).resolve().parents[2] / "experiments" / "fedcref_tables.py"
 
@@ -16,6 +17,7 @@ def _main():
     return mod.main
 
 
+@pytest.mark.slow  # the tables script end to end (--quick)
 def test_fedcref_tables_quick(tmp_path):
     out = tmp_path / "fedcref"
     df = _main()(["--quick", "--out", str(out)])
@@ -37,7 +39,9 @@ def test_fedcref_tables_quick(tmp_path):
 def test_association_diagnostic_labels_every_cross_client_pair_once(tmp_path):
     """Each ordered pair of clusters of different clients is counted once, as true (same majority class)
     or false; raising tau only adds edges; the grid has one row per (normalisation, P, tau)."""
-    spec = importlib.util.spec_from_file_location("_exp_fedcref_diag", SCRIPT.parent / "fedcref_association_diagnostic.py")
+    spec = importlib.util.spec_from_file_location(
+        "_exp_fedcref_diag", SCRIPT.parent / "fedcref_association_diagnostic.py"
+    )
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     grid = mod.main(["--dataset", "sklearn:digits", "--clients", "4", "--classes", "2", "3",
@@ -64,7 +68,9 @@ def test_association_diagnostic_reuses_its_build_and_the_sibling_filter_only_rem
     """A second call reads the cached build and gives the same grid; the sibling filter keeps a subset of
     the edges (so never more); one local refinement is a different build (its own cache file), and its
     clusters still number at most the classes each client holds."""
-    spec = importlib.util.spec_from_file_location("_exp_fedcref_diag2", SCRIPT.parent / "fedcref_association_diagnostic.py")
+    spec = importlib.util.spec_from_file_location(
+        "_exp_fedcref_diag2", SCRIPT.parent / "fedcref_association_diagnostic.py"
+    )
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     argv = ["--dataset", "sklearn:digits", "--clients", "4", "--classes", "2", "3", "--samples-per-class", "20",

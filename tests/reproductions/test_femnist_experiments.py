@@ -9,6 +9,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+pytestmark = pytest.mark.slow  # the FEMNIST experiment script end to end (--quick)
+
 SCRIPT = Path(__file__).resolve().parents[2] / "experiments" / "flacc_femnist.py"
 
 

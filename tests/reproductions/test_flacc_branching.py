@@ -19,6 +19,8 @@ import pytest
 from fedray.api.session import Session
 from fedray.core.errors import SharedSamplesWarning
 
+pytestmark = pytest.mark.slow  # FLACC's trunk and its arms, run end to end
+
 SCRIPT = Path(__file__).resolve().parents[2] / "experiments" / "flacc_branching.py"
 TRAIN = {"epochs": 2, "lr": 0.1, "batch_size": 32, "eval_every": 4, "n_merge": 1, "n_sep": 3}
 CFG = {"seed": 0, "algorithm": {"name": "flacc", "params": TRAIN},

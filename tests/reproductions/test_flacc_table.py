@@ -9,6 +9,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+pytestmark = pytest.mark.slow  # the Table I script end to end (--quick), shared by the module
+
 SCRIPT = Path(__file__).resolve().parents[2] / "experiments" / "flacc_table.py"
 
 

@@ -13,6 +13,8 @@ from types import SimpleNamespace
 import psutil
 import pytest
 
+pytestmark = pytest.mark.slow  # the population benchmark end to end in a process of its own
+
 
 def _md_table(text: str) -> tuple[list[str], list[list[str]]]:
     lines = [ln for ln in text.splitlines() if ln.startswith("|")]
