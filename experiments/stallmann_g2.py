@@ -115,8 +115,9 @@ def run(data_dir: str | None, sets: list[tuple[int, int]], clients: list[int], r
         pool.shutdown()
     df = pd.DataFrame(rows)
     keep = {(d, s) for d, s in sets}
-    wanted = df.apply(lambda r: (r["dim"], r["spread"]) in keep and first_repeat <= r["repeat"] < first_repeat + repeats,
-                      axis=1)
+    wanted = df.apply(
+        lambda r: (r["dim"], r["spread"]) in keep and first_repeat <= r["repeat"] < first_repeat + repeats, axis=1
+    )
     return df[wanted].reset_index(drop=True)
 
 
@@ -161,7 +162,9 @@ def markdown(df: pd.DataFrame, clients: list[int], algorithms: tuple[str, ...], 
     cols = [("central", 0)] + [(a, P) for a in algorithms if a != "central" for P in clients]
     for by, label in (("spread", "S"), ("dim", "D")):
         lines.append(f"Correct-K share per {'spread' if by == 'spread' else 'dimension'} {label} (all runs):\n")
-        lines.append(f"| {label} | " + " | ".join("central" if m == "central" else f"{m} P={P}" for m, P in cols) + " |")
+        lines.append(
+            f"| {label} | " + " | ".join("central" if m == "central" else f"{m} P={P}" for m, P in cols) + " |"
+        )
         lines.append("|---|" + "---|" * len(cols))
         for v in sorted(df[by].unique()):
             cells = []

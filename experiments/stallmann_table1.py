@@ -50,7 +50,9 @@ def _fmt(v: float) -> str:
 def _wide_local(session: Session, k_max: int) -> dict[str, dict[int, float]]:
     """Each client alone over K = 2..k_max (the paper stops at 5)."""
     payload = {"ks": list(range(2, k_max + 1)), "fuzzy": True, "m": 2.0, "q": 1.0, "p": 2.0, "tol": 1e-3}
-    res = session.call(calls.adhoc("local curves"), {c: Task(local_index_curve, payload, None) for c in range(session.info.n_clients)})
+    res = session.call(
+        calls.adhoc("local curves"), {c: Task(local_index_curve, payload, None) for c in range(session.info.n_clients)}
+    )
     return {f"local:{session.descriptions[r.client_id]['name']}": dict(zip(r.update["ks"], r.update["index"]))
             for r in res.replies}
 
@@ -109,7 +111,9 @@ def markdown(df: pd.DataFrame, seeds: list[int]) -> str:
                      "lowest FCM objective).\n")
         parts.append("| K | central | federated | client 1 | client 2 | client 3 |")
         parts.append("|---|---|---|---|---|---|")
-        chosen = {r["curve"].split(":", 1)[1]: int(r["value"]) for _, r in d[d["curve"].str.startswith("chosen:")].iterrows()}
+        chosen = {
+            r["curve"].split(":", 1)[1]: int(r["value"]) for _, r in d[d["curve"].str.startswith("chosen:")].iterrows()
+        }
         for k in sorted(d.loc[d["k"] > 0, "k"].unique()):
             cells = []
             paper = PAPER[alg].get(int(k), ())
@@ -126,7 +130,9 @@ def markdown(df: pd.DataFrame, seeds: list[int]) -> str:
         summary = []
         for col in ("central", "federated", *CLIENTS):
             vals = ch[ch["curve"] == f"chosen:{col}"]["value"].astype(int).tolist()
-            summary.append(f"{col.replace('local:', '')}: " + ", ".join(f"K={v}×{vals.count(v)}" for v in sorted(set(vals))))
+            summary.append(
+                f"{col.replace('local:', '')}: " + ", ".join(f"K={v}×{vals.count(v)}" for v in sorted(set(vals)))
+            )
         gaps = df[(df["algorithm"] == alg) & (df["curve"] == "gap:federated")]["value"]
         gapc = df[(df["algorithm"] == alg) & (df["curve"] == "gap:central")]["value"]
         parts.append(f"Chosen K over {len(seeds)} seed(s): " + "; ".join(summary) + ".  ")
@@ -135,8 +141,11 @@ def markdown(df: pd.DataFrame, seeds: list[int]) -> str:
         wide = df[(df["algorithm"] == alg) & df["curve"].str.startswith("chosen-wide:")]
         if len(wide):
             kw = int(df[df["curve"].str.startswith("wide:")]["k"].max())
-            parts.append(f"With the local range widened to K = 2..{kw}, the clients alone choose "
-                         + ", ".join(f"{r['curve'].split(':')[-1]} K={int(r['value'])}" for _, r in wide.iterrows()) + ".")
+            parts.append(
+                f"With the local range widened to K = 2..{kw}, the clients alone choose "
+                + ", ".join(f"{r['curve'].split(':')[-1]} K={int(r['value'])}" for _, r in wide.iterrows())
+                + "."
+            )
         parts.append("")
     return "\n".join(parts)
 

@@ -91,7 +91,10 @@ def run(args: argparse.Namespace) -> tuple[pd.DataFrame, dict[str, Any]]:
             # step 1: each client alone over a wide range, elbow
             lks = list(range(2, args.local_k_max + 1))
             payload = {"ks": lks, "fuzzy": True, "m": 2.0, "q": 1.0, "p": 2.0, "tol": 1e-3}
-            res = s.call(calls.adhoc("local curves"), {c: Task(local_index_curve, payload, None) for c in range(s.info.n_clients)})
+            res = s.call(
+                calls.adhoc("local curves"),
+                {c: Task(local_index_curve, payload, None) for c in range(s.info.n_clients)},
+            )
             local_k = {}
             for r in res.replies:
                 name = names[r.client_id]
@@ -136,8 +139,11 @@ def markdown(df: pd.DataFrame, notes: dict[str, Any], args: argparse.Namespace) 
     for k in ks:
         lines.append(f"| {k} | {val[(k, 'federated')]:.4f} | {val[(k, 'central')]:.4f} | "
                      f"{val[(k, 'centre distance')]:.3f} | {val[(k, 'ARI fed vs central')]:.3f} |")
-    lines += ["", "| seed | K_max | federated K (elbow / min) | central K (elbow / min) | FedFuzzDB < central DB at K |",
-              "| --- | --- | --- | --- | --- |"]
+    lines += [
+        "",
+        "| seed | K_max | federated K (elbow / min) | central K (elbow / min) | FedFuzzDB < central DB at K |",
+        "| --- | --- | --- | --- | --- |",
+    ]
     for seed in args.seeds:
         n = notes[seed]
         c = n["chosen"]
@@ -159,7 +165,9 @@ def markdown(df: pd.DataFrame, notes: dict[str, Any], args: argparse.Namespace) 
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--dataset", default="statlog", help="a set of the uci battery (statlog, yeast, ecoli, ...), or "
                    "bank (UCI Bank Marketing, the paper's data: one client per job)")
     p.add_argument("--data-dir", default=None, help="folder holding uci/ (default $FEDRAY_DATA_DIR)")

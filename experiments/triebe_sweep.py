@@ -95,7 +95,8 @@ def markdown(df: pd.DataFrame) -> str:
         keys = ["alpha", *fixed, var]
         g = d.groupby(keys).agg(intra=("intra", "mean"), intra_sd=("intra", "std"), db=("db", "mean"),
                                 db_sd=("db", "std")).reset_index()
-        lines.append(f"#### varying {'sample fraction C' if var == 'fraction' else ('client epochs E' if var == 'epochs' else 'client rate β')}\n")
+        varied = {"fraction": "sample fraction C", "epochs": "client epochs E"}.get(var, "client rate β")
+        lines.append(f"#### varying {varied}\n")
         lines.append("| " + " | ".join(keys) + " | intra-cluster distance | Davies–Bouldin |")
         lines.append("|" + "---|" * (len(keys) + 2))
         for _, r in g.iterrows():

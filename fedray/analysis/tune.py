@@ -166,8 +166,8 @@ def run_trial(config: Mapping[str, Any], *, base: Any, checkpoint_every: int = 5
 
 
 def final_report(last: dict[str, Any], final: dict[str, float]) -> dict[str, Any]:
-    """The trial's last report: the metrics of :data:`FINAL_REPLACES` hold the run's final values (``accuracy`` is the final
-    accuracy of ``docs/results.md``, the number of ``summary.json``, the table and the trackers), so
+    """The trial's last report: the metrics of :data:`FINAL_REPLACES` hold the run's final values (``accuracy``
+    is the final accuracy of ``docs/results.md``, the number of ``summary.json``, the table and the trackers), so
     that a search ranking finished trials by their last report ranks them by it; ``final_NAME``
     repeats them and ``round_NAME`` keeps the last round's values they replace."""
     out = dict(last)
