@@ -57,9 +57,8 @@ class Session:
 
     def __init__(self, config: Any = None, **kwargs: Any) -> None:
         t0 = time.perf_counter()
-        self.config: ExperimentConfig = (
-            make_config(config, **kwargs) if (kwargs or not isinstance(config, ExperimentConfig)) else config
-        )
+        own = kwargs or not isinstance(config, ExperimentConfig)
+        self.config: ExperimentConfig = make_config(config, **kwargs) if own else config
         cfg = self.config
         self.algorithm_cls = get_algorithm(cfg.algorithm.name)
         # torch for the neural methods: the client actors import it while they build their shards
@@ -142,17 +141,10 @@ class Session:
             self.executor.apply_scaler(*scaler)
             lo, hi = (lo - scaler[0]) / scaler[1], (hi - scaler[0]) / scaler[1]
         n_classes = self.federation.n_classes or (int(desc.classes.max()) + 1 if desc.classes.size else None)
-        info = FederationInfo(
-            n_clients=len(desc),
-            n_features=n_features,
-            sample_shape=self.federation.sample_shape,
-            n_samples=n,
-            feature_min=lo,
-            feature_max=hi,
-            n_classes=n_classes,
-            has_labels=self.federation.has_labels,
-            extras={**self.federation.extras, "feature_names": names},
-        )
+        info = FederationInfo(n_clients=len(desc), n_features=n_features, sample_shape=self.federation.sample_shape,
+                              n_samples=n, feature_min=lo, feature_max=hi, n_classes=n_classes,
+                              has_labels=self.federation.has_labels,
+                              extras={**self.federation.extras, "feature_names": names})
         return info, scaler
 
     def _private_moments(self, n_features: int, N: float, names: Any) -> tuple[np.ndarray, ...]:
@@ -231,12 +223,8 @@ class Session:
         out = cfg.output.directory if output is None else (None if output is False else output)
         Trackers(cfg, out).check()  # a bad tracking URI fails before the folder is written
         if out:
-            prepare(
-                out,
-                cfg.output.overwrite,
-                resuming=resume_from is not None,
-                run_id=None if resume_from is None else resume_from.get("run_id"),
-            )
+            prepare(out, cfg.output.overwrite, resuming=resume_from is not None,
+                    run_id=None if resume_from is None else resume_from.get("run_id"))
         try:
             return self._run(alg, cfg, settings, cap, budget, out, progress, central_baseline, resume_from, t0,
                              on_round)
