@@ -446,14 +446,20 @@ class FedCRef(Algorithm):
 
     def result(self) -> dict[str, Any]:
         W = self._stacked() if self.weights else np.zeros((0, 0), np.float32)
-        return {"community_weights": self.community if self.community is not None else np.zeros((0, W.shape[1]), np.float32),
-                "node_owner": self.owner, "node_cluster": getattr(self, "node_cluster", np.zeros(0, np.int64)),
-                "edges": np.asarray(self.edges, dtype=np.int64).reshape(-1, 2),
-                "communities": [list(map(int, g)) for g in self.groups],
-                "node_weights_sha1": hashlib.sha1(W.tobytes()).hexdigest(),
-                "edge_history": [list(map(list, e)) for e in self.edge_history],
-                "node_class": self.node_class,   # majority true class of each node (evaluation only)
-                "iterations": [dict(r) for r in self.iterations], "autoencoder": dict(self.spec)}
+        return {
+            "community_weights": self.community
+            if self.community is not None
+            else np.zeros((0, W.shape[1]), np.float32),
+            "node_owner": self.owner,
+            "node_cluster": getattr(self, "node_cluster", np.zeros(0, np.int64)),
+            "edges": np.asarray(self.edges, dtype=np.int64).reshape(-1, 2),
+            "communities": [list(map(int, g)) for g in self.groups],
+            "node_weights_sha1": hashlib.sha1(W.tobytes()).hexdigest(),
+            "edge_history": [list(map(list, e)) for e in self.edge_history],
+            "node_class": self.node_class,  # majority true class of each node (evaluation only)
+            "iterations": [dict(r) for r in self.iterations],
+            "autoencoder": dict(self.spec),
+        }
 
 
 def _client_jobs(alg: FedCRef, cid: int) -> list[tuple[int, int]]:

@@ -60,8 +60,13 @@ def initial_labels(payload: dict, X: np.ndarray, y: np.ndarray | None, rng: np.r
         return assign(X, kmeans(X, int(k), rng, n_init=3))[0]
     from fedray.nn.autoencoder import dec_cluster
 
-    kw = dict(hidden=tuple(payload["dec_hidden"]), output=payload["output"], pretrain_epochs=payload["dec_pretrain_epochs"],
-              dec_epochs=payload["dec_epochs"], seed=payload["seed"])
+    kw = dict(
+        hidden=tuple(payload["dec_hidden"]),
+        output=payload["output"],
+        pretrain_epochs=payload["dec_pretrain_epochs"],
+        dec_epochs=payload["dec_epochs"],
+        seed=payload["seed"],
+    )
     if k == "silhouette":
         return _by_silhouette(X, payload["k_range"], rng, lambda Z, kk: dec_cluster(Z, kk, rng, **kw))
     return _compact(dec_cluster(X, int(k), rng, **kw))

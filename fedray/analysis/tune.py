@@ -206,8 +206,8 @@ def owner_only(tree: Path) -> None:
 
 
 def final_report(last: dict[str, Any], final: dict[str, float]) -> dict[str, Any]:
-    """The trial's last report: the metrics of :data:`FINAL_REPLACES` hold the run's final values (``accuracy`` is the final
-    accuracy of ``docs/results.md``, the number of ``summary.json``, the table and the trackers), so
+    """The trial's last report: the metrics of :data:`FINAL_REPLACES` hold the run's final values (``accuracy``
+    is the final accuracy of ``docs/results.md``, the number of ``summary.json``, the table and the trackers), so
     that a search ranking finished trials by their last report ranks them by it; ``final_NAME``
     repeats them and ``round_NAME`` keeps the last round's values they replace."""
     out = dict(last)

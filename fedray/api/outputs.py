@@ -200,8 +200,10 @@ def _take_over(out: Path, overwrite: bool, run_id: str | None) -> dict[str, Any]
         raise ConfigError(f"output folder {str(out)!r} is not empty ({len(entries)} entries); choose another "
                           "folder, or pass --overwrite (output.overwrite: true) to replace its contents")
     if doc is None:
-        raise ConfigError(f"output folder {str(out)!r} is not empty and does not look like a fedray output "
-                          f"folder (no {MARKER}, the marker fedray writes); refusing to empty it, choose another folder")
+        raise ConfigError(
+            f"output folder {str(out)!r} is not empty and does not look like a fedray output "
+            f"folder (no {MARKER}, the marker fedray writes); refusing to empty it, choose another folder"
+        )
     where = _protected(out)
     if where:
         raise ConfigError(f"--overwrite: output folder {str(out)!r} is {where}; fedray never empties it, "
@@ -266,8 +268,10 @@ def _resume_into(out: Path, run_id: str | None) -> bool:
                           f"{doc.get('pid')}); choose another folder")
     links = _links_inside(out)
     if links:
-        raise ConfigError(f"--resume: output folder {str(out)!r} holds links fedray did not make ({', '.join(links[:3])}"
-                          f"); a resumed run would write through them: remove them, or resume into a new --out")
+        raise ConfigError(
+            f"--resume: output folder {str(out)!r} holds links fedray did not make ({', '.join(links[:3])}"
+            f"); a resumed run would write through them: remove them, or resume into a new --out"
+        )
     _write(out, {**doc, "pid": os.getpid(), "host": socket.gethostname()})
     return True
 

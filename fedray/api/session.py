@@ -59,7 +59,8 @@ class Session:
 
     def __init__(self, config: Any = None, **kwargs: Any) -> None:
         t0 = time.perf_counter()
-        self.config: ExperimentConfig = make_config(config, **kwargs) if (kwargs or not isinstance(config, ExperimentConfig)) else config
+        own = kwargs or not isinstance(config, ExperimentConfig)
+        self.config: ExperimentConfig = make_config(config, **kwargs) if own else config
         cfg = self.config
         self.algorithm_cls = get_algorithm(cfg.algorithm.name)
         # torch for the neural methods: the client actors import it while they build their shards
@@ -67,7 +68,7 @@ class Session:
         check_memory(cfg)
         rt = cfg.runtime
         self._started_ray = False
-        self._spare_server: Any = None  # a server actor started ahead for the next run (ray)
+        self._spare_server: Any = None  # the first run's server actor, started ahead (ray)
         self.runtime_env: dict[str, Any] | None = None  # given to every actor (fedray.runtime.shipping)
         act = Activity("start-up", rt.progress)  # what start-up does, with its seconds, while it runs
         try:
@@ -79,7 +80,7 @@ class Session:
                           "Ray")
                 self._started_ray = ensure_ray(rt.address, rt.num_cpus, cfg=cfg)
                 self.runtime_env = actor_runtime_env(cfg)
-                self._prestart_server()  # its process starts while the client actors build their shards
+                self._prestart_server()  # the first run's: its process starts while the shards are built
         except BaseException:
             act.close()
             raise
@@ -104,7 +105,8 @@ class Session:
             self._secure: PrivacyLayer | None = None
             self.fingerprint: str | None = None  # of the federation, once its set-up moments are summed
             act.stage("checking the data (per-client summaries)", "data checks")
-            self.descriptions: Descriptions = self.executor.describe(private=True) if cfg.privacy.active else self.executor.describe()
+            self.descriptions: Descriptions = (self.executor.describe(private=True) if cfg.privacy.active
+                                               else self.executor.describe())
             self.info, self.scaler = self._check_and_scale(self.descriptions)
             self.descriptions.drop_moments()  # summed already; per client they would stay for nothing
         except BaseException:
@@ -147,7 +149,8 @@ class Session:
         n_classes = self.federation.n_classes or (int(desc.classes.max()) + 1 if desc.classes.size else None)
         info = FederationInfo(n_clients=len(desc), n_features=n_features, sample_shape=self.federation.sample_shape,
                               n_samples=n, feature_min=lo, feature_max=hi, n_classes=n_classes,
-                              has_labels=self.federation.has_labels, extras={**self.federation.extras, "feature_names": names})
+                              has_labels=self.federation.has_labels,
+                              extras={**self.federation.extras, "feature_names": names})
         return info, scaler
 
     def _private_moments(self, n_features: int, N: float, names: Any) -> tuple[np.ndarray, ...]:
@@ -215,6 +218,8 @@ class Session:
         checkpoint (when one is due) is saved (e.g. :mod:`fedray.analysis.tune` reports to Tune).
         """
         t0 = time.perf_counter()
+        if self.config.runtime.backend == "ray":
+            self._prestart_server()  # a later run's server process starts beside this run's set-up
         self._preload_for(algorithm)
         if resume_from is not None:
             alg = resume_from["server"]["algorithm"]
@@ -227,7 +232,8 @@ class Session:
             prepare(out, cfg.output.overwrite, resuming=resume_from is not None,
                     run_id=None if resume_from is None else resume_from.get("run_id"))
         try:
-            return self._run(alg, cfg, settings, cap, budget, out, progress, central_baseline, resume_from, t0, on_round)
+            return self._run(alg, cfg, settings, cap, budget, out, progress, central_baseline, resume_from, t0,
+                             on_round)
         finally:
             if out:
                 release(out)
@@ -278,8 +284,6 @@ class Session:
             self.layers.reset_records()  # the run's records are in its state (its Result)
             if (own := find_layer(self.layers, PrivacyLayer)) is not None:
                 own.end_run()
-            if cfg.runtime.backend == "ray":
-                self._prestart_server()  # the next run's, started while this one's results are built
         status = "FAILED"
         try:
             ending.stage("central baseline and outputs")
@@ -457,10 +461,11 @@ class Session:
         return ServerActor.options(runtime_env=self.runtime_env or None).remote()
 
     def _prestart_server(self) -> None:
-        """Start the next run's server actor now: an empty :class:`ServerActor` whose process
-        starts and imports in the background, so that a run does not wait for it (about 1 s
-        on 2 CPUs). Each run still gets a fresh actor; a failure here only means the next run
-        starts its own."""
+        """Start a run's server actor ahead: an empty :class:`ServerActor` whose process starts and
+        imports in the background (about 1 s on 2 CPUs). The session starts one for its first run
+        beside the client actors; a later run starts its own when it is asked for, so no actor is
+        started for a run that never comes. Each run gets a fresh actor; a failure here only means
+        the run starts its own."""
         if self._spare_server is not None:
             return
         try:

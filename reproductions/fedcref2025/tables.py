@@ -118,9 +118,14 @@ def run_setting(args: argparse.Namespace, table: str, setting: Any, seed: int, v
 def summarize(df: pd.DataFrame) -> str:
     lines = []
     for table, d in df.groupby("table", sort=False):
-        lines += [f"### {table}", "", "| setting | variant | seeds | ACC start | ACC end | communities start → end | "
-                  "wrong assoc. % start → end | isolated start → end | classes covered start → end | pure communities (end) |",
-                  "|---|---|---|---|---|---|---|---|---|---|"]
+        lines += [
+            f"### {table}",
+            "",
+            "| setting | variant | seeds | ACC start | ACC end | communities start → end | "
+            "wrong assoc. % start → end | isolated start → end | classes covered start → end | "
+            "pure communities (end) |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+        ]
         for (setting, variant), g in d.groupby(["setting", "variant"], sort=False):
             def ms(col: str, fmt: str = "{:.3f}", g: pd.DataFrame = g) -> str:
                 v = pd.to_numeric(g[col], errors="coerce").dropna() if col in g else pd.Series(dtype=float)

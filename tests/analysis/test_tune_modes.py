@@ -28,7 +28,9 @@ def test_tune_storage_checkpoints_are_mode_0600(ray_session, tmp_path):
     assert not results.errors
     copies = [p for d in (tmp_path / "tune").rglob("checkpoint_*") if d.is_dir() for p in [d, *d.rglob("*")]]
     assert any(p.is_file() for p in copies)
-    loose = [(str(p), oct(stat.S_IMODE(p.stat().st_mode))) for p in copies if stat.S_IMODE(Path(p).stat().st_mode) & 0o077]
+    loose = [
+        (str(p), oct(stat.S_IMODE(p.stat().st_mode))) for p in copies if stat.S_IMODE(Path(p).stat().st_mode) & 0o077
+    ]
     assert loose == []
     # the trial's whole output tree too: fedray's own checkpoint.pkl (every client's state), its outputs
     # and Tune's files beside them (the review found fedray/checkpoint/checkpoint.pkl at 0644 in 0755 folders)

@@ -35,7 +35,9 @@ def test_table_script_passes_the_baselines_options():
     flhc = ft.variants("flhc", "rotated", False)
     assert [e["distance_threshold"] for _, e in flhc] == list(ft.FLHC_D)
     assert all("normalize" not in e for _, e in flhc)
-    assert all("weighted" not in e for _, e in ft.variants("ifca", "rotated", False) + ft.variants("cfl", "rotated", False))
+    assert all(
+        "weighted" not in e for _, e in ft.variants("ifca", "rotated", False) + ft.variants("cfl", "rotated", False)
+    )
     # the old behaviour on request
     norm = ft.variants("flhc", "rotated", False, flhc_normalize=True)
     assert [e["distance_threshold"] for _, e in norm] == list(ft.FLHC_D_NORMALIZED)
