@@ -324,7 +324,8 @@ def _summary(name: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {"workload": name, "published": w.published, "their hardware": w.hardware}
     for s in ("fedray", "flower"):
         if s in by:
-            out.update({f"{s} round_s": by[s]["round_s"], f"{s} wall_s": by[s]["wall_s"], f"{s} acc": by[s]["accuracy"]})
+            out.update({f"{s} round_s": by[s]["round_s"], f"{s} wall_s": by[s]["wall_s"],
+                        f"{s} acc": by[s]["accuracy"]})
     if len(by) == 2:
         out["x per round"] = by["flower"]["round_s"] / by["fedray"]["round_s"]
         out["x end to end"] = by["flower"]["wall_s"] / by["fedray"]["wall_s"]
