@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from fedray.core.contract import Task
+from fedray.core.errors import ConfigError
 from fedray.core.seeding import CENTRAL_ROWS_STREAM, server_rng
 from fedray.core.stats import RunningTotal, Stats
 
@@ -72,3 +73,14 @@ def central_rows(n_samples: np.ndarray, max_rows: int, seed: int) -> dict[int, n
     owner = np.searchsorted(starts, chosen, side="right") - 1
     cut = np.flatnonzero(np.diff(owner)) + 1
     return {int(o[0]): c - starts[o[0]] for o, c in zip(np.split(owner, cut), np.split(chosen, cut))}
+
+
+def feature_box(bounds: list[tuple[float, float]], n_features: int) -> tuple[np.ndarray, np.ndarray]:
+    """``privacy.feature_bounds`` as the (low, high) arrays of the federation's box, one pair per feature."""
+    if len(bounds) != n_features:
+        raise ConfigError(f"privacy.feature_bounds: {len(bounds)} (low, high) pairs for {n_features} features; "
+                          "give one pair per feature")
+    b = np.asarray(bounds, dtype=np.float64)
+    return b[:, 0].copy(), b[:, 1].copy()
+
+
