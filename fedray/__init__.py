@@ -29,6 +29,7 @@ from fedray.core.errors import (
     EmptyClusterWarning,
     FedrayError,
     FedrayWarning,
+    ReleaseRefusedError,
     RoundFailedError,
 )
 from fedray.core.registry import available_algorithms, register
@@ -53,6 +54,28 @@ _LAZY = {
     "SupervisedParams": "fedray.nn.supervised",
     "from_arrays": "fedray.data.arrays",
     "ArrayData": "fedray.data.arrays",
+    # what the papers' reproductions (reproductions/) use: data sets, the central reference
+    # algorithms and metrics, K selection and validation, the seeding scheme, checkpoints
+    "load_dataset": "fedray.data.datasets",
+    "assign": "fedray.core.ops",
+    "lloyd": "fedray.core.ops",
+    "fcm": "fedray.core.ops",
+    "contingency": "fedray.core.metrics",
+    "ari_from_table": "fedray.core.metrics",
+    "acc_from_table": "fedray.core.metrics",
+    "best_permutation_distance": "fedray.core.metrics",
+    "client_rng": "fedray.core.seeding",
+    "data_rng": "fedray.core.seeding",
+    "SharedSamplesWarning": "fedray.core.errors",
+    "select_k": "fedray.analysis.kselect",
+    "choose_k": "fedray.analysis.kselect",
+    "local_index_curve": "fedray.analysis.kselect",
+    "central_curve": "fedray.analysis.kselect",
+    "knowledge_gap": "fedray.analysis.validation",
+    "federated_variance": "fedray.analysis.validation",
+    "adhoc_call": ("fedray.core.calls", "adhoc"),  # Session.call(fedray.adhoc_call("purpose"), tasks)
+    "load_checkpoint": ("fedray.api.checkpoint", "load"),
+    "CHECKPOINT_FILE": ("fedray.api.checkpoint", "FILENAME"),
 }
 
 
@@ -61,12 +84,13 @@ def __dir__() -> list[str]:
 
 
 def __getattr__(name: str) -> Any:
-    mod = _LAZY.get(name)
-    if mod is None:
+    where = _LAZY.get(name)
+    if where is None:
         raise AttributeError(f"module 'fedray' has no attribute {name!r}")
     import importlib
 
-    value = getattr(importlib.import_module(mod), name)
+    mod, attr = where if isinstance(where, tuple) else (where, name)
+    value = getattr(importlib.import_module(mod), attr)
     globals()[name] = value
     return value
 
@@ -74,6 +98,9 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "Algorithm", "ArrayData", "CenterAlgorithm", "CenterParams", "ClientView", "ConfigError", "DataError", "EmptyClusterWarning",
     "ExperimentConfig", "FederationInfo", "FedrayError", "FedrayWarning", "Params", "Reply", "Result",
-    "RoundContext", "RoundFailedError", "Session", "resume", "Stats", "StatsBlock", "SupervisedAlgorithm", "SupervisedParams",
+    "ReleaseRefusedError", "RoundContext", "RoundFailedError", "Session", "resume", "Stats", "StatsBlock", "SupervisedAlgorithm", "SupervisedParams",
     "Task", "available_algorithms", "batched", "from_arrays", "make_config", "register", "run", "total",
+    "load_dataset", "assign", "lloyd", "fcm", "contingency", "ari_from_table", "acc_from_table",
+    "best_permutation_distance", "client_rng", "data_rng", "SharedSamplesWarning", "select_k", "choose_k",
+    "local_index_curve", "central_curve", "knowledge_gap", "federated_variance", "adhoc_call", "load_checkpoint", "CHECKPOINT_FILE",
 ]

@@ -21,7 +21,7 @@ from fedray.api.checkpoint import Checkpointer
 from fedray.api.config import ExperimentConfig, make_config
 from fedray.api.drivers import LocalDriver, RayDriver
 from fedray.api.federation_config import build_clock
-from fedray.api.outputs import prepare, release, write_partial
+from fedray.api.outputs import prepare, release, run_id_of, write_partial
 from fedray.api.progress import Activity, Progress, startup_line
 from fedray.api.results import Result
 from fedray.api.scale import total_in_parts
@@ -36,7 +36,7 @@ from fedray.core.stats import Stats
 from fedray.data.checks import Descriptions, check_descriptions, check_magnitude, column_moments
 from fedray.data.federation import Federation, build_federation, check_memory, shard_residency
 from fedray.layers.privacy import PrivacyLayer
-from fedray.layers.stack import build_stack, cohort_blocks, find_layer, secure_layer
+from fedray.layers.stack import begin_private_run, build_stack, cohort_blocks, find_layer, join_federation, secure_layer
 from fedray.loop.server import round_cap
 from fedray.loop.settings import ServerSettings
 from fedray.runtime.backends import make_executor
@@ -102,6 +102,7 @@ class Session:
             # K selection, validation, plots); each run starts its records afresh.
             self.layers: Executor = build_stack(self.executor, cfg, self.disclosures)
             self._secure: PrivacyLayer | None = None
+            self.fingerprint: str | None = None  # of the federation, once its set-up moments are summed
             act.stage("checking the data (per-client summaries)", "data checks")
             self.descriptions: Descriptions = self.executor.describe(private=True) if cfg.privacy.active else self.executor.describe()
             self.info, self.scaler = self._check_and_scale(self.descriptions)
@@ -128,6 +129,9 @@ class Session:
             check_magnitude(lo, hi, N, names)
         scaler = None
         mode = self.config.data.scale
+        # the federation's release log (fedray.layers.stack.join_federation), shared by its sessions
+        self.fingerprint = join_federation([sp.name for sp in self.federation.specs], n, n_features, (s, ss),
+                                           (find_layer(self.layers, PrivacyLayer), self._secure))
         if self.config.privacy.feature_bounds is not None:  # the user's box, also for random starts and plots
             lo, hi = _bounds(self.config.privacy.feature_bounds, n_features)
         if mode == "standard":
@@ -234,6 +238,8 @@ class Session:
         """The run itself, in the output folder ``out`` claimed for it."""
         checkpoint = Checkpointer(cfg, out, self, None if resume_from is None else resume_from.get("run_id")) \
             if cfg.checkpoint.every else None
+        begin_private_run(self.layers, alg.name, cfg, out, (checkpoint.run_id if checkpoint is not None else None)
+                          or (resume_from or {}).get("run_id") or (run_id_of(out) if out else None))
         if resume_from is not None and resume_from.get("clients"):
             self.executor.set_state(resume_from["clients"])
         self._stash_outside_records()
@@ -270,6 +276,8 @@ class Session:
             bar.close()
             driver.close()  # also when the run fails or is interrupted
             self.layers.reset_records()  # the run's records are in its state (its Result)
+            if (own := find_layer(self.layers, PrivacyLayer)) is not None:
+                own.end_run()
             if cfg.runtime.backend == "ray":
                 self._prestart_server()  # the next run's, started while this one's results are built
         status = "FAILED"
@@ -418,6 +426,8 @@ class Session:
     def _secure_layer(self) -> PrivacyLayer:
         if self._secure is None:
             self._secure = secure_layer(self.layers, self.config)
+            if self.fingerprint is not None:
+                self._secure.join_federation(self.fingerprint)
         return self._secure
 
     def _plot_total(self, fn: Any, shared: Any) -> Stats | None:

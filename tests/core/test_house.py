@@ -73,6 +73,7 @@ LAZY_FEDRAY_IMPORTS: dict[tuple[str, str], str] = {
     ("fedray.nn.supervised_client", "fedray.nn.train"): "client hooks of the supervised base: " + _TORCH_FREE,
     ("fedray.nn.supervised_client", "fedray.nn.batched"): "client hooks of the supervised base: " + _TORCH_FREE,
     ("fedray.algorithms.baselines", "fedray.nn.train"): "fedavg/local/ifca/cfl/flhc: " + _TORCH_FREE,
+    ("fedray.algorithms.flacc_client", "fedray.nn.train"): "flacc's gradient client: " + _TORCH_FREE,
     ("fedray.algorithms.fedcref_client", "fedray.nn.autoencoder"): "fedcref's client: " + _TORCH_FREE,
     ("fedray.algorithms.fedcref_client", "fedray.nn.batched"): "fedcref's client: " + _TORCH_FREE,
     ("fedray.algorithms.fedcref_client", "fedray.nn.train"): "fedcref's client: " + _TORCH_FREE,
@@ -421,10 +422,10 @@ def test_a_fresh_interpreter_importing_the_client_actor_loads_no_heavy_package()
 
 # --- references in docs and docstrings ------------------------------------------------------------------
 #: A dotted name of the package (``fedray.runtime.host.ClientHost.run``) or a file of the repository
-#: (``fedray/runtime/host.py``, ``docs/performance.md``) as docs and docstrings write them.
+#: (``fedray/runtime/host.py``, ``benchmarks/README.md``) as docs and docstrings write them.
 _DOTTED = re.compile(r"(?<![\w./-])(fedray(?:\.\w+)+)")
 _FILE = re.compile(r"(?<![\w./-])((?:fedray|actors|algorithms|benchmarks|docs|experiments|examples|tests|"
-                   r"cluster_configs|notebooks)/[\w/.-]*\w\.(?:py|md|yaml|ipynb))")
+                   r"cluster_configs|notebooks|reproductions)/[\w/.-]*\w\.(?:py|md|yaml|ipynb))")
 
 
 def _defined(tree: ast.AST) -> set[str]:
@@ -471,7 +472,11 @@ def _texts() -> list[tuple[str, str]]:
                 doc = ast.get_docstring(node, clean=False)
                 if doc:
                     out.append((f"{module.path.relative_to(REPO)}:{getattr(node, 'lineno', 1)}", doc))
-    for page in sorted((REPO / "docs").rglob("*.md")) + [REPO / "README.md"]:
+    # docs/notes/ holds dated investigation logs, which name the tree as it was on their date; the lab's
+    # READMEs and the benchmarks' page are current docs
+    pages = [p for p in sorted((REPO / "docs").rglob("*.md")) if "notes" not in p.relative_to(REPO / "docs").parts]
+    pages += sorted((REPO / "reproductions").rglob("*.md")) + [REPO / "benchmarks" / "README.md", REPO / "README.md"]
+    for page in pages:
         out.append((str(page.relative_to(REPO)), page.read_text(encoding="utf-8")))
     return out
 

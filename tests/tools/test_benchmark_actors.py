@@ -1,6 +1,6 @@
 """``benchmarks/round_overhead.py --actors``: one Ray actor per client, this version against another.
 
-Run small here (3 clients); the 200-client figures of docs/performance.md come from a quiet machine.
+Run small here (3 clients); the 200-client figures of benchmarks/README.md come from a quiet machine.
 """
 from __future__ import annotations
 
