@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from fedray.core.contract import Task
-from fedray.core.errors import ConfigError
+from fedray.core.errors import ConfigError, DataError
 from fedray.core.seeding import CENTRAL_ROWS_STREAM, server_rng
 from fedray.core.stats import RunningTotal, Stats
 
@@ -45,6 +45,16 @@ def total_in_parts(run: Callable[[dict[int, Task]], Any], tasks: dict[int, Task]
         acc.add(replies)
         lo += len(part)
     return acc.result()
+
+
+def all_answered(call: Any, tasks: dict[int, Task], res: Any) -> Any:
+    """The replies of ``res`` (an ExecResult of ``tasks`` run as ``call``); raises :class:`DataError` in one
+    line naming how many clients did not answer, and the first one's error."""
+    if len(res.replies) < len(tasks):
+        first = next(iter(res.errors.values()), "no reply").strip()
+        raise DataError(f"{call.label()}: {len(tasks) - len(res.replies)} of {len(tasks)} clients did not "
+                        f"answer: {(first.splitlines() or [''])[-1]}")
+    return res.replies
 
 
 def _nbytes(replies: Any) -> np.ndarray:

@@ -25,7 +25,7 @@ from fedray.api.federation_config import build_clock
 from fedray.api.outputs import prepare, release, run_id_of, write_partial
 from fedray.api.progress import Activity, Progress, startup_line
 from fedray.api.results import Result
-from fedray.api.scale import feature_box, total_in_parts
+from fedray.api.scale import all_answered, feature_box, total_in_parts
 from fedray.api.tracking import Trackers
 from fedray.core import calls
 from fedray.core.calls import Call
@@ -418,15 +418,7 @@ class Session:
                 raise DataError(f"{call.label()}: a secure sum needs at least privacy.min_cohort="
                                 f"{layer.cfg.min_cohort} clients; the federation has {len(tasks)}")
             return layer.secure_sum(call, tasks)
-        return total_in_parts(lambda part: self._all_answer(call, part), tasks)  # parts of clients: bounded memory
-
-    def _all_answer(self, call: Call, tasks: dict[int, Task]) -> Any:
-        res = self.call(call, tasks)
-        if len(res.replies) < len(tasks):
-            first = next(iter(res.errors.values()), "no reply").strip()
-            raise DataError(f"{call.label()}: {len(tasks) - len(res.replies)} of {len(tasks)} clients did not "
-                            f"answer: {(first.splitlines() or [''])[-1]}")
-        return res.replies
+        return total_in_parts(lambda part: all_answered(call, part, self.call(call, part)), tasks)  # bounded memory
 
     def _secure_layer(self) -> PrivacyLayer:
         if self._secure is None:
