@@ -35,7 +35,8 @@ merge conditions (the paper's Fig. 8).
 Every merge is recorded (round, the two entities, alpha_min_cross, Phi) in
 ``result()["merges"]``; ``result()["similarity_mean"]`` (n, n) is the mean cosine
 similarity of every pair of clients over the rounds of the merging phase in which
-both were sampled (NaN: never together), ``["similarity_count"]`` those rounds; :func:`merge_table` turns it into a DataFrame and
+both were sampled (NaN: never together), ``["similarity_count"]`` those rounds; :func:`merge_table`
+turns it into a DataFrame and
 :func:`plot_clusters` draws the clusters found as in the paper's Fig. 4.
 Defaults are the paper's (Section V-B): E = 5, B = 32, SGD lr 0.1, n_merge = 2,
 T = 10, N_sep = 10, alpha_0 = 0, no warm-up (``warmup`` = w > 0, not in the paper, runs
@@ -61,6 +62,7 @@ from fedray.algorithms.flacc_rules import (
     random_groups,
 )
 from fedray.core.contract import FederationInfo, Reply, RoundContext, Task
+from fedray.core.errors import ConfigError
 from fedray.core.metrics import cluster_metrics
 from fedray.core.registry import register
 from fedray.core.sizes import nbytes_of
@@ -126,6 +128,15 @@ class FLACC(SupervisedAlgorithm):
         # the server actor receives this object through Ray's object store, whose arrays are
         # read-only; the per-client arrays are updated in place during the run
         self.__dict__.update({k: np.array(v) if isinstance(v, np.ndarray) else v for k, v in state.items()})
+
+    @classmethod
+    def check_config(cls, cfg: Any) -> None:
+        """The base's checks; ``similarity: gradients`` is refused under privacy, whose layers protect the
+        weights a client sends and not the gradient sent beside them."""
+        super().check_config(cfg)
+        if (cfg.algorithm.params or {}).get("similarity") == "gradients" and cfg.privacy.active:
+            raise ConfigError("algorithm.params.similarity: 'gradients' sends each client's gradient beside its "
+                              "weights, outside the privacy layers; use 'updates' with privacy")
 
     # --- rounds: every sampled client trains its entity's model ---
     def _gradients_due(self, ctx: RoundContext) -> bool:

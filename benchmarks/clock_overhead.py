@@ -2,10 +2,12 @@
 
 Workload: ``blobs``, 10^5 clients (``--clients``) of 20 points x 2 features (``--points``), k-means
 with 3 clusters from a random start (no k-FED round), every client every round, on the local runtime.
-One session holds the clients; the same round loop then runs ``--rounds`` rounds without a clock and
-with one (devices drawn from a log-normal spread, a deadline that makes some clients late, and, for the
-second clocked variant, a diurnal availability), alternating ``--repeats`` times so that both see the same
-load. Printed: the median seconds of a round of each variant (the first round of each run left out),
+One session holds the clients; round loops then run ``--rounds`` rounds without a clock and
+with one (devices drawn from a log-normal spread; then a deadline that makes some clients late; and, in the
+last variant, a diurnal availability that keeps everyone online, so the cohorts stay the same), taking
+their rounds in turn (round r of every variant, then round r + 1), ``--repeats`` times, so that all variants
+see the same load. ``devices`` times the clients only; with the
+deadline about a quarter of them are late, each a row of the failures table as any straggler. Printed: the median seconds of a round of each variant (the first round of each run left out),
 the overhead in percent against the unclocked rounds, and the machine's load (``os.getloadavg``)
 before and after.
 
@@ -29,18 +31,28 @@ from fedray.loop.server import Server
 from fedray.loop.settings import ServerSettings
 
 DEVICES = {"speed": 1e6, "up": 1e5, "down": 1e5, "spread": 1.0}
-DEADLINE = 0.004  # simulated seconds: about a tenth of the clients are late
+DEADLINE = 0.004  # simulated seconds: about a quarter of the clients are late
 
 
-def _rounds(session: Session, clock, rounds: int) -> list[float]:
-    """Seconds of each round of one run (the first left out) with ``clock`` (None: without)."""
+def _server(session: Session, clock, rounds: int) -> Server:
+    """A round loop over the session's clients with ``clock`` (None: without)."""
     alg = session.make_algorithm("kmeans", {"n_clusters": 3, "init": "random-box", "max_rounds": rounds,
                                             "tol": 1e-300})
-    server = Server(alg, session.layers, ServerSettings(seed=0, max_rounds=rounds, clock=clock))
-    out = []
-    while (row := server.step()) is not None:
-        out.append(row["wall_s"])
-    return out[1:]
+    return Server(alg, session.layers, ServerSettings(seed=0, max_rounds=rounds, clock=clock))
+
+
+def _interleaved(session: Session, variants: dict, rounds: int) -> dict[str, list[float]]:
+    """Seconds of each round of every variant, their rounds taken in turn (round r of each variant, then
+    round r + 1), so that a change of the machine's load falls on all of them; the first round of each
+    left out."""
+    servers = {name: _server(session, c, rounds) for name, c in variants.items()}
+    out: dict[str, list[float]] = {name: [] for name in variants}
+    for r in range(rounds):
+        for name, server in servers.items():
+            row = server.step()
+            if row is not None and r > 0:
+                out[name].append(row["wall_s"])
+    return out
 
 
 def main() -> None:
@@ -58,15 +70,19 @@ def main() -> None:
                       federation=fed, runtime={"backend": "local", "progress": False})
     startup = time.perf_counter() - t0
     alg = session.make_algorithm()
-    devices = build_clock(session.config, session.info, alg)
-    diurnal_cfg = make_config(session.config, overrides=["federation.availability.generator=diurnal",
-                                                         "federation.availability.online=1.0"])
-    diurnal = build_clock(diurnal_cfg, session.info, alg)  # online all the time: the same cohorts, all checks run
-    times: dict[str, list[float]] = {"no clock": [], "devices + deadline": [], "+ diurnal availability": []}
+
+    def clock(*overrides: str):
+        return build_clock(make_config(session.config, overrides=list(overrides)), session.info, alg)
+
+    variants = {"no clock": None, "devices": clock("federation.deadline=null"), "devices + deadline": clock(),
+                # online all the time: the same cohorts, every availability check still runs
+                "+ diurnal availability": clock("federation.availability.generator=diurnal",
+                                                "federation.availability.online=1.0")}
+    _interleaved(session, {"warm-up": None}, 2)  # compiles the kernels
+    times: dict[str, list[float]] = {name: [] for name in variants}
     for _ in range(args.repeats):
-        times["no clock"] += _rounds(session, None, args.rounds)
-        times["devices + deadline"] += _rounds(session, devices, args.rounds)
-        times["+ diurnal availability"] += _rounds(session, diurnal, args.rounds)
+        for name, values in _interleaved(session, variants, args.rounds).items():
+            times[name] += values
     base = float(np.median(times["no clock"]))
     print(f"clock overhead: {args.clients} clients x {args.points} points, k-means, local runtime, "
           f"{args.rounds - 1} rounds x {args.repeats} repeats a variant (start-up {startup:.1f} s)")

@@ -29,6 +29,7 @@ from fedray.core.errors import (
     EmptyClusterWarning,
     FedrayError,
     FedrayWarning,
+    ReleaseRefusedError,
     RoundFailedError,
 )
 from fedray.core.registry import available_algorithms, register
@@ -95,9 +96,10 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
-    "Algorithm", "ArrayData", "CenterAlgorithm", "CenterParams", "ClientView", "ConfigError", "DataError", "EmptyClusterWarning",
-    "ExperimentConfig", "FederationInfo", "FedrayError", "FedrayWarning", "Params", "Reply", "Result",
-    "RoundContext", "RoundFailedError", "Session", "resume", "Stats", "StatsBlock", "SupervisedAlgorithm", "SupervisedParams",
+    "Algorithm", "ArrayData", "CenterAlgorithm", "CenterParams", "ClientView", "ConfigError", "DataError",
+    "EmptyClusterWarning", "ExperimentConfig", "FederationInfo", "FedrayError", "FedrayWarning", "Params", "Reply",
+    "ReleaseRefusedError", "Result", "RoundContext", "RoundFailedError", "Session", "resume", "Stats", "StatsBlock",
+    "SupervisedAlgorithm", "SupervisedParams",
     "Task", "available_algorithms", "batched", "from_arrays", "make_config", "register", "run", "total",
     "load_dataset", "assign", "lloyd", "fcm", "contingency", "ari_from_table", "acc_from_table",
     "best_permutation_distance", "client_rng", "data_rng", "SharedSamplesWarning", "select_k", "choose_k",

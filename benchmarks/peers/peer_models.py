@@ -1,8 +1,10 @@
 """The peers' models as fedray model factories (``algorithm.params.model: peer_models:NAME``).
 
 A factory takes the shape of one sample ``(C, H, W)`` and the number of classes and returns a
-``torch.nn.Module`` mapping a batch ``(b, C, H, W)`` to logits ``(b, n_classes)``. The Flower side of
-``benchmarks/peers/run.py`` builds the same modules, so both systems train the same parameters.
+``torch.nn.Module`` mapping a batch to logits ``(b, n_classes)``. The networks take the batch as
+images ``(b, C, H, W)`` or as flat rows ``(b, C * H * W)`` (fedray's clients train on flat rows, as
+its own image models expect). The Flower side of ``benchmarks/peers/run.py`` builds the same
+modules, so both systems train the same parameters.
 
 * ``logreg``: FLUTE's MNIST logistic regression (one linear layer on the flattened image).
 * ``blazefl_cnn``: the CNN of BlazeFL's CIFAR-10 benchmark (PyTorch's CIFAR-10 tutorial network:
@@ -25,11 +27,23 @@ def logreg(input_shape: tuple[int, ...], n_classes: int) -> nn.Module:
     return nn.Sequential(nn.Flatten(), nn.Linear(math.prod(input_shape), n_classes))
 
 
+class AsImages(nn.Module):
+    """Reshape a batch (flat rows or images) to images ``(b, *shape)``."""
+
+    def __init__(self, shape: tuple[int, int, int]) -> None:
+        super().__init__()
+        self.shape = tuple(shape)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.reshape(x.shape[0], *self.shape)
+
+
 class TutorialCNN(nn.Module):
     """PyTorch's CIFAR-10 tutorial network, as BlazeFL's benchmark uses it (inputs in [0, 1])."""
 
     def __init__(self, in_channels: int, side: int, n_classes: int) -> None:
         super().__init__()
+        self.images = AsImages((in_channels, side, side))
         self.conv1 = nn.Conv2d(in_channels, 6, 5)
         self.conv2 = nn.Conv2d(6, 16, 5)
         flat = 16 * (((side - 4) // 2 - 4) // 2) ** 2
@@ -38,7 +52,7 @@ class TutorialCNN(nn.Module):
         self.fc3 = nn.Linear(84, n_classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = (x - 0.5) / 0.5  # their Normalize((0.5,) * 3, (0.5,) * 3)
+        x = (self.images(x) - 0.5) / 0.5  # their Normalize((0.5,) * 3, (0.5,) * 3)
         x = F.max_pool2d(F.relu(self.conv1(x)), 2)
         x = F.max_pool2d(F.relu(self.conv2(x)), 2)
         x = torch.flatten(x, 1)
@@ -54,7 +68,8 @@ def pfl_cnn(input_shape: tuple[int, ...], n_classes: int) -> nn.Module:
     c, h, _ = _image(input_shape)
     flat = ((h - 4) // 2) ** 2 * 64
     model = nn.Sequential(
-        nn.Conv2d(c, 32, 3), nn.ReLU(), nn.Conv2d(32, 64, 3), nn.ReLU(), nn.MaxPool2d(2), nn.Dropout(0.25),
+        AsImages((c, h, h)), nn.Conv2d(c, 32, 3), nn.ReLU(), nn.Conv2d(32, 64, 3), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Dropout(0.25),
         nn.Flatten(), nn.Linear(flat, 128), nn.ReLU(), nn.Dropout(0.5), nn.Linear(128, n_classes))
     for m in model.modules():
         if isinstance(m, (nn.Conv2d, nn.Linear)):

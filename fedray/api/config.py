@@ -29,7 +29,7 @@ from fedray.api.uris import redact_config
 from fedray.core.errors import ConfigError, format_validation_error
 from fedray.core.extras import check_requirements, missing
 from fedray.core.registry import get_algorithm, make_params
-from fedray.core.seeding import n_sampled
+from fedray.core.seeding import block_cohorts, n_sampled
 from fedray.data.arrays import ArrayData
 from fedray.data.datasets import check_dataset_name
 
@@ -239,13 +239,14 @@ class PrivacyConfig(_Section):
                                      "of a round's statistics, never one client's")
     mask_neighbors: int | None = Field(default=None, ge=2, description="pairwise masks with this many peers (None: all)")
     min_cohort: int = Field(default=3, ge=2, description="secure aggregation refuses smaller cohorts or survivor sets")
-    secagg_threshold: float = Field(default=0.5, gt=0, lt=1,
-                                    description="Shamir threshold t = floor(value * peers) + 1")
+    secagg_threshold: float = Field(default=0.5, gt=0, lt=1, description="Shamir threshold t = floor(value * peers) + 1")
     release_rule: Literal["strict", "count"] = Field(default="strict", description="a sum with which a combination "
         "of released sums singles out < min_cohort clients: strict: narrowed or refused; count: released, counted")
-    cohorts: Literal["random", "blocks"] = Field(default="random", description="blocks: sample fixed blocks")
-    dp: DPConfig | None = Field(default=None, description="differential privacy: set clip and noise_multiplier "
-                                "to turn on (None: off)")
+    cohorts: Literal["auto", "random", "blocks"] = Field(default="auto", description="blocks: whole fixed blocks of "
+        "min_cohort clients; random: one by one; auto: blocks under secure aggregation without DP at fraction < 1")
+    blocks_seed: int = Field(default=0, ge=0, description="seed of the fixed blocks: the federation's, not the run's")
+    release_log: str | None = Field(default=None, description="release journal folder (default: <output>/release_log)")
+    dp: DPConfig | None = Field(default=None, description="DP: set clip and noise_multiplier to turn on (None: off)")
     min_samples_guard: bool = Field(default=False, description="a client withholds its statistics when N_m F <= L "
                                     "(too few samples for L statistics)")
     min_cluster_count: int = Field(default=0, ge=0, description="clients zero clusters with fewer points (0: off)")
@@ -481,7 +482,7 @@ def _check_privacy(cfg: ExperimentConfig) -> None:
             raise ConfigError(f"privacy.feature_bounds[{k}]: ({lo}, {hi}) must have low < high")
     n = cfg.federation.n_clients
     if p.secure_aggregation and n is not None:
-        m = n_sampled(cfg.federation.fraction, n)
+        m = n if block_cohorts(p, cfg.federation.fraction) else n_sampled(cfg.federation.fraction, n)
         if m < p.min_cohort:
             raise ConfigError(f"privacy.min_cohort: secure aggregation needs cohorts of at least {p.min_cohort} "
                               f"clients; federation.n_clients={n} with fraction={cfg.federation.fraction} samples "

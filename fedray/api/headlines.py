@@ -95,7 +95,8 @@ def simulated_lines(summary: dict[str, Any]) -> list[str]:
         sign = ">=" if tgt["direction"] == "above" else "<="
         when = (f"{_duration(tgt['time_s'])} (round {tgt['round']})" if tgt["time_s"] is not None
                 else "not reached")
-        lines.append(f"{'to ' + tgt['metric'] + ' ' + sign + ' ' + format(tgt['value'], 'g'):<28}{when}")
+        label = f"to {tgt['metric']} {sign} {tgt['value']:g}"
+        lines.append(f"{label:<27} {when}")
     return lines
 
 

@@ -8,6 +8,7 @@ not depend on the runtime, the number of actors or the order of execution.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 from numpy.random.bit_generator import ISeedSequence
@@ -204,6 +205,13 @@ def client_blocks(seed: int, n_clients: int, size: int) -> np.ndarray:
     blocks = np.empty(n_clients, dtype=np.int64)
     blocks[order] = np.minimum(np.arange(n_clients) // size, n_blocks - 1)
     return blocks
+
+
+def block_cohorts(privacy: Any, fraction: float) -> bool:
+    """Rounds sample whole fixed blocks (:func:`sample_blocks`): secure aggregation at ``fraction`` < 1 with
+    ``privacy.cohorts`` ``blocks``, or ``auto`` (the default) without DP."""
+    auto = privacy.cohorts == "auto" and privacy.dp is None
+    return bool(privacy.secure_aggregation and fraction < 1 and (privacy.cohorts == "blocks" or auto))
 
 
 def sample_blocks(seed: int, round_: int, blocks: np.ndarray, fraction: float) -> np.ndarray:

@@ -131,6 +131,15 @@ class Clock:
         return float(kept.max()) if len(kept) else 0.0
 
 
+def trained(tasks: dict[int, Task], ids: np.ndarray) -> np.ndarray:
+    """Bool per client of ``ids``: whether its task trains (evaluation-only tasks measure the model and are
+    not timed)."""
+    one = one_task(tasks)
+    if one is not None:
+        return np.full(len(ids), not one.evaluation)
+    return np.fromiter((not tasks[c].evaluation for c in np.asarray(ids).tolist()), dtype=bool, count=len(ids))
+
+
 def _bytes_down_each(tasks: dict[int, Task], ids: np.ndarray) -> np.ndarray:
     """Bytes each of clients ``ids`` receives: its task's payload and shared part."""
     one = one_task(tasks)
@@ -156,6 +165,6 @@ def unsummed(tasks: Any) -> Any:
     hosts already added could not give back."""
     one = one_task(tasks)
     if one is not None:
-        return tasks if not one.summed else CohortTasks(np.fromiter(tasks, dtype=np.int64),
-                                                         dataclasses.replace(one, summed=False))
+        ids = tasks.ids if isinstance(tasks, CohortTasks) else np.fromiter(tasks, dtype=np.int64)
+        return tasks if not one.summed else CohortTasks(ids, dataclasses.replace(one, summed=False))
     return {c: (dataclasses.replace(t, summed=False) if t.summed else t) for c, t in tasks.items()}

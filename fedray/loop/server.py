@@ -23,7 +23,7 @@ from fedray.core.errors import DataError, FedrayError, PluginError, RoundFailedE
 from fedray.core.replies import reply_columns
 from fedray.core.seeding import sample_blocks, sample_clients
 from fedray.core.sizes import nbytes_of
-from fedray.loop.clock import unsummed
+from fedray.loop.clock import trained, unsummed
 from fedray.loop.settings import ServerSettings
 from fedray.runtime.executor import ExecResult, Executor
 
@@ -210,6 +210,8 @@ class Server:
         """Time the answering clients of a training call on the simulated clock; those past the deadline or
         their online spell become late (their replies dropped), as injected stragglers do."""
         ids, _, up = reply_columns(res.replies)
+        train = trained(tasks, ids)
+        ids, up = (ids, up) if train.all() else (ids[train], up[train])
         t = self.clock.times(tasks, ids, up)
         late, why = self.clock.late(ids, t, self.sim_time + self._wait)
         self._timed.append(t[~late])
@@ -331,17 +333,18 @@ class Server:
     def _record_failures(self, call: Call, res: ExecResult) -> None:
         """One row of :attr:`failures` per client missing from this attempt; ``round`` is the
         call's stream round (the round, or -1 - stage for an evaluation pass)."""
-        spill = set(res.spillover)
-        rows = [(cid, "failed", (res.errors.get(cid, "").strip().splitlines() or [""])[-1]) for cid in res.failed]
-        rows += [(cid, "late", self._sim_late.get(cid) or f"no answer within runtime.round_timeout="
-                  f"{self.settings.round_timeout}" + (SPILLOVER if cid in spill else "")) for cid in res.late]
-        for cid, kind, err in rows:
-            self.failures.append({"round": call.stream_round, "attempt": call.attempt, "client_id": cid,
-                                  "kind": kind, "error": err})
-        if res.failed:
-            log.warning("%s: client(s) %s failed: %s", call.label(), res.failed, rows[0][2])
-        if res.late:
-            log.warning("%s: client(s) %s late", call.label(), res.late)
+        spill, sim, r, a = set(res.spillover), self._sim_late, call.stream_round, call.attempt
+        waited = f"no answer within runtime.round_timeout={self.settings.round_timeout}"
+        failed = [{"round": r, "attempt": a, "client_id": cid, "kind": "failed",
+                   "error": (res.errors.get(cid, "").strip().splitlines() or [""])[-1]} for cid in res.failed]
+        self.failures += failed
+        self.failures += [{"round": r, "attempt": a, "client_id": cid, "kind": "late",
+                           "error": sim.get(cid) or waited + (SPILLOVER if cid in spill else "")} for cid in res.late]
+        if failed:
+            log.warning("%s: client(s) %s failed: %s", call.label(), res.failed, failed[0]["error"])
+        if res.late:  # the simulated clock's late clients are expected: said at info level
+            log.log(logging.INFO if set(res.late) <= set(self._sim_late) else logging.WARNING,
+                    "%s: client(s) %s late", call.label(), res.late)
 
     def run(self) -> list[dict[str, Any]]:
         while self.step() is not None:

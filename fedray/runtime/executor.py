@@ -116,7 +116,9 @@ class Executor:
     def apply_scaler(self, shift: np.ndarray, scale: np.ndarray) -> None:  # pragma: no cover
         raise NotImplementedError
 
-    def execute(self, call: Call, tasks: dict[int, Task], timeout: float | None = None) -> ExecResult:  # pragma: no cover
+    def execute(
+        self, call: Call, tasks: dict[int, Task], timeout: float | None = None
+    ) -> ExecResult:  # pragma: no cover
         raise NotImplementedError
 
     def gather_data(self, labels: bool = True, rows: dict[int, np.ndarray] | None = None

@@ -217,9 +217,15 @@ class ClientHost:
         self._kept = parts
         cat = np.concatenate
         keys = [k for k, v in parts[0].arrays.items() if int(np.prod(v.shape[1:])) < 2]
-        return HostReply(kept=KeptSum(cat([p.client_ids for p in parts]), cat([p.seconds for p in parts]),
-                                      cat([p.nbytes for p in parts]), {k: cat([p.arrays[k] for p in parts]) for k in keys},
-                                      list(parts[0].arrays)))
+        return HostReply(
+            kept=KeptSum(
+                cat([p.client_ids for p in parts]),
+                cat([p.seconds for p in parts]),
+                cat([p.nbytes for p in parts]),
+                {k: cat([p.arrays[k] for p in parts]) for k in keys},
+                list(parts[0].arrays),
+            )
+        )
 
     def run_kept(self, round_: int, tasks: Any, *shared: Any, store: Any = None) -> tuple[Any, ...]:
         """:meth:`keep` in its earlier tuple form: ``("kept", *KeptSum)`` or ``("plain", parts)``."""

@@ -96,3 +96,11 @@ def test_a_bad_similarity_names_the_key() -> None:
     cfg["algorithm"]["params"] = {"similarity": "hessians"}
     with pytest.raises(ConfigError, match=r"algorithm\.params \(flacc\)\.similarity: .*'updates'.*'gradients'"):
         make_config(cfg)
+
+
+def test_gradients_under_privacy_are_refused_with_the_key() -> None:
+    cfg = _cfg(2)
+    cfg["algorithm"]["params"] = {"similarity": "gradients"}
+    cfg["privacy"] = {"secure_aggregation": True}
+    with pytest.raises(ConfigError, match=r"algorithm\.params\.similarity: 'gradients' .*outside the privacy layers"):
+        make_config(cfg)

@@ -30,6 +30,7 @@ def test_central_baseline_subsamples_above_its_row_limit_and_says_so(caplog):
     assert any("central baseline: on a uniform sample of 150 of the union's 600 rows" in r.getMessage()
                for r in caplog.records)
     assert "central_ari" in part.final and part.model["central_centers"].shape == (3, 2)
+    assert "a uniform sample of 150 of 600 rows" in part.table() and "uniform sample" not in full.table()
     again = fedray.run(**RUN, central_baseline=True, output=False, **{"evaluation.central_max_rows": 150})
     np.testing.assert_array_equal(again.model["central_centers"], part.model["central_centers"])  # from the seed
 

@@ -166,3 +166,50 @@ def test_a_bad_trace_file_fails_in_one_line(tmp_path):
             _run(availability={"trace": str(path)})
         assert "federation.availability.trace" in str(err.value) and message in str(err.value)
         assert "\n" not in str(err.value)
+
+
+def test_evaluation_only_tasks_are_neither_timed_nor_withheld():
+    from fedray.loop.clock import trained
+
+    train, look = Task(print, None, None), Task(print, None, None, evaluation=True)
+    tasks = {0: train, 1: look, 2: train, 3: look}
+    assert trained(tasks, np.array([0, 1, 2, 3])).tolist() == [True, False, True, False]
+    online = np.array([True, True, False, False])
+    assert sorted(Clock.only_online(tasks, online)) == [0, 1, 3]  # offline client 3 still evaluates
+    kept = Clock.only_online(CohortTasks([0, 1, 2, 3], train), online)
+    assert list(kept) == [0, 1]
+
+
+def test_the_ray_runtime_gives_the_same_simulated_clock(ray_session):
+    local, ray = _clocked(), _clocked(backend="ray", num_cpus=2, clients_per_actor=20)
+    cols = ["round", "clients_sampled", "clients_late", "sim_round_s", "sim_time_s"]
+    pd.testing.assert_frame_equal(local.history[cols], ray.history[cols])
+    pd.testing.assert_frame_equal(local.failures, ray.failures)
+
+
+def test_a_resumed_run_continues_the_simulated_clock(tmp_path):
+    from unittest import mock
+
+    from fedray.api import checkpoint
+    from fedray.api import run as run_api
+
+    cfg = {"algorithm": {"name": "kmeans", "params": {"n_clusters": 3}}, "seed": 5, "runtime": LOCAL,
+           "data": {"dataset": "blobs", "options": {"points_per_client": 50}}, "checkpoint": {"every": 1},
+           "federation": {"n_clients": 60, "fraction": 0.5, "rounds": 6, "deadline": 0.05,
+                          "availability": {"generator": "random", "period_s": 0.2, "online": 0.6},
+                          "devices": {"speed": 2e5, "up": 1e5, "down": 1e5, "spread": 1.0}}}
+    full = fedray.run(**cfg, output=tmp_path / "full")
+    orig = checkpoint.Checkpointer.after_round
+
+    def after_round(self, r, snapshot):
+        path = orig(self, r, snapshot)
+        if r == 2:
+            raise KeyboardInterrupt
+        return path
+
+    with mock.patch.object(checkpoint.Checkpointer, "after_round", after_round), pytest.raises(KeyboardInterrupt):
+        fedray.run(**cfg, output=tmp_path / "cut")
+    resumed = run_api.resume(tmp_path / "cut", progress=False)
+    cols = ["round", "clients_sampled", "clients_late", "sim_round_s", "sim_time_s"]
+    pd.testing.assert_frame_equal(resumed.history[cols], full.history[cols])
+    assert resumed.summary["simulated"] == full.summary["simulated"]

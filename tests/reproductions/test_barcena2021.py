@@ -9,6 +9,7 @@ from fedray import ConfigError
 from reproductions.barcena2021 import faults, table1, waveform
 
 
+@pytest.mark.slow  # the Table 1 script end to end (--quick)
 def test_table1_quick(tmp_path, data_dir):
     out = tmp_path / "barcena"
     assert table1.main(["--quick", "--out", str(out), "--data-dir", str(data_dir)]) == 0
