@@ -25,6 +25,13 @@ the global model with the same schedule and client seeds. Its accuracy against F
 tells whether the clusters carry structure or FLACC only paid the cost of splitting;
 ``final["found_ari"]`` and ``["found_n_clusters"]`` keep what FLACC found.
 
+**Gradient similarity** (``similarity: gradients``, the paper's Table VI): the server compares
+the gradients of the clients' empirical risks at the model they received, grad F_i(theta)
+(eq. 8), instead of their weight updates (eq. 19); the clients compute it over all their
+training rows beside their usual training (:mod:`fedray.algorithms.flacc_client`). Each round of
+the merging phase also records ``alpha_min_cross``, the value that solves (9) before the
+merge conditions (the paper's Fig. 8).
+
 Every merge is recorded (round, the two entities, alpha_min_cross, Phi) in
 ``result()["merges"]``; ``result()["similarity_mean"]`` (n, n) is the mean cosine
 similarity of every pair of clients over the rounds of the merging phase in which
@@ -45,16 +52,20 @@ import numpy as np
 import pandas as pd
 from pydantic import Field
 
+from fedray.algorithms.flacc_client import client_round_gradient
 from fedray.algorithms.flacc_rules import (
     MergeEvent,
     SimilarityMemory,
+    best_cross_similarity,
     entities,
     merge_round,
     random_groups,
 )
-from fedray.core.contract import FederationInfo, Reply, RoundContext
+from fedray.core.contract import FederationInfo, Reply, RoundContext, Task
+from fedray.core.errors import ConfigError
 from fedray.core.metrics import cluster_metrics
 from fedray.core.registry import register
+from fedray.core.sizes import nbytes_of
 from fedray.nn.supervised import SupervisedAlgorithm, SupervisedParams
 
 
@@ -73,6 +84,12 @@ class FLACCParams(SupervisedParams):
                                                      "(not in the paper, which merges from round 1: 0)")
     scan: bool = Field(default=True, description="when the best pair fails Φ > 0, try the next best pair "
                                                  "(False: stop, Algorithm 1 read literally)")
+    similarity: Literal["updates", "gradients"] = Field(
+        default="updates", description="what the server's cosine similarities compare: updates, the clients' weight "
+        "updates Δθ_i = θ_i − θ (eq. 19, the paper's choice); gradients, the gradient of each client's empirical risk "
+        "at the model it received, ∇F_i(θ) over all its training rows (eq. 8; the paper's Table VI). Clients train "
+        "and send weights either way; with gradients a sampled client of the merging phase also sends its gradient "
+        "(one more model-sized vector up)")
     control: Literal["none", "random-groups"] = Field(
         default="none", description="random-groups: the control arm; at separation the clients form random groups "
         "of the sizes of the entities found (seeded by the run's seed), trained as FLACC's clusters would be; the "
@@ -112,11 +129,31 @@ class FLACC(SupervisedAlgorithm):
         # read-only; the per-client arrays are updated in place during the run
         self.__dict__.update({k: np.array(v) if isinstance(v, np.ndarray) else v for k, v in state.items()})
 
-    # --- rounds (configure_round: the base's, every sampled client trains its entity's model) ---
+    @classmethod
+    def check_config(cls, cfg: Any) -> None:
+        """The base's checks; ``similarity: gradients`` is refused under privacy, whose layers protect the
+        weights a client sends and not the gradient sent beside them."""
+        super().check_config(cfg)
+        if (cfg.algorithm.params or {}).get("similarity") == "gradients" and cfg.privacy.active:
+            raise ConfigError("algorithm.params.similarity: 'gradients' sends each client's gradient beside its "
+                              "weights, outside the privacy layers; use 'updates' with privacy")
+
+    # --- rounds: every sampled client trains its entity's model ---
+    def _gradients_due(self, ctx: RoundContext) -> bool:
+        """Whether this round's sampled clients also send their risk gradient (``similarity: gradients``)."""
+        return self.params.similarity == "gradients" and self.phase == "merging" and ctx.round >= self.params.warmup
+
+    def configure_round(self, ctx: RoundContext) -> dict[int, Task] | None:
+        if not self._gradients_due(ctx):
+            return super().configure_round(ctx)
+        self.check_round(ctx)
+        return self.make_tasks(ctx, ctx.sampled, fn=client_round_gradient)
+
     def aggregate(self, ctx: RoundContext, replies: list[Reply]) -> dict[str, float]:
         extra: dict[str, float] = {}
         if self.phase == "merging":
             extra = self._merge_step(ctx, replies)
+            extra["bytes_train"] = float(sum(nbytes_of(r.update.get("gradient")) for r in replies))
             self.average_into(replies)  # line 20: one global model
             if self.rounds_without_merge >= self.params.n_sep:
                 self._separate(ctx)
@@ -124,21 +161,28 @@ class FLACC(SupervisedAlgorithm):
             self.average_into(replies)  # lines 25-27: FedAvg inside each entity
         self.rounds_done += 1
         out = self.round_metrics(ctx, replies)
+        out["bytes_train"] += extra.pop("bytes_train", 0.0)  # the gradients sent up, with similarity: gradients
         out.update(extra)
         return out
 
     def _merge_step(self, ctx: RoundContext, replies: list[Reply]) -> dict[str, float]:
-        """Lines 10-19: similarities of this round's updates, then up to n_merge merges."""
+        """Lines 10-19: similarities of this round's updates (or gradients), then up to n_merge merges.
+
+        ``alpha_min_cross`` in the round's row is the value that solves (9) this round, before any
+        merge and whether or not (14) and (16) let the pair merge (the paper's Fig. 8): the largest,
+        over pairs of entities, of their smallest remembered cross similarity (NaN: no candidate pair)."""
         p = self.params
         if ctx.round < p.warmup:  # plain FedAvg: first updates share the common direction of learning the task
-            return {"merges": 0.0, "merge_similarity": float("nan"), "n_entities": float(len(np.unique(self.labels)))}
-        deltas = self.updates(replies)
-        ids = sorted(deltas)
+            return {"merges": 0.0, "merge_similarity": float("nan"), "n_entities": float(len(np.unique(self.labels))),
+                    "alpha_min_cross": float("nan")}
+        vectors = self.updates(replies) if p.similarity == "updates" else self.gradients(replies)
+        ids = sorted(vectors)
         if len(ids) >= 2:
-            S = self.memory.observe(ctx.round, ids, np.stack([deltas[c] for c in ids]))
+            S = self.memory.observe(ctx.round, ids, np.stack([vectors[c] for c in ids]))
             ix = np.ix_(ids, ids)
             self.sim_sum[ix] += S
             self.sim_count[ix] += 1
+        best = best_cross_similarity(self.memory.alpha, self.memory.known(ctx.round), self.labels)
         self.labels, events = merge_round(self.memory, self.labels, ctx.round, alpha_0=p.alpha_0,
                                           n_merge=p.n_merge, scan=p.scan)
         self.memory.forget(ctx.round)
@@ -147,7 +191,13 @@ class FLACC(SupervisedAlgorithm):
         self.assignment = self.labels.copy()
         sims = [e.similarity for e in events]
         return {"merges": float(len(events)), "merge_similarity": float(max(sims)) if sims else float("nan"),
-                "n_entities": float(len(np.unique(self.labels)))}
+                "n_entities": float(len(np.unique(self.labels))), "alpha_min_cross": best}
+
+    @staticmethod
+    def gradients(replies: list[Reply]) -> dict[int, np.ndarray]:
+        """The risk gradients grad F_i(theta) (float64) the trained clients sent (``similarity: gradients``)."""
+        return {r.client_id: np.asarray(r.update["gradient"], dtype=np.float64)
+                for r in replies if "gradient" in r.update}
 
     def _separate(self, ctx: RoundContext) -> None:
         """Each entity becomes its own federation, starting from the global model (line 5, else branch).

@@ -38,8 +38,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["MergeEvent", "SimilarityMemory", "block_stats", "cosine_similarities", "entities", "find_merge",
-           "merge_round", "random_groups"]
+__all__ = ["MergeEvent", "SimilarityMemory", "best_cross_similarity", "block_stats", "cosine_similarities", "entities",
+           "find_merge", "merge_round", "random_groups"]
 
 
 @dataclass(frozen=True)
@@ -203,6 +203,22 @@ def block_stats(alpha: np.ndarray, known: np.ndarray, labels: np.ndarray
     bmax = np.maximum.reduceat(np.maximum.reduceat(hi, starts, axis=0), starts, axis=1)
     count = np.add.reduceat(np.add.reduceat(K.astype(np.int64), starts, axis=0), starts, axis=1)
     return names, bmin, bmax, count
+
+
+def best_cross_similarity(alpha: np.ndarray, known: np.ndarray, labels: np.ndarray) -> float:
+    """The value of alpha_min_cross that solves (9): the largest, over pairs of entities with a
+    remembered cross pair, of their smallest remembered cross similarity (eq. 15), before (14)
+    and (16) are checked; NaN when no pair of entities has a remembered cross pair.
+
+    Parameters
+    ----------
+    alpha, known, labels
+        As in :func:`block_stats`.
+    """
+    names, bmin, _, count = block_stats(alpha, known, labels)
+    iu, ju = np.triu_indices(names.size, k=1)
+    ok = count[iu, ju] > 0
+    return float(bmin[iu, ju][ok].max()) if ok.any() else float("nan")
 
 
 def find_merge(alpha: np.ndarray, known: np.ndarray, labels: np.ndarray, *, alpha_0: float = 0.0,

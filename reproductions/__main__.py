@@ -61,7 +61,7 @@ def _tables(args: argparse.Namespace) -> int:
     return 1 if bad else 0
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m reproductions", description=__doc__)
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("list", help="every claim with its verdict and ours")
@@ -74,7 +74,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--data-dir", help="benchmark data (default: $FEDRAY_DATA_DIR, else ../shared/datasets)")
     p = sub.add_parser("tables", help="regenerate the claim tables from the records")
     p.add_argument("--check", action="store_true", help="change nothing; fail if a table differs from its records")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
         return {"list": _list, "run": _run, "tables": _tables}[args.cmd](args)

@@ -113,3 +113,14 @@ def run_notebook(tmp_path):
         return text, sum("image/png" in o.get("data", {}) for o in outputs), tmp_path
 
     return run
+
+
+@pytest.fixture(autouse=True)
+def _fresh_release_logs():
+    """Each test starts with a server that has seen no sum: secure aggregation's release logs are kept
+    per federation for the life of the process, so one test's sums would otherwise weigh on the next."""
+    from fedray.layers.privacy.release import forget_releases
+
+    forget_releases()
+    yield
+    forget_releases()

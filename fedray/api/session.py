@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
@@ -20,21 +21,23 @@ from fedray.api import plotdata
 from fedray.api.checkpoint import Checkpointer
 from fedray.api.config import ExperimentConfig, make_config
 from fedray.api.drivers import LocalDriver, RayDriver
-from fedray.api.outputs import prepare, release, write_partial
+from fedray.api.federation_config import build_clock
+from fedray.api.outputs import prepare, release, run_id_of, write_partial
 from fedray.api.progress import Activity, Progress, startup_line
 from fedray.api.results import Result
+from fedray.api.scale import all_answered, feature_box, total_in_parts
 from fedray.api.tracking import Trackers
 from fedray.core import calls
 from fedray.core.calls import Call
 from fedray.core.contract import Algorithm, FederationInfo, Task
-from fedray.core.errors import ConfigError, DataError, OutputError
+from fedray.core.errors import DataError, OutputError
 from fedray.core.extras import requirements
 from fedray.core.registry import algorithm_reference, check_algorithm_class, get_algorithm, make_params
-from fedray.core.stats import Stats, total
+from fedray.core.stats import Stats
 from fedray.data.checks import Descriptions, check_descriptions, check_magnitude, column_moments
 from fedray.data.federation import Federation, build_federation, check_memory, shard_residency
 from fedray.layers.privacy import PrivacyLayer
-from fedray.layers.stack import build_stack, cohort_blocks, find_layer, secure_layer
+from fedray.layers.stack import begin_private_run, build_stack, cohort_blocks, find_layer, join_federation, secure_layer
 from fedray.loop.server import round_cap
 from fedray.loop.settings import ServerSettings
 from fedray.runtime.backends import make_executor
@@ -101,6 +104,7 @@ class Session:
             # K selection, validation, plots); each run starts its records afresh.
             self.layers: Executor = build_stack(self.executor, cfg, self.disclosures)
             self._secure: PrivacyLayer | None = None
+            self.fingerprint: str | None = None  # of the federation, once its set-up moments are summed
             act.stage("checking the data (per-client summaries)", "data checks")
             self.descriptions: Descriptions = (self.executor.describe(private=True) if cfg.privacy.active
                                                else self.executor.describe())
@@ -128,8 +132,11 @@ class Session:
             check_magnitude(lo, hi, N, names)
         scaler = None
         mode = self.config.data.scale
+        # the federation's release log (fedray.layers.stack.join_federation), shared by its sessions
+        self.fingerprint = join_federation([sp.name for sp in self.federation.specs], n, n_features, (s, ss),
+                                           (find_layer(self.layers, PrivacyLayer), self._secure))
         if self.config.privacy.feature_bounds is not None:  # the user's box, also for random starts and plots
-            lo, hi = _bounds(self.config.privacy.feature_bounds, n_features)
+            lo, hi = feature_box(self.config.privacy.feature_bounds, n_features)
         if mode == "standard":
             mean = s / N
             std = np.sqrt(np.maximum(ss / N - mean ** 2, 0.0))
@@ -164,7 +171,7 @@ class Session:
             big = np.sqrt(ss)  # bounds every |x| of the union
         check_magnitude(-big, big, N, names)
         if p.feature_bounds is not None:
-            lo, hi = _bounds(p.feature_bounds, n_features)
+            lo, hi = feature_box(p.feature_bounds, n_features)
         else:
             mean = s / N
             std = np.sqrt(np.maximum(ss / N - mean ** 2, 0.0))
@@ -238,6 +245,8 @@ class Session:
         """The run itself, in the output folder ``out`` claimed for it."""
         checkpoint = Checkpointer(cfg, out, self, None if resume_from is None else resume_from.get("run_id")) \
             if cfg.checkpoint.every else None
+        begin_private_run(self.layers, alg.name, cfg, out, (checkpoint.run_id if checkpoint is not None else None)
+                          or (resume_from or {}).get("run_id") or (run_id_of(out) if out else None))
         if resume_from is not None and resume_from.get("clients"):
             self.executor.set_state(resume_from["clients"])
         self._stash_outside_records()
@@ -274,6 +283,8 @@ class Session:
             bar.close()
             driver.close()  # also when the run fails or is interrupted
             self.layers.reset_records()  # the run's records are in its state (its Result)
+            if (own := find_layer(self.layers, PrivacyLayer)) is not None:
+                own.end_run()
         status = "FAILED"
         try:
             ending.stage("central baseline and outputs")
@@ -304,7 +315,8 @@ class Session:
         fed = cfg.federation
         settings = ServerSettings(seed=cfg.seed, fraction=fed.fraction, max_rounds=cap, min_clients=fed.min_clients,
                                   round_timeout=cfg.runtime.round_timeout, round_retries=fed.round_retries,
-                                  blocks=cohort_blocks(cfg, len(self.federation.specs), self.layers))
+                                  blocks=cohort_blocks(cfg, len(self.federation.specs), self.layers),
+                                  clock=build_clock(cfg, self.info, alg))
         return cfg, settings, cap, budget
 
     def _algorithm_entry(self, alg: Algorithm) -> Any:
@@ -406,16 +418,13 @@ class Session:
                 raise DataError(f"{call.label()}: a secure sum needs at least privacy.min_cohort="
                                 f"{layer.cfg.min_cohort} clients; the federation has {len(tasks)}")
             return layer.secure_sum(call, tasks)
-        res = self.call(call, tasks)
-        if len(res.replies) < len(tasks):
-            first = next(iter(res.errors.values()), "no reply").strip()
-            raise DataError(f"{call.label()}: {len(tasks) - len(res.replies)} of {len(tasks)} clients did not "
-                            f"answer: {(first.splitlines() or [''])[-1]}")
-        return total(res.replies)
+        return total_in_parts(lambda part: all_answered(call, part, self.call(call, part)), tasks)  # bounded memory
 
     def _secure_layer(self) -> PrivacyLayer:
         if self._secure is None:
             self._secure = secure_layer(self.layers, self.config)
+            if self.fingerprint is not None:
+                self._secure.join_federation(self.fingerprint)
         return self._secure
 
     def _plot_total(self, fn: Any, shared: Any) -> Stats | None:
@@ -445,11 +454,9 @@ class Session:
         return ServerActor.options(runtime_env=self.runtime_env or None).remote()
 
     def _prestart_server(self) -> None:
-        """Start a run's server actor ahead: an empty :class:`ServerActor` whose process starts and
-        imports in the background (about 1 s on 2 CPUs). The session starts one for its first run
-        beside the client actors; a later run starts its own when it is asked for, so no actor is
-        started for a run that never comes. Each run gets a fresh actor; a failure here only means
-        the run starts its own."""
+        """Start a run's server actor ahead (its process starts and imports in the background, about 1 s):
+        for the first run beside the client actors, for a later run when it is asked for, so no actor is
+        started for a run that never comes. A failure here only means the run starts its own."""
         if self._spare_server is not None:
             return
         try:
@@ -460,17 +467,13 @@ class Session:
 
     def close(self) -> None:
         spare, self._spare_server = self._spare_server, None
-        if spare is not None:
-            try:
+        with suppress(Exception):  # Ray may be going down already
+            if spare is not None:
                 import ray
 
                 ray.kill(spare)
-            except Exception:  # noqa: BLE001
-                pass
-        try:
+        with suppress(Exception):
             self.executor.shutdown()
-        except Exception:  # noqa: BLE001
-            pass
         if self._started_ray:
             import ray
 
@@ -482,13 +485,4 @@ class Session:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
-
-
-def _bounds(bounds: list[tuple[float, float]], n_features: int) -> tuple[np.ndarray, np.ndarray]:
-    if len(bounds) != n_features:
-        raise ConfigError(f"privacy.feature_bounds: {len(bounds)} (low, high) pairs for {n_features} features; "
-                          "give one pair per feature")
-    b = np.asarray(bounds, dtype=np.float64)
-    return b[:, 0].copy(), b[:, 1].copy()
-
 

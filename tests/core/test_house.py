@@ -73,6 +73,7 @@ LAZY_FEDRAY_IMPORTS: dict[tuple[str, str], str] = {
     ("fedray.nn.supervised_client", "fedray.nn.train"): "client hooks of the supervised base: " + _TORCH_FREE,
     ("fedray.nn.supervised_client", "fedray.nn.batched"): "client hooks of the supervised base: " + _TORCH_FREE,
     ("fedray.algorithms.baselines", "fedray.nn.train"): "fedavg/local/ifca/cfl/flhc: " + _TORCH_FREE,
+    ("fedray.algorithms.flacc_client", "fedray.nn.train"): "flacc's gradient client: " + _TORCH_FREE,
     ("fedray.algorithms.fedcref_client", "fedray.nn.autoencoder"): "fedcref's client: " + _TORCH_FREE,
     ("fedray.algorithms.fedcref_client", "fedray.nn.batched"): "fedcref's client: " + _TORCH_FREE,
     ("fedray.algorithms.fedcref_client", "fedray.nn.train"): "fedcref's client: " + _TORCH_FREE,

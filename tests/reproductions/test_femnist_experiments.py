@@ -1,17 +1,14 @@
-"""experiments/flacc_femnist.py --quick: FLACC and FedAvg on a few FEMNIST writers, with the outputs the
+"""reproductions/mehta2023/femnist.py --quick: FLACC and FedAvg on a few FEMNIST writers, with the outputs the
 reproduction reads (the clusters of every writer, the accuracy over rounds, the table), and runs already
 done are skipped when the script is started again."""
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-pytestmark = pytest.mark.slow  # the FEMNIST experiment script end to end (--quick)
-
-SCRIPT = Path(__file__).resolve().parents[2] / "experiments" / "flacc_femnist.py"
+from reproductions.mehta2023 import femnist
 
 
 @pytest.fixture
@@ -22,10 +19,7 @@ def femnist_dir(data_dir: Path) -> Path:
 
 
 def _main():
-    spec = importlib.util.spec_from_file_location("_exp_flacc_femnist", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod.main
+    return femnist.main
 
 
 def test_quick_run_reports_clusters_accuracy_and_resumes(tmp_path, femnist_dir):

@@ -1,4 +1,4 @@
-"""experiments/flacc_branching.py: one FLACC run to its separation round, and two arms resumed from its
+"""reproductions/mehta2023/branching.py: one FLACC run to its separation round, and two arms resumed from its
 checkpoint before separation.
 
 Properties held, on a small federation with four planted rotation groups: the never-separating arm has
@@ -7,8 +7,6 @@ control run from round 0, bit for bit; the trunk is FLACC's run from round 0; a 
 the per-cluster table covers every client once."""
 from __future__ import annotations
 
-import importlib.util
-import sys
 import warnings
 from pathlib import Path
 
@@ -18,10 +16,8 @@ import pytest
 
 from fedray.api.session import Session
 from fedray.core.errors import SharedSamplesWarning
+from reproductions.mehta2023 import branching as branching_module
 
-pytestmark = pytest.mark.slow  # FLACC's trunk and its arms, run end to end
-
-SCRIPT = Path(__file__).resolve().parents[2] / "experiments" / "flacc_branching.py"
 TRAIN = {"epochs": 2, "lr": 0.1, "batch_size": 32, "eval_every": 4, "n_merge": 1, "n_sep": 3}
 CFG = {"seed": 0, "algorithm": {"name": "flacc", "params": TRAIN},
        "data": {"dataset": "sklearn:digits",
@@ -32,11 +28,7 @@ CFG = {"seed": 0, "algorithm": {"name": "flacc", "params": TRAIN},
 
 @pytest.fixture(scope="module")
 def branching():
-    spec = importlib.util.spec_from_file_location("_exp_flacc_branching", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return branching_module
 
 
 @pytest.fixture(scope="module")

@@ -1,24 +1,18 @@
-"""experiments/flacc_table.py --quick: every method on the four federations, Table I layout."""
+"""reproductions/mehta2023/table.py --quick: every method on the four federations, Table I layout."""
 from __future__ import annotations
 
-import importlib.util
 import re
 import warnings
-from pathlib import Path
 
 import pandas as pd
 import pytest
 
-pytestmark = pytest.mark.slow  # the Table I script end to end (--quick), shared by the module
-
-SCRIPT = Path(__file__).resolve().parents[2] / "experiments" / "flacc_table.py"
+from reproductions.mehta2023 import table as flacc_table
 
 
 @pytest.fixture(scope="module")
 def quick(tmp_path_factory):
-    spec = importlib.util.spec_from_file_location("flacc_table", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = flacc_table
     out = tmp_path_factory.mktemp("flacc_table")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -96,9 +90,7 @@ def test_flacc_params_reach_flacc_and_its_control_and_bad_ones_are_one_line(quic
 
 
 def test_a_plugin_method_joins_the_table_with_one_row_per_value(tmp_path) -> None:
-    spec = importlib.util.spec_from_file_location("flacc_table_plugin", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = flacc_table
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         runs = mod.main(["--quick", "--federations", "rotated", "--methods", "fedavg",

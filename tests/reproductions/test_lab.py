@@ -167,3 +167,48 @@ def test_quick_run_records_nothing_in_the_lab(data_dir):
     assert lab_main(["run", "barcena2021/table1-s-set1-ari", "--quick", "--data-dir", str(data_dir)]) == 0
     after = {p: p.read_text() for p in (common.ROOT / "barcena2021" / "results").glob("*.csv")}
     assert before == after
+
+
+# ---------------------------------------------------------------------------------------------- commands
+
+def _claims():
+    return [(p, c) for p in common.PAPERS for c in common.load_claims(p) if c.command]
+
+
+def _check_command(paper: str, claim: Claim, tmp_path: Path) -> None:
+    import importlib
+    import shlex
+
+    from fedray.api.config import make_config
+    from reproductions.__main__ import build_parser
+
+    argv = shlex.split(claim.command.replace("DATA", str(tmp_path)))
+    if argv[:4] == ["python", "-m", "reproductions", "run"]:
+        args = build_parser().parse_args(argv[3:])
+        ref_paper, ref = common.find_claim(args.claim)
+        assert ref_paper == paper, f"{claim.id}: its command reruns a claim of {ref_paper}"
+        assert ref.runner, f"{claim.id}: its command names {ref.id}, which has no runner"
+        assert (ref.records or ref.id) == (claim.records or claim.id), f"{claim.id}: its command records elsewhere"
+    elif argv[:2] == ["python", "-m"] and argv[2].startswith(f"reproductions.{paper}."):
+        mod = importlib.import_module(argv[2])
+        if hasattr(mod, "parse_args"):
+            mod.parse_args(argv[3:])
+    elif argv[:2] == ["fedray", "run"]:
+        make_config(None, overrides=[argv[i + 1] for i, a in enumerate(argv) if a == "--set"])
+    else:
+        raise AssertionError(f"{paper}/{claim.id}: a command is `python -m reproductions run ...`, "
+                             f"`python -m reproductions.{paper}.<script> ...` or `fedray run ...`; got {claim.command!r}")
+
+
+@pytest.mark.parametrize("paper,claim", _claims(), ids=[f"{p}/{c.id}" for p, c in _claims()])
+def test_each_claims_command_is_accepted(paper, claim, tmp_path):
+    """A claim's command names a claim with a runner that records where this claim reads, or parses as written."""
+    _check_command(paper, claim, tmp_path)
+
+
+def test_the_command_check_refuses_a_claim_that_records_elsewhere(tmp_path):
+    bad = _claim(id="x", command="python -m reproductions run barcena2021/table1-xclara", order=())
+    with pytest.raises(AssertionError):
+        _check_command("barcena2021", bad, tmp_path)
+    with pytest.raises(AssertionError, match="a command is"):
+        _check_command("barcena2021", _claim(id="x", command="python experiments/old.py", order=()), tmp_path)

@@ -7,6 +7,7 @@ read: a wrong option name, a misspelt flag, a bad JSON option or an invalid valu
 """
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import inspect
 import json
@@ -27,7 +28,14 @@ SECTION = "## The papers' other data sets"
 COMMAND = re.compile(r"`((?:python experiments/|fedray run )[^`]+)`")
 
 
+#: scripts that moved into the lab (the archived notebook's commands keep their old paths), imported as modules
+MOVED = {"flacc_table": "reproductions.mehta2023.table", "flacc_femnist": "reproductions.mehta2023.femnist",
+         "fedcref_tables": "reproductions.fedcref2025.tables"}
+
+
 def _module(name: str):
+    if name in MOVED:
+        return importlib.import_module(MOVED[name])
     spec = importlib.util.spec_from_file_location(f"_docs_{name}", ROOT / "experiments" / f"{name}.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
