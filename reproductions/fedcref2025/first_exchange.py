@@ -146,8 +146,8 @@ def summary(df: pd.DataFrame) -> pd.DataFrame:
     return out.reset_index()
 
 
-def plot(df: pd.DataFrame, path: Path, rules: tuple[str, ...] = ("authors τ=0.2", "authors τ=0.25",
-                                                                  "tail τ=0.2", "tail τ=0.25")) -> None:
+def plot(df: pd.DataFrame, path: Path, rules: tuple[str, ...] = ("authors τ=0.2", "authors τ=0.25", "tail τ=0.2",
+                                                                  "tail τ=0.25", "defaults")) -> None:
     """Communities (pure), classes covered and wrong associations of the first exchange against S."""
     import matplotlib
 
