@@ -161,5 +161,5 @@ class ClientActor:
     def set_state(self, states: dict) -> None:
         self.host.set_state(states)
 
-    def gather_data(self, labels: bool = True) -> list:
-        return self.host.gather_data(labels)
+    def gather_data(self, labels: bool = True, rows: dict | None = None) -> list:
+        return self.host.gather_data(labels, rows)

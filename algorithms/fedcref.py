@@ -50,11 +50,20 @@ from fedray.core.metrics import acc_from_table
 from fedray.core.registry import register
 
 log = logging.getLogger(__name__)
+FRESH_STREAM = 17   # server sub-stream of the fresh community starts
 
 #: The paper's association test and rules (``preset: paper``); the defaults are the tuned
 #: dirty-start setting (docs/reproductions.md, "FedCRef 2025", "Defaults").
 PAPER_PRESET: dict[str, Any] = {"normalisation": "cluster", "percentile": 75.0, "tau": 0.2, "fed_rounds": 15,
                                 "min_active_iterations": 1, "fed_trim": 0.0, "ratio": 0.0}
+#: The authors' public code as it runs (``preset: authors``): the paper's test with the code's strict ``<``,
+#: no link where every difference is equal, the code's one-sided first-link scan and τ of its current
+#: configuration; community training as its Flower server runs it (a fresh random model, 2 local epochs in
+#: round 1 and 7 in rounds 2-15, the first member's fine-tuned copy as the community model).
+AUTHORS_PRESET: dict[str, Any] = {**PAPER_PRESET, "tau": 0.25, "strict": True, "equal_differences": "fail",
+                                  "link": "first-scan", "fed_epochs": 7, "fed_first_epochs": 2,
+                                  "fed_start": "fresh", "community_model": "first-member"}
+PRESETS: dict[str, dict[str, Any]] = {"paper": PAPER_PRESET, "authors": AUTHORS_PRESET}
 
 
 class FedCRefParams(Params):
@@ -65,18 +74,25 @@ class FedCRefParams(Params):
                                                          "classes the client holds, or chosen by silhouette")
     local_k_range: tuple[int, int] = Field((2, 5), description="[lo, hi] range searched when local_k is "
                                            "silhouette")
-    preset: Literal["tuned", "paper"] = Field(
+    preset: Literal["tuned", "paper", "authors"] = Field(
         "tuned", description="starting values of normalisation, percentile, tau, fed_rounds, min_active_iterations, "
         "fed_trim and ratio: tuned (the dirty-start setting measured on MNIST: relative, 95, 0.1, 40, 3, 0.2, 0.5) "
-        "or paper (the paper's test and rules: cluster, 75, 0.2, 15, 1, 0, 0); parameters given explicitly override "
-        "the preset's values")
+        "or paper (the paper's test and rules: cluster, 75, 0.2, 15, 1, 0, 0); authors: the authors' public code "
+        "(paper with tau 0.25, strict, equal_differences fail, link first-scan, fed_epochs 7, fed_first_epochs 2, "
+        "fed_start fresh, community_model first-member); parameters given explicitly override the preset's values")
     percentile: float = Field(95.0, gt=0.0, le=100.0, description="P: the P-th percentile of the normalised error "
                                                          "differences is tested against τ (paper: 75)")
     tau: float = Field(0.1, gt=0.0, le=1.0, description="τ, the association threshold (paper: 0.2)")
-    normalisation: Literal["cluster", "errors", "relative"] = Field(
+    normalisation: Literal["cluster", "errors", "relative", "tail"] = Field(
         "relative", description="how |e_own - e_other| is brought to [0, 1] before the percentile: min-max over the "
-        "cluster's samples (cluster, the paper), by the range of both models' errors on the cluster, or per sample "
-        "by e_own + e_other (relative, independent of the cluster's size)")
+        "cluster's samples (cluster, the paper; its statistic falls as the cluster grows), by the range of both "
+        "models' errors on the cluster, per sample by e_own + e_other (relative, independent of the cluster's size), "
+        "or min-max with the maximum replaced by the one expected of 500 samples under an exponential tail (tail)")
+    strict: bool = Field(False, description="the test passes when the statistic is < tau (the authors' code) "
+                         "instead of <= tau (the paper's text)")
+    equal_differences: Literal["pass", "fail"] = Field(
+        "pass", description="when every error difference on a cluster is equal (min-max undefined): the statistic "
+        "is 0 and the pair may link (pass), or NaN and it does not (fail, the authors' code)")
     stability: float = Field(0.8, gt=0.0, le=1.0, description="Hungarian-matched agreement of consecutive "
                                                           "labellings above which a client stops refining")
     local_refinements: int = Field(0, ge=0, description="iterations at the start in which no exchange is made and "
@@ -85,8 +101,10 @@ class FedCRefParams(Params):
                                    "clusters the exchange compares (beyond the paper)")
     min_active_iterations: int = Field(3, ge=1, description="refinements a client makes before it may stop "
                                        "(1: the paper's rule, it may stop after its first)")
-    link: Literal["best", "first", "mutual-best"] = Field("best", description="which qualifying cluster of another "
-                                                          "client a cluster links to (first: the authors' code)")
+    link: Literal["best", "first", "mutual-best", "first-scan"] = Field(
+        "best", description="which qualifying cluster of another client a cluster links to: the best, the first, "
+        "only mutual best choices, or first-scan (the authors' code: for clients a < b, each cluster of a links to "
+        "the first qualifying cluster of b)")
     ratio: float = Field(0.5, ge=0.0, lt=1.0, description="ratio test beyond the paper (0: off): also link two "
                          "clusters of different clients that fail τ when each is the other's best foreign match and "
                          "their statistic is at most this share of the best either reaches with a third client")
@@ -106,6 +124,14 @@ class FedCRefParams(Params):
                             "tuned on 500 samples per class; with ~150 per cluster, 40 give the community "
                             "models about as many optimizer steps; see docs/reproductions.md)")
     fed_epochs: int = Field(1, ge=1, description="local epochs in each federated round")
+    fed_first_epochs: int | None = Field(None, ge=1, description="local epochs in a community's first federated "
+                                         "round (None: fed_epochs; the authors' code: 2, then 7)")
+    fed_start: Literal["node", "fresh"] = Field("node", description="a community's starting model: the model of "
+                                                "its lowest (client, cluster) node, or a fresh random one (the "
+                                                "authors' code), seeded by the seed, round and community")
+    community_model: Literal["aggregate", "first-member"] = Field(
+        "aggregate", description="the community model refinement uses: the FedAvg aggregate of the last round, or "
+        "the community's first member's locally trained copy from that round (the authors' code)")
     fed_trim: float = Field(0.2, ge=0.0, lt=1.0, description="share of a cluster's samples that a client leaves "
                             "out of each FedAvg round: those the current community model reconstructs worst, "
                             "most of them another class's on a dirty cluster (0: every sample, the paper)")
@@ -127,9 +153,9 @@ class FedCRefParams(Params):
     @model_validator(mode="before")
     @classmethod
     def _preset(cls, data: Any) -> Any:
-        """``preset: paper`` fills in the paper's values of the parameters not given explicitly."""
-        if isinstance(data, dict) and data.get("preset") == "paper":
-            return {**PAPER_PRESET, **data}
+        """``preset: paper`` / ``authors`` fills in its values of the parameters not given explicitly."""
+        if isinstance(data, dict) and data.get("preset") in PRESETS:
+            return {**PRESETS[data["preset"]], **data}
         return data
 
     @field_validator("local_k")
@@ -227,12 +253,16 @@ class FedCRef(Algorithm):
                 local = self.iteration < p.local_refinements   # no exchange yet: own models only
                 if p.association == "reconstruction" and not local:
                     sh = {"spec": self.spec, "weights": self._stacked(), "owner": self.owner,
-                          "percentile": p.percentile, "normalisation": p.normalisation}
+                          "percentile": p.percentile, "normalisation": p.normalisation,
+                          "equal": 0.0 if p.equal_differences == "pass" else float("nan")}
                     return {c: Task(fc.fc_exchange, None, sh) for c in ctx.all_clients}
                 self._associate(self._oracle_edges() if p.association == "oracle" and not local else [])
             elif ph == "federate":
-                sh = {"spec": self.spec, "community": self.community, "epochs": p.fed_epochs,
-                      "batch_size": p.batch_size, "lr": p.lr, "trim": p.fed_trim}
+                first = self._fed_round == 0
+                sh = {"spec": self.spec, "community": self.community, "batch_size": p.batch_size, "lr": p.lr,
+                      "epochs": p.fed_first_epochs if first and p.fed_first_epochs else p.fed_epochs,
+                      "trim": p.fed_trim, "fresh": self._fresh_seeds(ctx) if first and p.fed_start == "fresh"
+                      else None}
                 jobs: dict[int, list[tuple[int, int]]] = {}
                 for c, nodes in enumerate(self.groups):
                     for i in nodes:
@@ -277,7 +307,7 @@ class FedCRef(Algorithm):
                 S[rows] = r.update[: rows.size]
             self.last_statistics = S
             return self._associate(link_clusters(S, self.owner, self.params.tau, self.params.link,
-                                                     self.params.ratio))
+                                                 self.params.ratio, self.params.strict))
         if ph == "federate":
             num = np.zeros(self.community.shape, dtype=np.float64)
             den = np.zeros(len(self.groups))
@@ -290,11 +320,26 @@ class FedCRef(Algorithm):
             self.community[ok] = (num[ok] / den[ok, None]).astype(np.float32)
             self._fed_round += 1
             if self._fed_round >= self.params.fed_rounds:
+                if self.params.community_model == "first-member":
+                    self._first_member_models(replies)
                 self.phase = "refine"
             return {"fed_round": float(self._fed_round)}
         return self._after_refine(replies)
 
     # --- helpers ----------------------------------------------------------------
+    def _fresh_seeds(self, ctx: RoundContext) -> np.ndarray:
+        """One seed of a fresh starting model per community (``fed_start="fresh"``), from the seed and round."""
+        return ctx.rng(FRESH_STREAM).integers(0, 2**31 - 1, size=len(self.groups))
+
+    def _first_member_models(self, replies: list[Reply]) -> None:
+        """``community_model="first-member"``: each community's model is its first (lowest) node's locally
+        trained copy of the last round, as the authors' code takes it, not the aggregate."""
+        by_client = {r.client_id: r for r in replies}
+        for c, nodes in enumerate(self.groups):
+            cid, cluster = int(self.owner[nodes[0]]), int(self.node_cluster[nodes[0]])
+            j = _client_jobs(self, cid).index((c, cluster))
+            self.community[c] = by_client[cid].update["weights"][j]
+
     def _nodes(self) -> None:
         pairs = [(c, k) for c in sorted(self.k) for k in range(self.k[c])]
         self.owner = np.array([c for c, _ in pairs], dtype=np.int64)
@@ -401,14 +446,20 @@ class FedCRef(Algorithm):
 
     def result(self) -> dict[str, Any]:
         W = self._stacked() if self.weights else np.zeros((0, 0), np.float32)
-        return {"community_weights": self.community if self.community is not None else np.zeros((0, W.shape[1]), np.float32),
-                "node_owner": self.owner, "node_cluster": getattr(self, "node_cluster", np.zeros(0, np.int64)),
-                "edges": np.asarray(self.edges, dtype=np.int64).reshape(-1, 2),
-                "communities": [list(map(int, g)) for g in self.groups],
-                "node_weights_sha1": hashlib.sha1(W.tobytes()).hexdigest(),
-                "edge_history": [list(map(list, e)) for e in self.edge_history],
-                "node_class": self.node_class,   # majority true class of each node (evaluation only)
-                "iterations": [dict(r) for r in self.iterations], "autoencoder": dict(self.spec)}
+        return {
+            "community_weights": self.community
+            if self.community is not None
+            else np.zeros((0, W.shape[1]), np.float32),
+            "node_owner": self.owner,
+            "node_cluster": getattr(self, "node_cluster", np.zeros(0, np.int64)),
+            "edges": np.asarray(self.edges, dtype=np.int64).reshape(-1, 2),
+            "communities": [list(map(int, g)) for g in self.groups],
+            "node_weights_sha1": hashlib.sha1(W.tobytes()).hexdigest(),
+            "edge_history": [list(map(list, e)) for e in self.edge_history],
+            "node_class": self.node_class,  # majority true class of each node (evaluation only)
+            "iterations": [dict(r) for r in self.iterations],
+            "autoencoder": dict(self.spec),
+        }
 
 
 def _client_jobs(alg: FedCRef, cid: int) -> list[tuple[int, int]]:

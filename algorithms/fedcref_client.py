@@ -60,8 +60,13 @@ def initial_labels(payload: dict, X: np.ndarray, y: np.ndarray | None, rng: np.r
         return assign(X, kmeans(X, int(k), rng, n_init=3))[0]
     from fedray.nn.autoencoder import dec_cluster
 
-    kw = dict(hidden=tuple(payload["dec_hidden"]), output=payload["output"], pretrain_epochs=payload["dec_pretrain_epochs"],
-              dec_epochs=payload["dec_epochs"], seed=payload["seed"])
+    kw = dict(
+        hidden=tuple(payload["dec_hidden"]),
+        output=payload["output"],
+        pretrain_epochs=payload["dec_pretrain_epochs"],
+        dec_epochs=payload["dec_epochs"],
+        seed=payload["seed"],
+    )
     if k == "silhouette":
         return _by_silhouette(X, payload["k_range"], rng, lambda Z, kk: dec_cluster(Z, kk, rng, **kw))
     return _compact(dec_cluster(X, int(k), rng, **kw))
@@ -194,7 +199,7 @@ def fc_exchange(payload: dict, shared: dict, client: Any) -> np.ndarray:
             continue
         for j in np.flatnonzero(owner != client.id):
             out[p, j] = association_statistic(E[rows, own[p]], E[rows, j], shared["percentile"],
-                                              shared.get("normalisation", "cluster"))
+                                              shared.get("normalisation", "cluster"), shared.get("equal", 0.0))
     return out
 
 
@@ -202,20 +207,24 @@ def fc_federate(payload: list[tuple[int, int]], shared: dict, client: Any) -> di
     """Phase 3: one FedAvg round for each community the client's clusters belong to.
 
     ``payload`` = ``[(community, own cluster), ...]``; returns the trained weights
-    ``(J, P)`` and sample counts ``(J,)`` in that order. With ``shared["trim"]`` =
+    ``(J, P)`` and sample counts ``(J,)`` in that order. With ``shared["fresh"]`` (seeds, one per
+    community) each community starts from a fresh model of its seed instead of ``shared["community"]``. With ``shared["trim"]`` =
     q > 0 a client trains on the ``ceil((1 - q) n)`` samples of its cluster that the
     community model reconstructs best (ties in sample order) and counts only those.
     """
-    from fedray.nn.autoencoder import ae_for, reconstruction_errors, train_autoencoder
+    from fedray.nn.autoencoder import ae_for, initial_ae_weights, reconstruction_errors, train_autoencoder
     from fedray.nn.train import get_flat, set_flat
 
     X, labels = client.data.X, client.state["fc_labels"]
     trim = float(shared.get("trim", 0.0))
+    fresh = shared.get("fresh")
     model = ae_for(shared["spec"])
     W = np.zeros((len(payload), shared["community"].shape[1]), dtype=np.float32)
     n = np.zeros(len(payload), dtype=np.int64)
     for j, (c, p) in enumerate(payload):
-        set_flat(model, shared["community"][c])
+        start = shared["community"][c] if fresh is None else \
+            initial_ae_weights({**shared["spec"], "seed": int(fresh[c])}, cache=False)
+        set_flat(model, start)
         Xp = X[labels == p]
         if trim > 0 and len(Xp) > 1:
             keep = int(np.ceil((1.0 - trim) * len(Xp)))

@@ -131,8 +131,12 @@ def plot_community_graph(model: dict[str, Any], path: str | Path | None, title: 
     nx.draw_networkx_nodes(g, pos, node_color=colors, node_size=90, ax=ax, edgecolors="k", linewidths=0.3)
     if (node_class >= 0).any():
         nx.draw_networkx_labels(g, pos, {i: str(node_class[i]) for i in range(len(owner))}, font_size=6, ax=ax)
-    ax.set_title(f"{title}\n{len(model['communities'])} communities, {int((np.bincount(np.ravel(edges), minlength=len(owner)) == 0).sum()) if edges else len(owner)} isolated clusters, "
-                 f"{len(wrong)} wrong edges (node text: majority class, evaluation only)", fontsize=9)
+    isolated = int((np.bincount(np.ravel(edges), minlength=len(owner)) == 0).sum()) if edges else len(owner)
+    ax.set_title(
+        f"{title}\n{len(model['communities'])} communities, {isolated} isolated clusters, "
+        f"{len(wrong)} wrong edges (node text: majority class, evaluation only)",
+        fontsize=9,
+    )
     ax.axis("off")
     fig.tight_layout()
     return _finish(plt, fig, path)

@@ -24,6 +24,19 @@ a small function of error matrices, here without torch:
 * evaluation only (needs each cluster's majority true class):
   :func:`association_quality`.
 
+**The paper's statistic depends on the cluster's size.** Under ``"cluster"`` it is
+(P-th percentile - min) / (max - min) of the n differences d. The percentile settles
+as n grows, but the largest of n draws keeps growing (about as log n for an
+exponential tail, sqrt(2 log n) for a normal one), so the same error distribution
+gives a smaller statistic on a larger cluster: for exponential differences the
+expected statistic is about ln 4 / H_n (H_n the harmonic number), 0.31 at n = 50 and
+0.20 at n = 500. With τ = 0.2–0.25 a pair that passes at the paper's 500 samples a
+class fails at 50–150 (tests/algorithms/test_fedcref_authors.py holds this on
+synthetic errors). The option ``"tail"`` divides by (median - min) + β H_{N/2}
+instead, β the mean excess over the median of the upper half and N =
+:data:`TAIL_REFERENCE` = 500: for an exponential tail the expected range of N
+samples, whatever n is.
+
 The nodes of the association graph are the local clusters of all clients,
 numbered ``0..M-1``; ``owner[i]`` is the client of node ``i``.
 """
@@ -39,10 +52,11 @@ from scipy.sparse.csgraph import connected_components
 from fedray.core.errors import ConfigError
 from fedray.core.metrics import contingency
 
-__all__ = ["LinkMode", "NORMALISATIONS", "Normalisation", "association_quality", "association_statistic",
+__all__ = ["LINK_MODES", "LinkMode", "NORMALISATIONS", "Normalisation", "TAIL_REFERENCE", "association_quality", "association_statistic",
            "align_labels", "communities", "global_stop", "link_clusters", "refine_labels", "stability"]
 
-LinkMode = Literal["best", "first", "mutual-best"]
+LinkMode = Literal["best", "first", "mutual-best", "first-scan"]
+LINK_MODES = ("best", "first", "mutual-best", "first-scan")
 
 
 def _check_p_tau(percentile: float, tau: float) -> None:
@@ -52,12 +66,14 @@ def _check_p_tau(percentile: float, tau: float) -> None:
         raise ConfigError(f"tau: must lie in (0, 1]; got {tau!r}")
 
 
-NORMALISATIONS = ("cluster", "errors", "relative")
-Normalisation = Literal["cluster", "errors", "relative"]
+NORMALISATIONS = ("cluster", "errors", "relative", "tail")
+Normalisation = Literal["cluster", "errors", "relative", "tail"]
+#: The cluster size the ``"tail"`` normalisation stands for: the paper's 500 samples a class.
+TAIL_REFERENCE = 500
 
 
 def association_statistic(e_own: np.ndarray, e_other: np.ndarray, percentile: float = 75.0,
-                          normalisation: Normalisation = "cluster") -> float:
+                          normalisation: Normalisation = "cluster", equal: float = 0.0) -> float:
     """P-th percentile of the normalised error differences (eq. 2).
 
     Parameters
@@ -67,19 +83,27 @@ def association_statistic(e_own: np.ndarray, e_other: np.ndarray, percentile: fl
     e_other : ndarray of shape (n,)
         Errors of the foreign model on the same samples.
     percentile : float in (0, 100]
-    normalisation : {"cluster", "errors", "relative"}
+    normalisation : {"cluster", "errors", "relative", "tail"}
         How d = |e_own - e_other| is brought to [0, 1]:
         ``"cluster"`` (the paper, as the authors' code does it) min-max normalises
         d over the cluster's samples, so the statistic measures the *shape* of
         d's distribution, not its size; ``"errors"`` divides d by the range of
         both models' errors on the cluster (the errors min-max normalised jointly,
-        then differenced); ``"relative"`` takes d / (e_own + e_other) per sample.
+        then differenced); ``"relative"`` takes d / (e_own + e_other) per sample;
+        ``"tail"`` (beyond the paper) replaces the maximum of ``"cluster"`` by the
+        maximum expected of :data:`TAIL_REFERENCE` samples, estimated from d's
+        median and the mean excess of its upper half (an exponential tail), so that
+        the statistic does not depend on n (see Notes).
+    equal : float
+        The statistic when every difference is equal (or n < 2) under ``"cluster"``
+        and ``"tail"``, where min-max is undefined: 0.0 (the paper's text read as
+        "no difference": the pair may link) or NaN (the authors' code, 0 / 0: no link).
 
     Returns
     -------
-    float in [0, 1]
-        0 when the differences are all equal (or n < 2) under ``"cluster"``, or
-        all zero: the two models explain the cluster equally well.
+    float in [0, 1], or ``equal``
+
+    See the module docstring: the ``"cluster"`` statistic falls as the cluster grows.
     """
     _check_p_tau(percentile, 1.0)
     a = np.asarray(e_own, dtype=np.float64)
@@ -87,13 +111,14 @@ def association_statistic(e_own: np.ndarray, e_other: np.ndarray, percentile: fl
     if a.shape != b.shape or a.ndim != 1:
         raise ValueError(f"e_own and e_other must be vectors of one length; got {a.shape} and {b.shape}")
     d = np.abs(a - b)
-    if normalisation == "cluster":
+    if normalisation in ("cluster", "tail"):
         if d.size < 2:
-            return 0.0
-        lo, hi = float(d.min()), float(d.max())
-        if not hi > lo:
-            return 0.0
-        return float(np.percentile((d - lo) / (hi - lo), percentile))
+            return float(equal)
+        lo = float(d.min())
+        span = float(d.max()) - lo if normalisation == "cluster" else _tail_span(d, lo)
+        if not span > 0:
+            return float(equal)
+        return float(min(1.0, (np.percentile(d, percentile) - lo) / span))
     if d.size == 0:
         return 0.0
     if normalisation == "errors":
@@ -107,8 +132,18 @@ def association_statistic(e_own: np.ndarray, e_other: np.ndarray, percentile: fl
     raise ConfigError(f"normalisation: must be one of {', '.join(NORMALISATIONS)}; got {normalisation!r}")
 
 
+def _tail_span(d: np.ndarray, lo: float) -> float:
+    """(median - min) + β H_{N/2}: the expected range of :data:`TAIL_REFERENCE` draws under an exponential
+    tail above the median, β the mean excess of the samples above the median."""
+    med = float(np.median(d))
+    above = d[d > med]
+    beta = float(np.mean(above - med)) if above.size else 0.0
+    harmonic = float(np.sum(1.0 / np.arange(1, TAIL_REFERENCE // 2 + 1)))
+    return (med - lo) + beta * harmonic
+
+
 def link_clusters(S: np.ndarray, owner: np.ndarray, tau: float = 0.2,
-                  mode: LinkMode = "best", ratio: float = 0.0) -> list[tuple[int, int]]:
+                  mode: LinkMode = "best", ratio: float = 0.0, strict: bool = False) -> list[tuple[int, int]]:
     """Edges of the association graph.
 
     Parameters
@@ -120,11 +155,12 @@ def link_clusters(S: np.ndarray, owner: np.ndarray, tau: float = 0.2,
     owner : ndarray of shape (M,)
         Client of each node.
     tau : float in (0, 1]
-    mode : {"best", "first", "mutual-best"}
+    mode : {"best", "first", "mutual-best", "first-scan"}
         ``"best"`` links each node to the qualifying node of each other client with
         the smallest ``max(S[i, j], S[j, i])``; ``"first"`` to the qualifying node
         with the smallest index; ``"mutual-best"`` keeps a best link only when it is
-        also the best of the other end.
+        also the best of the other end; ``"first-scan"`` as the authors' code: for clients
+        a < b, each node of a links to b's first qualifying node (b's nodes do not choose).
     ratio : float in [0, 1)
         0 (the paper): only the τ test links. Above 0, a ratio test (an option
         beyond the paper) also links nodes ``i`` and ``j`` that fail the τ test
@@ -134,16 +170,14 @@ def link_clusters(S: np.ndarray, owner: np.ndarray, tau: float = 0.2,
         third client. A class held by only two clients then links even where its
         errors are small, so that a fixed gap between two models is a large
         relative one, as long as no third client's cluster comes close.
+    strict : bool
+        ``S < tau`` (the authors' code) instead of ``S <= tau`` (the paper's text); NaN never passes.
 
     Returns
     -------
     list of (i, j) with i < j, sorted
     """
-    _check_p_tau(100.0, tau)
-    if mode not in ("best", "first", "mutual-best"):
-        raise ConfigError(f"link: must be 'best', 'first' or 'mutual-best'; got {mode!r}")
-    if not 0.0 <= float(ratio) < 1.0:
-        raise ConfigError(f"ratio: must be in [0, 1); got {ratio!r}")
+    _check_link(tau, mode, ratio)
     S = np.asarray(S, dtype=np.float64)
     owner = np.asarray(owner)
     M = S.shape[0]
@@ -151,10 +185,19 @@ def link_clusters(S: np.ndarray, owner: np.ndarray, tau: float = 0.2,
         raise ValueError(f"S must be (M, M) and owner (M,); got {S.shape} and {owner.shape}")
     other = owner[:, None] != owner[None, :]
     Sf = np.where(np.isnan(S), np.inf, S)
-    ok = other & (Sf <= tau) & (Sf.T <= tau)          # the test passes in both directions
+    passes = Sf < tau if strict else Sf <= tau
+    ok = other & passes & passes.T                    # the test passes in both directions
     score = np.maximum(Sf, Sf.T)
+    edges = _scan_links(ok, owner) if mode == "first-scan" else _choice_links(ok, score, owner, mode)
+    if ratio > 0:
+        edges |= _ratio_links(score, owner, other, float(ratio))
+    return sorted(edges)
+
+
+def _choice_links(ok: np.ndarray, score: np.ndarray, owner: np.ndarray, mode: str) -> set[tuple[int, int]]:
+    """Each node's choice among each other client's qualifying nodes ("best", "first", "mutual-best")."""
     choice: dict[tuple[int, int], int] = {}             # (node, other client) -> chosen node
-    for i in range(M):
+    for i in range(ok.shape[0]):
         for b in np.unique(owner[ok[i]]):
             cand = np.flatnonzero(ok[i] & (owner == b))
             j = int(cand[0]) if mode == "first" else int(cand[np.argmin(score[i, cand])])
@@ -164,9 +207,30 @@ def link_clusters(S: np.ndarray, owner: np.ndarray, tau: float = 0.2,
         if mode == "mutual-best" and choice.get((j, int(owner[i]))) != i:
             continue
         edges.add((min(i, j), max(i, j)))
-    if ratio > 0:
-        edges |= _ratio_links(score, owner, other, float(ratio))
-    return sorted(edges)
+    return edges
+
+
+def _check_link(tau: float, mode: str, ratio: float) -> None:
+    _check_p_tau(100.0, tau)
+    if mode not in LINK_MODES:
+        raise ConfigError(f"link: must be one of {', '.join(LINK_MODES)}; got {mode!r}")
+    if not 0.0 <= float(ratio) < 1.0:
+        raise ConfigError(f"ratio: must be in [0, 1); got {ratio!r}")
+
+
+def _scan_links(ok: np.ndarray, owner: np.ndarray) -> set[tuple[int, int]]:
+    """The authors' scan: for clients a < b (in order), each node of a links to b's first qualifying node."""
+    edges: set[tuple[int, int]] = set()
+    clients = np.unique(owner)
+    for ia, a in enumerate(clients):
+        for b in clients[ia + 1:]:
+            nodes_b = np.flatnonzero(owner == b)
+            for i in np.flatnonzero(owner == a):
+                hit = nodes_b[ok[i, nodes_b]]
+                if hit.size:
+                    j = int(hit[0])
+                    edges.add((min(i, j), max(i, j)))
+    return edges
 
 
 def _ratio_links(score: np.ndarray, owner: np.ndarray, other: np.ndarray, ratio: float) -> set[tuple[int, int]]:

@@ -138,7 +138,10 @@ class FedFCM(CenterAlgorithm):
         self.rounds_done += 1
         self.converged = shift <= self.params.tol
         self.last_shift = shift
-        return {"center_shift": shift if np.isfinite(shift) else float("nan"), "local_centers": float(local.shape[0] * local.shape[1])}
+        return {
+            "center_shift": shift if np.isfinite(shift) else float("nan"),
+            "local_centers": float(local.shape[0] * local.shape[1]),
+        }
 
     # --- evaluation: the crisp passes of CenterAlgorithm plus FedFuzzDB ----------
     def evaluation_task(self, stage: int, previous: list[Reply] | None) -> Task | None:

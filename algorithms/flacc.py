@@ -35,7 +35,8 @@ merge conditions (the paper's Fig. 8).
 Every merge is recorded (round, the two entities, alpha_min_cross, Phi) in
 ``result()["merges"]``; ``result()["similarity_mean"]`` (n, n) is the mean cosine
 similarity of every pair of clients over the rounds of the merging phase in which
-both were sampled (NaN: never together), ``["similarity_count"]`` those rounds; :func:`merge_table` turns it into a DataFrame and
+both were sampled (NaN: never together), ``["similarity_count"]`` those rounds; :func:`merge_table`
+turns it into a DataFrame and
 :func:`plot_clusters` draws the clusters found as in the paper's Fig. 4.
 Defaults are the paper's (Section V-B): E = 5, B = 32, SGD lr 0.1, n_merge = 2,
 T = 10, N_sep = 10, alpha_0 = 0, no warm-up (``warmup`` = w > 0, not in the paper, runs

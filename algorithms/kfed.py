@@ -48,7 +48,9 @@ class KFed(CenterAlgorithm):
 
     name = "kfed"
     Params = KFedParams
-    description = "one-shot k-FED: local k-means with k' clusters, server k-means over local centres (Dennis et al. 2021)"
+    description = (
+        "one-shot k-FED: local k-means with k' clusters, server k-means over local centres (Dennis et al. 2021)"
+    )
 
     def __init__(self, params: KFedParams, info: FederationInfo, seed: int) -> None:
         Algorithm.__init__(self, params, info, seed)

@@ -16,26 +16,28 @@ script checks that the final centres agree. It prints one table with both
 per-round times (steady state: rounds after the first), their ratio, and the
 machine's load before and after.
 
-Needs Flower's simulation extra (``pip install -e ".[peer]"``, best in an
-environment of its own: Flower pins its own Ray version)::
+Needs Flower's simulation extra (``pip install -e ".[peer]"``), best in an
+environment of its own, since Flower pins its own Ray version: ``--flower-python PATH`` runs the
+Flower side with that environment's interpreter (benchmarks/README.md, "The peers' own workloads",
+shows how to make one). The child processes and the load line are ``benchmarks/peers/harness.py``'s::
 
     python benchmarks/peer_flower.py                         # 1000 clients x 1000 x 8, K = 8, 5 rounds
     python benchmarks/peer_flower.py --clients 100 --points 100 --rounds 3   # a quick check
+    python benchmarks/peer_flower.py --flower-python /tmp/flwr-env/bin/python
 """
 from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from round_overhead import load  # the same load line as the other benchmark (this script's folder is on sys.path)
-
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE / "peers"))
+
+from harness import child, flower_backend, flower_missing, load, steady, version, wait_for_nodes  # noqa: E402
 
 
 def _source(points: int, features: int, k: int, seed: int) -> dict[str, Any]:
@@ -48,8 +50,6 @@ def _source(points: int, features: int, k: int, seed: int) -> dict[str, Any]:
 # --- Flower ------------------------------------------------------------------------------------
 def run_flower(spec: dict[str, Any]) -> dict[str, Any]:
     """Run the workload on Flower's simulation engine in this process; per-round seconds and centres."""
-    import logging
-
     import numpy as np
     from flwr.app import ArrayRecord, ConfigRecord, Context, Message, RecordDict
     from flwr.clientapp import ClientApp
@@ -87,8 +87,7 @@ def run_flower(spec: dict[str, Any]) -> dict[str, Any]:
 
     @server_app.main()
     def main(grid: Grid, context: Context) -> None:
-        while len(nodes := list(grid.get_node_ids())) < n_clients:  # as Flower's strategies: wait for every node
-            time.sleep(0.5)
+        nodes = wait_for_nodes(grid, n_clients)
         C = centers0.copy()
         for rnd in range(rounds):
             t0 = time.perf_counter()
@@ -109,13 +108,11 @@ def run_flower(spec: dict[str, Any]) -> dict[str, Any]:
             final["answered"] = len(ok)
         final["centers"] = C.tolist()
 
-    backend = {"client_resources": {"num_cpus": float(spec["client_cpus"])},
-               "init_args": {"num_cpus": int(spec["num_cpus"]), "include_dashboard": False,
-                             "logging_level": logging.ERROR}}
     t0 = time.perf_counter()
     run_simulation(server_app=server_app, client_app=client_app, num_supernodes=n_clients,
-                   backend_config=backend, verbose_logging=False)
-    return {"system": f"flower {_version('flwr')}", "round_times": times, "wall_s": time.perf_counter() - t0,
+                   backend_config=flower_backend(int(spec["num_cpus"]), float(spec["client_cpus"])),
+                   verbose_logging=False)
+    return {"system": f"flower {version('flwr')}", "round_times": times, "wall_s": time.perf_counter() - t0,
             **final}
 
 
@@ -123,15 +120,6 @@ def _array(v: Any) -> Any:
     from flwr.app import Array
 
     return Array(v)
-
-
-def _version(dist: str) -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version(dist)
-    except PackageNotFoundError:
-        return "?"
 
 
 # --- fedray --------------------------------------------------------------------------------------
@@ -153,33 +141,12 @@ def run_fedray(spec: dict[str, Any]) -> dict[str, Any]:
     with Session(cfg) as session:
         result = session.run(output=False, progress=False)
     h = result.history
-    return {"system": f"fedray {_version('fedray')}", "round_times": h["wall_s"].tolist(),
+    return {"system": f"fedray {version('fedray')}", "round_times": h["wall_s"].tolist(),
             "wall_s": time.perf_counter() - t0, "centers": result.centers.tolist(),
             "answered": int(h["clients_answered"].iloc[-1])}
 
 
 # --- driver ---------------------------------------------------------------------------------------
-def _child(which: str, spec: dict[str, Any], timeout: float) -> dict[str, Any]:
-    env = dict(os.environ)
-    env.pop("RAY_ADDRESS", None)  # each system starts a Ray instance of its own
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--one", which, json.dumps(spec)]
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
-    except subprocess.TimeoutExpired:
-        return {"system": which, "error": f"timed out after {timeout:.0f} s"}
-    for line in reversed(proc.stdout.splitlines()):
-        if line.startswith("{"):
-            return json.loads(line)
-    tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
-    return {"system": which, "error": f"exit {proc.returncode}: {' | '.join(tail)}"}
-
-
-def _steady(times: list[float]) -> float:
-    """Mean of the rounds after the first (the first pays one-off costs in fresh workers)."""
-    rest = times[1:] if len(times) > 1 else times
-    return sum(rest) / len(rest) if rest else float("nan")
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--clients", type=int, default=1000)
@@ -192,6 +159,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="CPUs per Flower client (sets how many client workers Flower runs at once)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--timeout", type=float, default=1800, help="seconds allowed per system")
+    p.add_argument("--flower-python", default=None,
+                   help="Python interpreter of an environment with Flower (default: this one)")
     p.add_argument("--out", help="folder for peer_flower.md")
     p.add_argument("--one", nargs=2, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -205,12 +174,10 @@ def main(argv: list[str] | None = None) -> int:
                     ("--k", args.k), ("--rounds", args.rounds), ("--num-cpus", args.num_cpus)):
         if v < 1:
             p.error(f"{name}: must be >= 1; got {v}")
-    try:
-        import flwr  # noqa: F401
-        from flwr.simulation import run_simulation  # noqa: F401
-    except ImportError as exc:
-        print(f"peer_flower: Flower's simulation engine is not installed ({exc}); "
-              "install it with pip install -e \".[peer]\"", file=sys.stderr)
+    missing = flower_missing(args.flower_python)
+    if missing:
+        print(f"peer_flower: {missing}; install Flower with pip install -e \".[peer]\" (best in an environment "
+              "of its own, given with --flower-python)", file=sys.stderr)
         return 2
     import numpy as np
 
@@ -224,7 +191,8 @@ def main(argv: list[str] | None = None) -> int:
     before = load()
     print(f"# peer_flower: {args.clients} clients x {args.points} x {args.features}, K = {args.k}, "
           f"{args.rounds} rounds; {before}", flush=True)
-    rows = [_child("fedray", spec, args.timeout), _child("flower", spec, args.timeout)]
+    rows = [child(__file__, "fedray", spec, args.timeout),
+            child(__file__, "flower", spec, args.timeout, python=args.flower_python)]
     after = load()
     ok = [r for r in rows if not r.get("error")]
     same = (len(ok) == 2 and np.allclose(ok[0]["centers"], ok[1]["centers"], rtol=1e-9, atol=1e-9))
@@ -232,11 +200,11 @@ def main(argv: list[str] | None = None) -> int:
              "|---|---|---|---|---|---|"]
     for r in rows:
         t = r.get("round_times") or []
-        lines.append(f"| {r['system']} | {_steady(t):.4f} | {t[0] if t else float('nan'):.4f} | "
+        lines.append(f"| {r['system']} | {steady(t):.4f} | {t[0] if t else float('nan'):.4f} | "
                      f"{r.get('wall_s', float('nan')):.1f} | {r.get('answered', '')} | {r.get('error', '')} |")
     text = "\n".join(lines)
     if len(ok) == 2:
-        ratio = _steady(ok[1]["round_times"]) / _steady(ok[0]["round_times"])
+        ratio = steady(ok[1]["round_times"]) / steady(ok[0]["round_times"])
         text += (f"\n\nFlower / fedray per round: {ratio:.1f}x; final centres "
                  f"{'agree' if same else 'DIFFER'} (1e-9)")
     text += f"\n\nload before: {before}\nload after:  {after}"

@@ -36,7 +36,8 @@ options, e.g. ``--n-clients 40``, pass through; see that file).
 shards with generating them again): 10^5, 10^6 and 10^7 clients (``--populations``) of
 10 points x 8 features, a cohort of 0.01 or 0.001 of them a round (``--fractions``), k-means
 (``--algorithms``), 5 rounds, ray runtime (``--backends``). Columns (``--out``:
-``round_overhead_population.md`` / ``.csv``): algorithm, population, fraction, cohort (clients a round), backend, actors, startup_s,
+``round_overhead_population.md`` / ``.csv``): algorithm, population, fraction, cohort (clients a round),
+backend, actors, startup_s,
 ray_init_s, round_s, first_round_s, eval_s (final evaluation over every client), peak_mem_mb,
 bytes_per_client (estimate from PSS: (peak_mem_mb in bytes - rows x 9 x 8) / population),
 error. What would not fit in the available memory less ``--min-free-mb`` is skipped (reason
@@ -88,8 +89,23 @@ SCALE = [(10_000, 1000), (100_000, 100), (1_000_000, 10)]
 POPULATIONS = [100_000, 1_000_000, 10_000_000]
 FRACTIONS = [0.01, 0.001]
 POPULATION_POINTS = 10
-POP_COLUMNS = ["algorithm", "population", "fraction", "cohort", "backend", "resident", "actors", "startup_s", "ray_init_s", "round_s",
-               "first_round_s", "eval_s", "peak_mem_mb", "bytes_per_client", "error"]
+POP_COLUMNS = [
+    "algorithm",
+    "population",
+    "fraction",
+    "cohort",
+    "backend",
+    "resident",
+    "actors",
+    "startup_s",
+    "ray_init_s",
+    "round_s",
+    "first_round_s",
+    "eval_s",
+    "peak_mem_mb",
+    "bytes_per_client",
+    "error",
+]
 BYTES_NOTE = "bytes_per_client: an estimate from PSS, (peak_mem_mb in bytes - rows x 9 x 8) / population"
 #: MiB the processes of a run need besides the clients: the driver, and Ray's node processes and workers.
 BASE_MB = {"local": 400, "ray": 1500}
@@ -450,9 +466,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--num-cpus", type=int, default=2, help="CPUs of the embedded Ray instance")
     p.add_argument("--init", default="random-box", help="centre initialisation (random-box keeps runs short; or kfed)")
     p.add_argument("--timeout", type=float, default=900, help="seconds allowed per configuration")
-    p.add_argument("--ray-worker-niceness", type=int, default=None,
-                   help="niceness of Ray's worker processes (Ray's default is 15: on a machine shared with other "
-                        "work, workers then yield to everything else; 0 competes on equal terms with the local runtime)")
+    p.add_argument(
+        "--ray-worker-niceness",
+        type=int,
+        default=None,
+        help="niceness of Ray's worker processes (Ray's default is 15: on a machine shared with other "
+        "work, workers then yield to everything else; 0 competes on equal terms with the local runtime)",
+    )
     p.add_argument("--population", action="store_true",
                    help="cross-device scale: large populations sampled a small cohort a round (see the module's doc)")
     p.add_argument("--populations", default=",".join(str(n) for n in POPULATIONS),
@@ -461,10 +481,14 @@ def main(argv: list[str] | None = None) -> int:
                    help="--population: cohort fractions (comma-separated)")
     p.add_argument("--resident", default="auto",
                    help="--population: runtime.resident values (comma-separated: auto, always, never)")
-    p.add_argument("--min-free-mb", type=float, default=None,
-                   help="MiB of available memory to leave to the machine: a configuration whose estimate does not fit "
-                        "is skipped, and a running one is stopped when the available memory falls below it (default: 10%% of "
-                        "the machine's memory, at least 1024)")
+    p.add_argument(
+        "--min-free-mb",
+        type=float,
+        default=None,
+        help="MiB of available memory to leave to the machine: a configuration whose estimate does not fit "
+        "is skipped, and a running one is stopped when the available memory falls below it (default: 10%% of "
+        "the machine's memory, at least 1024)",
+    )
     p.add_argument("--out", help="folder for round_overhead.md / .csv (--population: round_overhead_population.*)")
     p.add_argument("--one", help=argparse.SUPPRESS)
     args = p.parse_args(argv)

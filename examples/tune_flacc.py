@@ -29,8 +29,10 @@ from fedray.tune import trainable
 
 BASE = {
     "algorithm": {"name": "flacc", "params": {"epochs": 2, "batch_size": 32, "n_merge": 1, "n_sep": 4}},
-    "data": {"dataset": "sklearn:digits",
-             "partition": {"name": "rotated", "proportions": [0.25, 0.25, 0.25, 0.25], "samples": [40, 80]}},  # fewer rows than digits holds: no client shares a sample
+    "data": {
+        "dataset": "sklearn:digits",
+        "partition": {"name": "rotated", "proportions": [0.25, 0.25, 0.25, 0.25], "samples": [40, 80]},
+    },  # fewer rows than digits holds: no client shares a sample
     "federation": {"n_clients": 16, "fraction": 0.5, "rounds": 20},
     "runtime": {"backend": "local"},
     "output": {"plots": False},

@@ -29,6 +29,7 @@ from fedray.core.errors import (
     EmptyClusterWarning,
     FedrayError,
     FedrayWarning,
+    ReleaseRefusedError,
     RoundFailedError,
 )
 from fedray.core.registry import available_algorithms, register
@@ -72,6 +73,7 @@ _LAZY = {
     "central_curve": "fedray.analysis.kselect",
     "knowledge_gap": "fedray.analysis.validation",
     "federated_variance": "fedray.analysis.validation",
+    "adhoc_call": ("fedray.core.calls", "adhoc"),  # Session.call(fedray.adhoc_call("purpose"), tasks)
     "load_checkpoint": ("fedray.api.checkpoint", "load"),
     "CHECKPOINT_FILE": ("fedray.api.checkpoint", "FILENAME"),
 }
@@ -94,11 +96,12 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
-    "Algorithm", "ArrayData", "CenterAlgorithm", "CenterParams", "ClientView", "ConfigError", "DataError", "EmptyClusterWarning",
-    "ExperimentConfig", "FederationInfo", "FedrayError", "FedrayWarning", "Params", "Reply", "Result",
-    "RoundContext", "RoundFailedError", "Session", "resume", "Stats", "StatsBlock", "SupervisedAlgorithm", "SupervisedParams",
+    "Algorithm", "ArrayData", "CenterAlgorithm", "CenterParams", "ClientView", "ConfigError", "DataError",
+    "EmptyClusterWarning", "ExperimentConfig", "FederationInfo", "FedrayError", "FedrayWarning", "Params", "Reply",
+    "ReleaseRefusedError", "Result", "RoundContext", "RoundFailedError", "Session", "resume", "Stats", "StatsBlock",
+    "SupervisedAlgorithm", "SupervisedParams",
     "Task", "available_algorithms", "batched", "from_arrays", "make_config", "register", "run", "total",
     "load_dataset", "assign", "lloyd", "fcm", "contingency", "ari_from_table", "acc_from_table",
     "best_permutation_distance", "client_rng", "data_rng", "SharedSamplesWarning", "select_k", "choose_k",
-    "local_index_curve", "central_curve", "knowledge_gap", "federated_variance", "load_checkpoint", "CHECKPOINT_FILE",
+    "local_index_curve", "central_curve", "knowledge_gap", "federated_variance", "adhoc_call", "load_checkpoint", "CHECKPOINT_FILE",
 ]

@@ -267,7 +267,7 @@ def load_claims(paper: str) -> list[Claim]:
     try:
         mod = importlib.import_module(f"reproductions.{paper}.claims")
     except ModuleNotFoundError as exc:
-        if exc.name == f"reproductions.{paper}.claims":
+        if exc.name in (f"reproductions.{paper}", f"reproductions.{paper}.claims"):
             return []
         raise
     claims = list(mod.CLAIMS)
@@ -463,14 +463,29 @@ def verdict_counts(rows: Iterable[Row]) -> dict[str, int]:
 
 
 def index_table() -> str:
-    """The index of every claim of every paper, for ``docs/reproductions.md``."""
+    """The index of every claim of every paper, for ``docs/reproductions.md``: the counts of each verdict per
+    paper, then a row per claim with a result, and per paper one row with the claims not attempted."""
     rows = [summarise(p, c) for p in PAPERS for c in load_claims(p)]
     counts = verdict_counts(rows)
-    lines = [f"{len(rows)} claims: " + ", ".join(f"{n} {v}" for v, n in counts.items()), "",
-             "| paper | claim | ours | verdict |", "| --- | --- | --- | --- |"]
-    for r in rows:
-        link = f"[{r.claim.id}](../reproductions/{r.paper}/README.md#claims)"
-        lines.append(f"| {r.paper} | {link} | {_cell(_ours(r))} | {r.verdict} |")
+    lines = ["| paper | claims | " + " | ".join(VERDICTS) + " |", "| --- | ---: |" + " ---: |" * len(VERDICTS)]
+    for paper in PAPERS:
+        mine = [r for r in rows if r.paper == paper]
+        if mine:
+            per = verdict_counts(mine)
+            lines.append(f"| [{paper}](../reproductions/{paper}/README.md) | {len(mine)} | "
+                         + " | ".join(str(per[v]) for v in VERDICTS) + " |")
+    lines.append(f"| **all** | **{len(rows)}** | " + " | ".join(f"**{counts[v]}**" for v in VERDICTS) + " |")
+    lines += ["", "| paper | claim | ours | verdict |", "| --- | --- | --- | --- |"]
+    for paper in PAPERS:
+        mine = [r for r in rows if r.paper == paper]
+        for r in mine:
+            if r.verdict != "not attempted":
+                link = f"[{r.claim.id}](../reproductions/{r.paper}/README.md#claims)"
+                lines.append(f"| {r.paper} | {link} | {_cell(_ours(r))} | {r.verdict} |")
+        skipped = [r.claim.id for r in mine if r.verdict == "not attempted"]
+        if skipped:
+            lines.append(f"| {paper} | {', '.join(skipped)} ([why](../reproductions/{paper}/README.md#claims)) | — "
+                         "| not attempted |")
     return "\n".join(lines)
 
 

@@ -1,7 +1,9 @@
-"""Shared fixtures: one Ray instance for the whole session (2 CPUs, no dashboard)."""
+"""Shared fixtures: one Ray instance for the whole test session (2 CPUs, no dashboard), which every run
+that would start an embedded Ray of its own joins (:func:`_one_embedded_ray`)."""
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,18 +19,67 @@ def data_dir() -> Path:
     return SHARED_DATA
 
 
+class _SharedRay:
+    """The test session's one embedded Ray instance (2 CPUs, no dashboard), started on first use."""
+
+    started = False
+
+    @classmethod
+    def ensure(cls) -> None:
+        import ray
+
+        if not ray.is_initialized():
+            # address="local": a new instance of its own, never a cluster another process started on this machine
+            ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="ERROR",
+                     configure_logging=False)
+            cls.started = True
+
+    @classmethod
+    def stop(cls) -> None:
+        import ray
+
+        if cls.started and ray.is_initialized():
+            ray.shutdown()
+        cls.started = False
+
+
 @pytest.fixture(scope="session")
 def ray_session():
     """Start Ray once (2 CPUs, no dashboard) and reuse it; shut down only what we started."""
     import ray
 
-    started = False
-    if not ray.is_initialized():
-        ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", configure_logging=False)
-        started = True
+    _SharedRay.ensure()
     yield ray
-    if started:
-        ray.shutdown()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _stop_shared_ray():
+    yield
+    _SharedRay.stop()
+
+
+@pytest.fixture(autouse=True)
+def _one_embedded_ray(monkeypatch):
+    """A run that would start an embedded Ray instance of its own (no ``runtime.address``) joins the test
+    session's instance instead, so the whole session starts Ray once; fedray then treats it as a Ray it
+    did not start (a run never shuts it down). Runs that name an address, and child processes, are left
+    alone."""
+    if "fedray.runtime.connect" not in sys.modules:  # nothing has imported fedray's runtime yet
+        import fedray.runtime.connect  # noqa: F401
+    from fedray.runtime import connect as conn
+    from fedray.runtime import ray_executor, shipping
+
+    real = conn.connect
+
+    def connect(address, num_cpus=None, **init_kwargs):
+        if conn.resolve_address(address) is None and not init_kwargs:
+            conn.quiet_worker_pool_note()  # as fedray's own start does
+            _SharedRay.ensure()
+            return False
+        return real(address, num_cpus, **init_kwargs)
+
+    monkeypatch.setattr(ray_executor, "connect", connect)
+    monkeypatch.setattr(shipping, "connect", connect)
 
 
 NOTEBOOKS = REPO / "notebooks"
@@ -62,3 +113,14 @@ def run_notebook(tmp_path):
         return text, sum("image/png" in o.get("data", {}) for o in outputs), tmp_path
 
     return run
+
+
+@pytest.fixture(autouse=True)
+def _fresh_release_logs():
+    """Each test starts with a server that has seen no sum: secure aggregation's release logs are kept
+    per federation for the life of the process, so one test's sums would otherwise weigh on the next."""
+    from fedray.layers.privacy.release import forget_releases
+
+    forget_releases()
+    yield
+    forget_releases()

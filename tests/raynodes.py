@@ -7,7 +7,8 @@ those process groups; nothing here runs ``ray stop`` or kills by name.
 
 A second virtual environment for worker nodes (:func:`worker_venv`) has Ray and
 fedray's dependencies at the versions of the test's environment but not fedray.
-It is built once per set of versions and kept under the system temporary folder.
+It is built once from the test's own site-packages (no download) and kept under
+the system temporary folder.
 """
 from __future__ import annotations
 
@@ -19,16 +20,12 @@ import signal
 import socket
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-# fedray's run-time dependencies (the base install), installed in the worker venv at the
-# versions of this environment; ray[default] brings the runtime_env agent that installs
-# shipped code on the node.
-WORKER_PACKAGES = ("numpy", "scipy", "scikit-learn", "pandas", "pyarrow", "matplotlib", "pyyaml", "pydantic",
-                   "tqdm", "psutil", "cryptography")
+REPO = Path(__file__).resolve().parents[1]
 
 
 def free_port() -> int:
@@ -171,29 +168,38 @@ def _port_open(port: int) -> bool:
         return False
 
 
-def _pins() -> list[str]:
-    pins = []
-    for name in ("ray", *WORKER_PACKAGES):
-        try:
-            v = version(name)
-        except PackageNotFoundError:
-            continue
-        pins.append(f"ray[default]=={v}" if name == "ray" else f"{name}=={v}")
-    return pins
+def _site_dirs() -> list[Path]:
+    """This environment's site-packages folders (purelib and platlib, once each)."""
+    paths = sysconfig.get_paths()
+    return [Path(p) for p in dict.fromkeys((paths["purelib"], paths["platlib"])) if Path(p).is_dir()]
+
+
+def _is_fedray(entry: Path) -> bool:
+    """fedray's own entries in site-packages: the package, its metadata, an editable install's finder
+    or path file (which would put the source tree on the worker's path)."""
+    name = entry.name.lower()
+    if name == "fedray" or name.startswith(("fedray-", "__editable__.fedray", "__editable___fedray")):
+        return True
+    if entry.suffix == ".pth" and entry.is_file():
+        text = entry.read_text(errors="replace")
+        return "fedray" in text.lower() or str(REPO) in text
+    return False
 
 
 def worker_venv() -> Path:
-    """Python of a virtual environment with Ray and fedray's dependencies but not fedray.
+    """Python of a virtual environment with this environment's packages (Ray and fedray's
+    dependencies at the same versions) but not fedray.
 
-    Built with pip from the package index (pip's cache makes a rebuild cheap) at
-    the versions of this environment, and kept in
-    ``$FEDRAY_TEST_VENVS`` (default: the system temporary folder) under a key of
-    those versions, so later runs reuse it.
+    Nothing is downloaded: the environment is made with ``venv --without-pip`` from the test's
+    interpreter (Ray requires the same Python version on every node) and sees a folder of links
+    to every entry of this environment's site-packages except fedray's own (:func:`_is_fedray`),
+    added as a site folder. It is kept in ``$FEDRAY_TEST_VENVS`` (default: the system temporary
+    folder) under a key of the interpreter and those entries, so later runs reuse it.
     """
     import fcntl
 
-    pins = _pins()
-    key = hashlib.sha256(json.dumps([sys.version, pins]).encode()).hexdigest()[:12]
+    entries = sorted((e for d in _site_dirs() for e in d.iterdir() if not _is_fedray(e)), key=lambda e: e.name)
+    key = hashlib.sha256(json.dumps([sys.version, sys.executable, [str(e) for e in entries]]).encode()).hexdigest()[:12]
     root = Path(os.environ.get("FEDRAY_TEST_VENVS") or Path(tempfile.gettempdir()) / "fedray-test-venvs")
     target = root / f"worker-{key}"
     python = target / "bin" / "python"
@@ -203,9 +209,18 @@ def worker_venv() -> Path:
         if (target / ".complete").exists():
             return python
         shutil.rmtree(target, ignore_errors=True)  # a build that was interrupted
-        # the test's interpreter (Ray requires the same Python version on every node)
-        subprocess.run([sys.executable, "-m", "venv", str(target)], check=True)
-        subprocess.run([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", *pins],
-                       check=True, timeout=1500)
-        (target / ".complete").write_text("\n".join(pins))
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(target)], check=True)
+        deps = target / "deps"
+        deps.mkdir()
+        for entry in entries:
+            if entry.name not in ("__pycache__",) and not (deps / entry.name).exists():
+                (deps / entry.name).symlink_to(entry)
+        own_site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                                       check=True, capture_output=True, text=True).stdout.strip())
+        own_site.mkdir(parents=True, exist_ok=True)
+        (own_site / "fedray_test_worker_deps.pth").write_text(f"import site; site.addsitedir({str(deps)!r})\n")
+        ray_script = target / "bin" / "ray"
+        ray_script.write_text(f"#!{python}\nimport sys\nfrom ray.scripts.scripts import main\nsys.exit(main())\n")
+        ray_script.chmod(0o755)
+        (target / ".complete").write_text("\n".join(str(e) for e in entries))
     return python

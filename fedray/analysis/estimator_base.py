@@ -68,6 +68,16 @@ class FederatedCenters(ClusterMixin, TransformerMixin, BaseEstimator):
     _inits: tuple[str, ...] = ("kfed", "random-box")
 
     # --- parameters ----------------------------------------------------------------
+    def _federation_params(self, random_state: Any, n_clients: int | None, partition: Any, fraction: float,
+                           backend: str, address: str | None) -> None:
+        """Keep the parameters every estimator shares, as given (scikit-learn reads them back by name)."""
+        self.random_state = random_state
+        self.n_clients = n_clients
+        self.partition = partition
+        self.fraction = fraction
+        self.backend = backend
+        self.address = address
+
     def _check_params(self) -> None:
         check_param(self, "n_clusters", self.n_clusters, "int", 1)
         check_param(self, "n_clients", self.n_clients, "int", 1, none=True)

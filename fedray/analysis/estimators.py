@@ -89,12 +89,7 @@ class FederatedKMeans(FederatedCenters):
         self.init = init
         self.max_iter = max_iter
         self.tol = tol
-        self.random_state = random_state
-        self.n_clients = n_clients
-        self.partition = partition
-        self.fraction = fraction
-        self.backend = backend
-        self.address = address
+        self._federation_params(random_state, n_clients, partition, fraction, backend, address)
 
     def _algorithm_params(self, n_features: int) -> dict[str, Any]:
         return {"n_clusters": int(self.n_clusters), "init": self._init_param(n_features),
@@ -141,12 +136,7 @@ class FederatedFuzzyCMeans(FuzzyMemberships, FederatedCenters):
         self.max_iter = max_iter
         self.tol = tol
         self.min_sample_guard = min_sample_guard
-        self.random_state = random_state
-        self.n_clients = n_clients
-        self.partition = partition
-        self.fraction = fraction
-        self.backend = backend
-        self.address = address
+        self._federation_params(random_state, n_clients, partition, fraction, backend, address)
 
     def _algorithm_params(self, n_features: int) -> dict[str, Any]:
         check_param(self, "tol", self.tol, "float", 0.0, lo_open=True)
@@ -194,12 +184,7 @@ class FedFCM(FuzzyMemberships, FederatedCenters):
         self.local_tol = local_tol
         self.local_max_iter = local_max_iter
         self.weighted = weighted
-        self.random_state = random_state
-        self.n_clients = n_clients
-        self.partition = partition
-        self.fraction = fraction
-        self.backend = backend
-        self.address = address
+        self._federation_params(random_state, n_clients, partition, fraction, backend, address)
 
     def _algorithm_params(self, n_features: int) -> dict[str, Any]:
         check_param(self, "tol", self.tol, "float", 0.0, lo_open=True)
@@ -251,12 +236,7 @@ class FederatedMiniBatchKMeans(FederatedCenters):
         self.alpha = alpha
         self.beta = beta
         self.momentum = momentum
-        self.random_state = random_state
-        self.n_clients = n_clients
-        self.partition = partition
-        self.fraction = fraction
-        self.backend = backend
-        self.address = address
+        self._federation_params(random_state, n_clients, partition, fraction, backend, address)
 
     def _algorithm_params(self, n_features: int) -> dict[str, Any]:
         check_param(self, "batch_size", self.batch_size, "int", 1, none=True)
@@ -298,12 +278,7 @@ class KFED(FederatedCenters):
         self.local_clusters = local_clusters
         self.weighted = weighted
         self.n_init = n_init
-        self.random_state = random_state
-        self.n_clients = n_clients
-        self.partition = partition
-        self.fraction = fraction
-        self.backend = backend
-        self.address = address
+        self._federation_params(random_state, n_clients, partition, fraction, backend, address)
 
     def _algorithm_params(self, n_features: int) -> dict[str, Any]:
         check_param(self, "local_clusters", self.local_clusters, "int", 1, none=True)

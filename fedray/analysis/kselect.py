@@ -371,7 +371,8 @@ def _select(sess: Any, cfg: Any, cls: Any, k_min: int, k_max: int, method: str, 
             output: str | Path | None) -> KSelection:
     info = sess.info
     if k_max > info.total_samples:
-        raise DataError(f"select-k --k-max: k_max={k_max} is more than the {info.total_samples} samples of the federation")
+        raise DataError(f"select-k --k-max: k_max={k_max} is more than the {info.total_samples} samples of "
+                        "the federation")
     base = dict(cfg.algorithm.params)
     defaults = cls.Params.model_fields
     m = float(base.get("m", defaults["m"].default if "m" in defaults else 2.0))
@@ -484,7 +485,8 @@ def add_cli(subparsers: Any) -> None:
     s.add_argument("--k-min", type=int, default=2)
     s.add_argument("--k-max", type=int, default=8)
     s.add_argument("--method", choices=METHODS, default="min", help="minimum of the index or the elbow of its curve")
-    s.add_argument("--index", choices=INDICES, default="auto", help="auto: FedFuzzDB for fuzzy algorithms, else crisp DB")
+    s.add_argument("--index", choices=INDICES, default="auto",
+                   help="auto: FedFuzzDB for fuzzy algorithms, else crisp DB")
     s.add_argument("--local-k-min", type=int, default=None, help="lower K of the local-only baseline")
     s.add_argument("--local-k-max", type=int, default=None, help="upper K of the local-only baseline")
     s.add_argument("--no-central", action="store_true", help="skip the central baseline on the union")

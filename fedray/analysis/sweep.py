@@ -260,7 +260,8 @@ def measure_run(config: ExperimentConfig, *, memory_interval: float = 0.25) -> d
 
 # --- grids --------------------------------------------------------------------
 def parse_grid(items: Iterable[str]) -> dict[str, list[Any]]:
-    """``["federation.n_clients=10,100", "runtime.backend=local,ray"]`` -> ``{key: [values]}`` (values parsed as YAML)."""
+    """``["federation.n_clients=10,100", "runtime.backend=local,ray"]`` -> ``{key: [values]}`` (values parsed
+    as YAML)."""
     grid: dict[str, list[Any]] = {}
     for item in items:
         if "=" not in item:
@@ -443,7 +444,9 @@ def sweep_figure(df: pd.DataFrame, grid_keys: list[str] | None = None, x: str = 
     axes = panel_grid(fig, len(SWEEP_PANELS))
     groups = ok.groupby(series_keys, dropna=False) if series_keys else [((), ok)]
     for name, g in groups:
-        label = ", ".join(f"{k.split('.')[-1]}={v}" for k, v in zip(series_keys, name if isinstance(name, tuple) else (name,)))
+        label = ", ".join(
+            f"{k.split('.')[-1]}={v}" for k, v in zip(series_keys, name if isinstance(name, tuple) else (name,))
+        )
         g = g.groupby(x, as_index=False)[[c for c, *_ in SWEEP_PANELS]].mean().sort_values(x)
         for ax, (col, _, _, factor) in zip(axes, SWEEP_PANELS):
             ax.plot(g[x], g[col] * factor, marker="o", label=label or None)

@@ -42,7 +42,14 @@
 * **Client state in Tune's storage.** A checkpoint holds every client's state (its shard's
   statistics, its model, its random streams), and Tune copies each one into its
   ``storage_path`` (local or cloud): keep that storage as private as the data. Local copies
-  are made owner-only (files 0600, folders 0700); a cloud bucket's access is yours to set.
+  are made owner-only (files 0600, folders 0700), and so is the trial's whole folder (fedray's outputs
+  and checkpoints, Tune's own files): the trial's process creates files owner-only (umask 077) and
+  the tree is made so again when the run ends; a cloud bucket's access is yours to set.
+* **Secure aggregation.** Under ``privacy.secure_aggregation`` the trials of one experiment share
+  one release journal, ``release_log/`` in the experiment's folder (unless ``privacy.release_log``
+  names another), so the release rule weighs every trial's sums over the same clients together
+  (:mod:`fedray.layers.privacy.journal`); trials on other nodes share it only if that folder is
+  shared storage: name one with ``privacy.release_log``.
 * **Keys.** Checkpoints are signed (:mod:`fedray.api.checkpoint`); the trials get the
   driver's signing key through the object store, never through their configuration.
 
@@ -150,24 +157,57 @@ def run_trial(config: Mapping[str, Any], *, base: Any, checkpoint_every: int = 5
 
     if key and not os.environ.get(KEY_ENV):
         os.environ[KEY_ENV] = key
-    out = Path(tune.get_context().get_trial_dir()) / OUTPUT
+    # Everything this trial's process writes (fedray's outputs and checkpoints, Tune's own files and the
+    # copies Tune syncs into storage_path) is owner-only: files 0600, folders 0700.
+    os.umask(0o077)
+    trial_dir = Path(tune.get_context().get_trial_dir())
+    owner_only(trial_dir)
+    out = trial_dir / OUTPUT
     reporter = Reporter(out, int(checkpoint_every), metrics)
     hooks = [reporter, *on_round]
     checkpoint = tune.get_checkpoint()
     if checkpoint is None:
-        result = run(trial_config(base, config, checkpoint_every), output=out, progress=False, on_round=hooks)
+        result = run(shared_release_log(trial_config(base, config, checkpoint_every), trial_dir.parent), output=out,
+                     progress=False, on_round=hooks)
     else:
         with checkpoint.as_directory() as folder:
             params = _mutated_params(trial_config(base, config, checkpoint_every),
                                      load(folder, bound=False)["config"])
             result = resume(folder, output=out, progress=False, on_round=hooks, algorithm_params=params, adopt=True)
+    owner_only(trial_dir)
     tune.report(final_report(reporter.last, numeric_items(result.final)))
     return result
 
 
+def shared_release_log(cfg: ExperimentConfig, experiment: Path) -> ExperimentConfig:
+    """Under secure aggregation, the trials of one experiment share one release journal (``release_log/``
+    in the experiment's folder, unless ``privacy.release_log`` names one): each trial runs in a process
+    of its own, and the release rule must weigh every trial's sums over the same clients together."""
+    p = cfg.privacy
+    if not p.secure_aggregation or p.release_log is not None:
+        return cfg
+    return cfg.model_copy(update={"privacy": p.model_copy(update={"release_log": str(experiment / "release_log")})})
+
+
+def owner_only(tree: Path) -> None:
+    """Make ``tree`` and everything in it owner-only (folders 0700, files 0600); links are left alone."""
+    if not tree.is_dir() or tree.is_symlink():
+        return
+    os.chmod(tree, 0o700)
+    for root, dirs, files in os.walk(tree):
+        for name in dirs:
+            p = Path(root) / name
+            if not p.is_symlink():
+                os.chmod(p, 0o700)
+        for name in files:
+            p = Path(root) / name
+            if not p.is_symlink():
+                os.chmod(p, 0o600)
+
+
 def final_report(last: dict[str, Any], final: dict[str, float]) -> dict[str, Any]:
-    """The trial's last report: the metrics of :data:`FINAL_REPLACES` hold the run's final values (``accuracy`` is the final
-    accuracy of ``docs/results.md``, the number of ``summary.json``, the table and the trackers), so
+    """The trial's last report: the metrics of :data:`FINAL_REPLACES` hold the run's final values (``accuracy``
+    is the final accuracy of ``docs/results.md``, the number of ``summary.json``, the table and the trackers), so
     that a search ranking finished trials by their last report ranks them by it; ``final_NAME``
     repeats them and ``round_NAME`` keeps the last round's values they replace."""
     out = dict(last)

@@ -99,9 +99,11 @@ def signing_key(create: bool = False) -> bytes:
     except OSError as exc:
         raise ConfigError(f"checkpoint key file {str(path)!r} cannot be read: {exc.strerror or exc}") from None
     if len(key) < MIN_KEY:
-        raise ConfigError(f"checkpoint key file {str(path)!r} holds {len(key)} bytes, fewer than {MIN_KEY}: a short key "
-                          "lets anyone forge checkpoints; delete it (a new one is made on the next run) or set "
-                          f"${KEY_ENV}")
+        raise ConfigError(
+            f"checkpoint key file {str(path)!r} holds {len(key)} bytes, fewer than {MIN_KEY}: a short key "
+            "lets anyone forge checkpoints; delete it (a new one is made on the next run) or set "
+            f"${KEY_ENV}"
+        )
     return key
 
 
@@ -174,7 +176,9 @@ class Checkpointer:
         try:
             clients = self.session.executor.get_state(ids)
         except FedrayError as exc:  # a stuck or dead actor: keep the previous checkpoint, go on
-            log.warning("checkpoint after round %d skipped (the previous one stays): %s", server_state["round"] - 1, exc)
+            log.warning(
+                "checkpoint after round %d skipped (the previous one stays): %s", server_state["round"] - 1, exc
+            )
             return None
         blob = {"version": VERSION, "run_id": self.run_id, "config": self.cfg.to_dict(),
                 "server": server_state, "clients": clients}
@@ -200,11 +204,7 @@ class Checkpointer:
 
 
 def _inside(path: Path, folder: Path) -> bool:
-    try:
-        path.resolve().relative_to(folder.resolve())
-        return True
-    except ValueError:
-        return False
+    return path.resolve().is_relative_to(folder.resolve())
 
 
 def _write_private(path: Path, data: bytes) -> None:

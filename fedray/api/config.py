@@ -22,13 +22,14 @@ from pydantic import (
     field_validator,
 )
 
+from fedray.api.federation_config import FederationConfig, check_clock
 from fedray.api.overrides import nest_kwargs, parse_override, set_dotted
 from fedray.api.tracking import check_available as check_trackers
 from fedray.api.uris import redact_config
 from fedray.core.errors import ConfigError, format_validation_error
 from fedray.core.extras import check_requirements, missing
 from fedray.core.registry import get_algorithm, make_params
-from fedray.core.seeding import n_sampled
+from fedray.core.seeding import block_cohorts, n_sampled
 from fedray.data.arrays import ArrayData
 from fedray.data.datasets import check_dataset_name
 
@@ -92,21 +93,6 @@ class DataConfig(_Section):
     @field_serializer("dataset")
     def _dataset_text(self, v: str | ArrayData) -> str:
         return v if isinstance(v, str) else str(v)
-
-
-class FederationConfig(_Section):
-    """How many clients, how many of them each round, and how many rounds at most."""
-
-    n_clients: int | None = Field(default=10, ge=1, description="number of clients M (None: as many as the data "
-                                  "set's own split gives)")
-    fraction: float = Field(default=1.0, gt=0.0, le=1.0, description="share C of the clients sampled each round "
-                                "(max(floor(C M), 1) clients)")
-    rounds: int | None = Field(default=None, ge=1, description="most server rounds of a run; unset: the "
-                               "algorithm's own budget (its max_rounds, FedCRef's iterations), else 100. A run "
-                               "that this cap, not the algorithm, ends warns and records stop_reason 'round cap'")
-    min_clients: int = Field(default=1, ge=1, description="answers a round needs to go on; fewer fail the round "
-                             "(or retry it)")
-    round_retries: int = Field(default=0, ge=0, le=1000, description="re-run a round with < min_clients answers")
 
 
 class ClientResources(_Section):
@@ -180,6 +166,8 @@ class EvaluationConfig(_Section):
 
     central_baseline: bool = Field(default=False, description="also run the central algorithm on the union of "
                                    "the clients' data and compare (central_ari, centre distance)")
+    central_max_rows: int = Field(default=1_000_000, ge=1, description="the central baseline runs on at most this "
+                                  "many rows: above, on a uniform sample of them from the seed (the summary says so)")
 
 
 class OutputConfig(_Section):
@@ -251,13 +239,14 @@ class PrivacyConfig(_Section):
                                      "of a round's statistics, never one client's")
     mask_neighbors: int | None = Field(default=None, ge=2, description="pairwise masks with this many peers (None: all)")
     min_cohort: int = Field(default=3, ge=2, description="secure aggregation refuses smaller cohorts or survivor sets")
-    secagg_threshold: float = Field(default=0.5, gt=0, lt=1,
-                                    description="Shamir threshold t = floor(value * peers) + 1")
+    secagg_threshold: float = Field(default=0.5, gt=0, lt=1, description="Shamir threshold t = floor(value * peers) + 1")
     release_rule: Literal["strict", "count"] = Field(default="strict", description="a sum with which a combination "
         "of released sums singles out < min_cohort clients: strict: narrowed or refused; count: released, counted")
-    cohorts: Literal["random", "blocks"] = Field(default="random", description="blocks: sample fixed blocks")
-    dp: DPConfig | None = Field(default=None, description="differential privacy: set clip and noise_multiplier "
-                                "to turn on (None: off)")
+    cohorts: Literal["auto", "random", "blocks"] = Field(default="auto", description="blocks: whole fixed blocks of "
+        "min_cohort clients; random: one by one; auto: blocks under secure aggregation without DP at fraction < 1")
+    blocks_seed: int = Field(default=0, ge=0, description="seed of the fixed blocks: the federation's, not the run's")
+    release_log: str | None = Field(default=None, description="release journal folder (default: <output>/release_log)")
+    dp: DPConfig | None = Field(default=None, description="DP: set clip and noise_multiplier to turn on (None: off)")
     min_samples_guard: bool = Field(default=False, description="a client withholds its statistics when N_m F <= L "
                                     "(too few samples for L statistics)")
     min_cluster_count: int = Field(default=0, ge=0, description="clients zero clusters with fewer points (0: off)")
@@ -433,6 +422,7 @@ def validate_static(cfg: ExperimentConfig) -> None:
         raise ConfigError(
             f"federation.min_clients: {fed.min_clients} is more than federation.n_clients={fed.n_clients}")
     _check_reliability(cfg)
+    check_clock(cfg)
     cls.check_config(cfg)
 
 
@@ -492,7 +482,7 @@ def _check_privacy(cfg: ExperimentConfig) -> None:
             raise ConfigError(f"privacy.feature_bounds[{k}]: ({lo}, {hi}) must have low < high")
     n = cfg.federation.n_clients
     if p.secure_aggregation and n is not None:
-        m = n_sampled(cfg.federation.fraction, n)
+        m = n if block_cohorts(p, cfg.federation.fraction) else n_sampled(cfg.federation.fraction, n)
         if m < p.min_cohort:
             raise ConfigError(f"privacy.min_cohort: secure aggregation needs cohorts of at least {p.min_cohort} "
                               f"clients; federation.n_clients={n} with fraction={cfg.federation.fraction} samples "

@@ -52,3 +52,53 @@ def accuracy_lines(summary: dict[str, Any]) -> list[str]:
         lines.append(f"{'accuracy, round ' + str(last['round']):<28}{last['accuracy']:.4f}  the same, before that "
                      "round's training (docs/results.md)")
     return lines
+
+
+def simulated_account(history: pd.DataFrame, federation: Any, failures: list[dict[str, Any]]) -> dict[str, Any]:
+    """``summary["simulated"]``: the simulated clock at the end of the run, its rounds' durations, the clients the
+    clock made late (past the deadline or gone offline), and the simulated time at which
+    ``federation.target`` was first reached (None: never; ``target_note`` says why)."""
+    t = history["sim_time_s"].to_numpy(float)
+    rounds = history["sim_round_s"].to_numpy(float)
+    out: dict[str, Any] = {
+        "time_s": float(t[-1]) if len(t) else 0.0,
+        "round_s": {"mean": float(rounds.mean()), "max": float(rounds.max())} if len(rounds) else {},
+        "late_deadline": sum(1 for f in failures if "federation.deadline" in f.get("error", "")),
+        "late_offline": sum(1 for f in failures if "went offline" in f.get("error", "")),
+        "deadline_s": federation.deadline,
+    }
+    target = federation.target
+    if target is not None:
+        out["target"] = {"metric": target.metric, "value": target.value, "direction": target.direction,
+                         "time_s": None, "round": None}
+        if target.metric not in history.columns:
+            out["target"]["note"] = (f"{target.metric!r} is not recorded by the rounds; they record "
+                                     f"{sorted(c for c in history.columns if c not in ('phase',))}")
+        else:
+            y = pd.to_numeric(history[target.metric], errors="coerce").to_numpy(float)
+            hit = (y >= target.value) if target.direction == "above" else (y <= target.value)
+            if hit.any():
+                i = int(hit.argmax())
+                out["target"].update(time_s=float(t[i]), round=int(history["round"].iloc[i]))
+    return out
+
+
+def simulated_lines(summary: dict[str, Any]) -> list[str]:
+    """The simulated clock in the text table: the time simulated, and the time to the target."""
+    sim = summary.get("simulated")
+    if not sim:
+        return []
+    lines = [f"{'simulated time':<28}{_duration(sim['time_s'])}"
+             + (f" ({sim['late_deadline']} late past the deadline)" if sim.get("late_deadline") else "")]
+    tgt = sim.get("target")
+    if tgt:
+        sign = ">=" if tgt["direction"] == "above" else "<="
+        when = (f"{_duration(tgt['time_s'])} (round {tgt['round']})" if tgt["time_s"] is not None
+                else "not reached")
+        label = f"to {tgt['metric']} {sign} {tgt['value']:g}"
+        lines.append(f"{label:<27} {when}")
+    return lines
+
+
+def _duration(s: float) -> str:
+    return f"{s:.2f} s" if s < 120 else f"{s / 3600:.2f} h ({s:.0f} s)"

@@ -25,11 +25,12 @@ import os
 import secrets
 import socket
 import stat
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
-from fedray.core.errors import ConfigError
+from fedray.core.errors import ConfigError, OutputError
 from fedray.layers.privacy.accountant import privacy_summary
 
 log = logging.getLogger(__name__)
@@ -199,8 +200,10 @@ def _take_over(out: Path, overwrite: bool, run_id: str | None) -> dict[str, Any]
         raise ConfigError(f"output folder {str(out)!r} is not empty ({len(entries)} entries); choose another "
                           "folder, or pass --overwrite (output.overwrite: true) to replace its contents")
     if doc is None:
-        raise ConfigError(f"output folder {str(out)!r} is not empty and does not look like a fedray output "
-                          f"folder (no {MARKER}, the marker fedray writes); refusing to empty it, choose another folder")
+        raise ConfigError(
+            f"output folder {str(out)!r} is not empty and does not look like a fedray output "
+            f"folder (no {MARKER}, the marker fedray writes); refusing to empty it, choose another folder"
+        )
     where = _protected(out)
     if where:
         raise ConfigError(f"--overwrite: output folder {str(out)!r} is {where}; fedray never empties it, "
@@ -265,19 +268,50 @@ def _resume_into(out: Path, run_id: str | None) -> bool:
                           f"{doc.get('pid')}); choose another folder")
     links = _links_inside(out)
     if links:
-        raise ConfigError(f"--resume: output folder {str(out)!r} holds links fedray did not make ({', '.join(links[:3])}"
-                          f"); a resumed run would write through them: remove them, or resume into a new --out")
+        raise ConfigError(
+            f"--resume: output folder {str(out)!r} holds links fedray did not make ({', '.join(links[:3])}"
+            f"); a resumed run would write through them: remove them, or resume into a new --out"
+        )
     _write(out, {**doc, "pid": os.getpid(), "host": socket.gethostname()})
     return True
 
 
 def _links_inside(out: Path) -> list[str]:
-    """Symbolic links anywhere in ``out`` (fedray writes none: a link there was planted)."""
+    """Symbolic links anywhere in ``out``, and files with another hard link (fedray writes each file under
+    a new name and moves it into place, so it makes neither: such a link was planted)."""
     found = []
     for dirpath, dirnames, filenames in os.walk(out):  # links to folders are listed, not followed
         here = Path(dirpath)
         found += [(here / n).relative_to(out).as_posix() for n in dirnames + filenames if (here / n).is_symlink()]
+        found += [(here / n).relative_to(out).as_posix() + " (hard link)" for n in filenames
+                  if not (here / n).is_symlink() and (here / n).stat().st_nlink > 1]
     return sorted(found)
+
+
+@contextmanager
+def atomic_path(path: str | Path) -> Iterator[Path]:
+    """A fresh name beside ``path`` to write the file to; when the block ends it is moved onto ``path``
+    (``os.replace``), so a link found at ``path``, symbolic or hard, is replaced and never written
+    through, and a reader never sees a half-written file. A folder that is a symbolic link is refused."""
+    path = Path(path)
+    if path.parent.is_symlink():
+        raise OutputError(f"output folder {str(path.parent)!r} is a symbolic link; fedray writes only into real "
+                          "folders: remove the link, or choose another folder")
+    tmp = path.with_name(f".tmp-{secrets.token_hex(6)}-{path.name}")  # the same suffix (np.savez keeps it)
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    finally:
+        with suppress(FileNotFoundError):
+            tmp.unlink()
+
+
+def write_text(path: str | Path, text: str) -> None:
+    """``path``'s new content, written under a fresh name and moved into place (:func:`atomic_path`)."""
+    with atomic_path(path) as tmp:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o666)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
 
 
 def run_id_of(directory: str | Path) -> str | None:
@@ -337,11 +371,13 @@ def write_partial(directory: str | Path, cfg: Any, state: dict[str, Any] | None,
     failures = (state or {}).get("failures") or []
     record(out, [out / n for n, wanted in (("config.yaml", True), ("summary.json", True),
                                            ("rounds.parquet", history), ("failures.parquet", failures)) if wanted])
-    (out / "config.yaml").write_text(cfg.to_yaml())
+    write_text(out / "config.yaml", cfg.to_yaml())
     if history:
-        pd.DataFrame(history).to_parquet(out / "rounds.parquet", index=False)
+        with atomic_path(out / "rounds.parquet") as tmp:
+            pd.DataFrame(history).to_parquet(tmp, index=False)
     if failures:
-        pd.DataFrame(failures).to_parquet(out / "failures.parquet", index=False)
+        with atomic_path(out / "failures.parquet") as tmp:
+            pd.DataFrame(failures).to_parquet(tmp, index=False)
     text = str(error).strip()
     summary = {"status": "failed", "error": f"{type(error).__name__}: {text.splitlines()[0] if text else ''}",
                "rounds": len(history), "algorithm": cfg.algorithm.name, "dataset": str(cfg.data.dataset),
@@ -349,5 +385,5 @@ def write_partial(directory: str | Path, cfg: Any, state: dict[str, Any] | None,
     account = ((state or {}).get("report") or {}).get("privacy")
     if account:  # what the server was shown before the failure, and what the release rule refused
         summary["privacy"] = privacy_summary(account)
-    (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+    write_text(out / "summary.json", json.dumps(summary, indent=2, default=str))
     return out

@@ -14,18 +14,54 @@ from typing import Any
 
 import numpy as np
 
-from fedray.core.stats import Stats
+from fedray.core.contract import batched
+from fedray.core.stats import Stats, StatsBlock
 
 
+def _cells(x: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """Bin of each value as :func:`numpy.histogramdd` finds it (the last edge in the last bin); -1 outside."""
+    i = np.searchsorted(edges, x, side="right") - 1
+    i[x == edges[-1]] = len(edges) - 2
+    i[(i < 0) | (i >= len(edges) - 1)] = -1
+    return i
+
+
+def _histograms(values: list[np.ndarray], edges: tuple[np.ndarray, ...], offsets: np.ndarray) -> np.ndarray:
+    """Per segment ``offsets[c]:offsets[c + 1]`` of the rows, the histogram of ``values`` (one array a
+    dimension) over ``edges``: shape (n_segments, bins...), as float64 counts (``numpy.histogramdd``'s)."""
+    shape = tuple(len(e) - 1 for e in edges)
+    cells = [_cells(np.ascontiguousarray(v), e) for v, e in zip(values, edges)]
+    flat = np.ravel_multi_index(tuple(np.maximum(c, 0) for c in cells), shape)
+    keep = np.all(np.stack(cells) >= 0, axis=0)
+    n = len(offsets) - 1
+    owner = np.repeat(np.arange(n), np.diff(offsets))
+    size = int(np.prod(shape))
+    index = owner[keep] * size + flat[keep]
+    counts = np.bincount(index, weights=np.ones(len(index)), minlength=n * size)  # float64 counts, no copy
+    return counts.reshape((n, *shape))
+
+
+def _histogram2d_many(payloads: list[Any], shared: tuple, batch: Any) -> StatsBlock:
+    edges, mean, axes = shared
+    P = (batch.X - mean) @ axes
+    return StatsBlock(h=_histograms([P[:, 0], P[:, 1]], edges, np.asarray(batch.offsets)))
+
+
+@batched(_histogram2d_many)
 def _histogram2d(payload: Any, shared: tuple, client: Any) -> Stats:
     edges, mean, axes = shared
     P = (client.data.X - mean) @ axes
-    H, _, _ = np.histogram2d(P[:, 0], P[:, 1], bins=edges)
-    return Stats(h=H)
+    return Stats(h=_histograms([P[:, 0], P[:, 1]], edges, np.array([0, len(P)]))[0])
 
 
+def _histogram1d_many(payloads: list[Any], edges: np.ndarray, batch: Any) -> StatsBlock:
+    return StatsBlock(h=_histograms([batch.X[:, 0]], (edges,), np.asarray(batch.offsets)))
+
+
+@batched(_histogram1d_many)
 def _histogram1d(payload: Any, edges: np.ndarray, client: Any) -> Stats:
-    return Stats(h=np.histogram(client.data.X[:, 0], bins=edges)[0].astype(np.float64))
+    X = client.data.X
+    return Stats(h=_histograms([X[:, 0]], (edges,), np.array([0, len(X)]))[0])
 
 
 def _moments(payload: Any, shared: Any, client: Any) -> Stats:

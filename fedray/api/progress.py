@@ -34,7 +34,8 @@ from typing import Any
 log = logging.getLogger("fedray.api.progress")
 
 #: Metrics shown per round, where the algorithm records them.
-HEADLINE = ("phase", "clients_trained", "clients_evaluated", "clients_answered", "center_shift", "objective", "objective_sampled", "accuracy", "n_clusters")
+HEADLINE = ("phase", "clients_trained", "clients_evaluated", "clients_answered", "center_shift", "objective",
+            "objective_sampled", "accuracy", "n_clusters")
 
 
 #: The default of ``show`` for progress started inside :func:`showing` (None: decide by the output).

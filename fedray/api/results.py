@@ -30,9 +30,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from fedray.api.headlines import accuracy_account, accuracy_lines
-from fedray.api.outputs import record
+from fedray.api.headlines import accuracy_account, accuracy_lines, simulated_account, simulated_lines
+from fedray.api.outputs import atomic_path, record, write_text
 from fedray.api.plotdata import PlotData
+from fedray.api.scale import central_rows
 from fedray.core.contract import Algorithm
 from fedray.core.metrics import best_permutation_distance
 from fedray.core.ops import assign
@@ -42,6 +43,7 @@ from fedray.layers.messages import messages_table
 from fedray.layers.privacy.accountant import privacy_summary
 from fedray.plots import style as P
 from fedray.plots.cfl import client_clusters
+from fedray.plots.clock import clock_metric, sim_time
 
 log = logging.getLogger(__name__)
 
@@ -142,6 +144,8 @@ class Result:
         if session.executor.backend == "ray":
             summary["actors"] = session.executor.n_actors
         summary.update(accuracy_account(history, clients))
+        if "sim_time_s" in history.columns:
+            summary["simulated"] = simulated_account(history, cfg.federation, fail_rows)
         extras = _reliability_extras(state, summary)
         return cls(cfg, history, clients, model, summary, type(alg), session.scaler, extras=extras)
 
@@ -190,8 +194,12 @@ class Result:
         if start is None or self.algorithm_cls.central is Algorithm.central:
             log.warning("%s has no central baseline", self.summary["algorithm"])
             return
-        parts = session.executor.gather_data(labels=True)
+        rows = central_rows(session.info.n_samples, self.config.evaluation.central_max_rows, self.config.seed)
+        parts = session.executor.gather_data(labels=True, rows=rows)
         X = np.vstack([p[1] for p in parts])
+        if rows is not None:
+            log.warning("central baseline: on a uniform sample of %d of the union's %d rows "
+                        "(evaluation.central_max_rows=%d)", len(X), session.info.total_samples, len(X))
         rounds = int((self.history["phase"] == "train").sum()) if len(self.history) else 1
         params = make_params(self.algorithm_cls, self.config.algorithm.params)
         C = self.algorithm_cls.central(X, start, params, max(1, rounds))
@@ -200,6 +208,8 @@ class Result:
             return
         self.model["central_centers"] = C
         fin = self.summary["final"]
+        fin["central_baseline_rows"] = {"rows": int(len(X)), "of_rows": int(session.info.total_samples),
+                                        "subsampled": rows is not None}
         fin["center_distance_to_central"] = best_permutation_distance(C, self.model["centers"])
         if all(p[2] is not None for p in parts):
             y = np.concatenate([p[2] for p in parts])
@@ -218,23 +228,27 @@ class Result:
         names += ["failures.parquet"] if "failures" in self.extras else []
         names += ["messages.parquet"] if self.extras.get("messages") is not None else []
         names += [f"plots/{n}" for n in _PLOTS] if plots else []
+        names += ["plots/sim_time.png"] if plots and "simulated" in self.summary else []
         # fedray's marker lists what it writes (what --overwrite may delete) before writing, so that a
         # file half-written when the disk fills up is known as fedray's too
         record(out, [out / n for n in names])
-        self.history.to_parquet(out / "rounds.parquet", index=False)
-        self.clients.to_parquet(out / "clients.parquet", index=False)
+        # each file is written under a fresh name and moved into place (outputs.atomic_path): a link
+        # planted at its name is replaced, never written through
+        tables = {"rounds.parquet": self.history, "clients.parquet": self.clients,
+                  "failures.parquet": self.extras.get("failures"), "messages.parquet": self.extras.get("messages")}
+        for name, table in tables.items():
+            if table is not None:
+                with atomic_path(out / name) as tmp:
+                    table.to_parquet(tmp, index=False)
         arrays = {k: np.asarray(v) for k, v in self.model.items() if _is_arraylike(v)}
         if self.scaler is not None:
             arrays["scaler_shift"], arrays["scaler_scale"] = self.scaler
-        np.savez(out / "model.npz", **arrays)
-        if "failures" in self.extras:
-            self.extras["failures"].to_parquet(out / "failures.parquet", index=False)
-        if self.extras.get("messages") is not None:
-            self.extras["messages"].to_parquet(out / "messages.parquet", index=False)
-        (out / "config.yaml").write_text(self.config.to_yaml())
+        with atomic_path(out / "model.npz") as tmp:
+            np.savez(tmp, **arrays)
+        write_text(out / "config.yaml", self.config.to_yaml())
         if self.peak_memory_mb is not None:
             self.summary["peak_memory_mb"] = self.peak_memory_mb
-        (out / "summary.json").write_text(json.dumps(_jsonable(self.summary), indent=2))
+        write_text(out / "summary.json", json.dumps(_jsonable(self.summary), indent=2))
         if plots:
             self._save_plots(out / "plots", plot_data)
         self.output_dir = out
@@ -243,27 +257,36 @@ class Result:
 
     def _save_plots(self, where: Path, data: PlotData | None) -> None:
         where.mkdir(exist_ok=True)
-        P.convergence(self.history, where / "convergence.png", title=self.summary["algorithm"],
-                      fraction=float(self.config.federation.fraction))
+        with atomic_path(where / "convergence.png") as tmp:  # (refuses a plots folder that is a link)
+            P.convergence(self.history, tmp, title=self.summary["algorithm"],
+                          fraction=float(self.config.federation.fraction))
         C = self.model.get("centers")
         central = self.model.get("central_centers")
         if data is not None and isinstance(C, np.ndarray) and C.ndim == 2 and C.shape[1] == data.n_features == 1:
             name = (data.feature_names or ("x0",))[0]
-            P.centers_1d(C, where / "centers.png", density=data.density_1d, central=central, axis_label=str(name))
+            with atomic_path(where / "centers.png") as tmp:
+                P.centers_1d(C, tmp, density=data.density_1d, central=central, axis_label=str(name))
         elif data is not None and data.projection is not None and isinstance(C, np.ndarray) and C.ndim == 2:
             mean, axes = data.projection
             def project(A: Any) -> np.ndarray:
                 return (np.asarray(A) - mean) @ axes
 
             labels = ("x0", "x1") if C.shape[1] == 2 else ("PC 1", "PC 2")
-            P.centers_2d(project(C), where / "centers.png", density=data.density_2d,
-                         central=None if central is None else project(central), axis_labels=labels,
-                         title="federated centres over the data density" + ("" if C.shape[1] == 2 else
-                                                                           " (federated PCA)"))
+            with atomic_path(where / "centers.png") as tmp:
+                P.centers_2d(project(C), tmp, density=data.density_2d,
+                             central=None if central is None else project(central), axis_labels=labels,
+                             title="federated centres over the data density" + ("" if C.shape[1] == 2 else
+                                                                               " (federated PCA)"))
+        metric = clock_metric(self.history, self.config.federation.target) if "simulated" in self.summary else None
+        if metric is not None:
+            with atomic_path(where / "sim_time.png") as tmp:
+                sim_time(self.history, tmp, metric, self.config.federation.target,
+                         title=f"{self.summary['algorithm']}: {metric} on the simulated clock")
         if self.model.get("assignment") is not None:  # clustered FL: which clients ended up together
             groups = data.true_groups if data is not None else None
-            client_clusters(self.model["assignment"], groups, self.clients["n_samples"].to_numpy(),
-                            where / "clients.png", title=f"client clusters found by {self.summary['algorithm']}")
+            with atomic_path(where / "clients.png") as tmp:
+                client_clusters(self.model["assignment"], groups, self.clients["n_samples"].to_numpy(),
+                                tmp, title=f"client clusters found by {self.summary['algorithm']}")
 
     def table(self, color: bool = False) -> str:
         """A short text table of the final metrics (``color``: an incomplete evaluation in red)."""
@@ -274,9 +297,13 @@ class Result:
                  f"{'dataset':<28}{self.summary['dataset']}",
                  f"{'clients / samples':<28}{self.summary['n_clients']} / {self.summary['n_samples']}",
                  f"{'rounds (stopped by)':<28}{self.summary['rounds']} ({self.summary.get('stop_reason') or '-'})",
-                 *_time_lines(self.summary)]
+                 *_time_lines(self.summary), *simulated_lines(self.summary)]
         lines += [f"{k:<28}{fin[k]:.4f}" for k in keys if isinstance(fin[k], (int, float)) and k != "accuracy"]
         lines += accuracy_lines(self.summary)
+        sample = fin.get("central_baseline_rows") or {}
+        if sample.get("subsampled"):
+            lines.append(f"{'central baseline on':<28}a uniform sample of {sample['rows']} of {sample['of_rows']} rows "
+                         "(evaluation.central_max_rows)")
         cov = fin.get("evaluation_coverage")
         if cov:
             text = (f"{'evaluated':<28}{cov['clients']} of {cov['of_clients']} clients, "

@@ -20,9 +20,11 @@ from fedray.api import plotdata
 from fedray.api.checkpoint import Checkpointer
 from fedray.api.config import ExperimentConfig, make_config
 from fedray.api.drivers import LocalDriver, RayDriver
-from fedray.api.outputs import prepare, release, write_partial
+from fedray.api.federation_config import build_clock
+from fedray.api.outputs import prepare, release, run_id_of, write_partial
 from fedray.api.progress import Activity, Progress, startup_line
 from fedray.api.results import Result
+from fedray.api.scale import total_in_parts
 from fedray.api.tracking import Trackers
 from fedray.core import calls
 from fedray.core.calls import Call
@@ -30,11 +32,11 @@ from fedray.core.contract import Algorithm, FederationInfo, Task
 from fedray.core.errors import ConfigError, DataError, OutputError
 from fedray.core.extras import requirements
 from fedray.core.registry import algorithm_reference, check_algorithm_class, get_algorithm, make_params
-from fedray.core.stats import Stats, total
+from fedray.core.stats import Stats
 from fedray.data.checks import Descriptions, check_descriptions, check_magnitude, column_moments
 from fedray.data.federation import Federation, build_federation, check_memory, shard_residency
 from fedray.layers.privacy import PrivacyLayer
-from fedray.layers.stack import build_stack, cohort_blocks, find_layer, secure_layer
+from fedray.layers.stack import begin_private_run, build_stack, cohort_blocks, find_layer, join_federation, secure_layer
 from fedray.loop.server import round_cap
 from fedray.loop.settings import ServerSettings
 from fedray.runtime.backends import make_executor
@@ -57,7 +59,8 @@ class Session:
 
     def __init__(self, config: Any = None, **kwargs: Any) -> None:
         t0 = time.perf_counter()
-        self.config: ExperimentConfig = make_config(config, **kwargs) if (kwargs or not isinstance(config, ExperimentConfig)) else config
+        own = kwargs or not isinstance(config, ExperimentConfig)
+        self.config: ExperimentConfig = make_config(config, **kwargs) if own else config
         cfg = self.config
         self.algorithm_cls = get_algorithm(cfg.algorithm.name)
         # torch for the neural methods: the client actors import it while they build their shards
@@ -65,7 +68,7 @@ class Session:
         check_memory(cfg)
         rt = cfg.runtime
         self._started_ray = False
-        self._spare_server: Any = None  # a server actor started ahead for the next run (ray)
+        self._spare_server: Any = None  # the first run's server actor, started ahead (ray)
         self.runtime_env: dict[str, Any] | None = None  # given to every actor (fedray.runtime.shipping)
         act = Activity("start-up", rt.progress)  # what start-up does, with its seconds, while it runs
         try:
@@ -77,7 +80,7 @@ class Session:
                           "Ray")
                 self._started_ray = ensure_ray(rt.address, rt.num_cpus, cfg=cfg)
                 self.runtime_env = actor_runtime_env(cfg)
-                self._prestart_server()  # its process starts while the client actors build their shards
+                self._prestart_server()  # the first run's: its process starts while the shards are built
         except BaseException:
             act.close()
             raise
@@ -100,8 +103,10 @@ class Session:
             # K selection, validation, plots); each run starts its records afresh.
             self.layers: Executor = build_stack(self.executor, cfg, self.disclosures)
             self._secure: PrivacyLayer | None = None
+            self.fingerprint: str | None = None  # of the federation, once its set-up moments are summed
             act.stage("checking the data (per-client summaries)", "data checks")
-            self.descriptions: Descriptions = self.executor.describe(private=True) if cfg.privacy.active else self.executor.describe()
+            self.descriptions: Descriptions = (self.executor.describe(private=True) if cfg.privacy.active
+                                               else self.executor.describe())
             self.info, self.scaler = self._check_and_scale(self.descriptions)
             self.descriptions.drop_moments()  # summed already; per client they would stay for nothing
         except BaseException:
@@ -126,6 +131,9 @@ class Session:
             check_magnitude(lo, hi, N, names)
         scaler = None
         mode = self.config.data.scale
+        # the federation's release log (fedray.layers.stack.join_federation), shared by its sessions
+        self.fingerprint = join_federation([sp.name for sp in self.federation.specs], n, n_features, (s, ss),
+                                           (find_layer(self.layers, PrivacyLayer), self._secure))
         if self.config.privacy.feature_bounds is not None:  # the user's box, also for random starts and plots
             lo, hi = _bounds(self.config.privacy.feature_bounds, n_features)
         if mode == "standard":
@@ -141,7 +149,8 @@ class Session:
         n_classes = self.federation.n_classes or (int(desc.classes.max()) + 1 if desc.classes.size else None)
         info = FederationInfo(n_clients=len(desc), n_features=n_features, sample_shape=self.federation.sample_shape,
                               n_samples=n, feature_min=lo, feature_max=hi, n_classes=n_classes,
-                              has_labels=self.federation.has_labels, extras={**self.federation.extras, "feature_names": names})
+                              has_labels=self.federation.has_labels,
+                              extras={**self.federation.extras, "feature_names": names})
         return info, scaler
 
     def _private_moments(self, n_features: int, N: float, names: Any) -> tuple[np.ndarray, ...]:
@@ -209,6 +218,8 @@ class Session:
         checkpoint (when one is due) is saved (e.g. :mod:`fedray.analysis.tune` reports to Tune).
         """
         t0 = time.perf_counter()
+        if self.config.runtime.backend == "ray":
+            self._prestart_server()  # a later run's server process starts beside this run's set-up
         self._preload_for(algorithm)
         if resume_from is not None:
             alg = resume_from["server"]["algorithm"]
@@ -221,7 +232,8 @@ class Session:
             prepare(out, cfg.output.overwrite, resuming=resume_from is not None,
                     run_id=None if resume_from is None else resume_from.get("run_id"))
         try:
-            return self._run(alg, cfg, settings, cap, budget, out, progress, central_baseline, resume_from, t0, on_round)
+            return self._run(alg, cfg, settings, cap, budget, out, progress, central_baseline, resume_from, t0,
+                             on_round)
         finally:
             if out:
                 release(out)
@@ -232,6 +244,8 @@ class Session:
         """The run itself, in the output folder ``out`` claimed for it."""
         checkpoint = Checkpointer(cfg, out, self, None if resume_from is None else resume_from.get("run_id")) \
             if cfg.checkpoint.every else None
+        begin_private_run(self.layers, alg.name, cfg, out, (checkpoint.run_id if checkpoint is not None else None)
+                          or (resume_from or {}).get("run_id") or (run_id_of(out) if out else None))
         if resume_from is not None and resume_from.get("clients"):
             self.executor.set_state(resume_from["clients"])
         self._stash_outside_records()
@@ -268,8 +282,8 @@ class Session:
             bar.close()
             driver.close()  # also when the run fails or is interrupted
             self.layers.reset_records()  # the run's records are in its state (its Result)
-            if cfg.runtime.backend == "ray":
-                self._prestart_server()  # the next run's, started while this one's results are built
+            if (own := find_layer(self.layers, PrivacyLayer)) is not None:
+                own.end_run()
         status = "FAILED"
         try:
             ending.stage("central baseline and outputs")
@@ -300,7 +314,8 @@ class Session:
         fed = cfg.federation
         settings = ServerSettings(seed=cfg.seed, fraction=fed.fraction, max_rounds=cap, min_clients=fed.min_clients,
                                   round_timeout=cfg.runtime.round_timeout, round_retries=fed.round_retries,
-                                  blocks=cohort_blocks(cfg, len(self.federation.specs), self.layers))
+                                  blocks=cohort_blocks(cfg, len(self.federation.specs), self.layers),
+                                  clock=build_clock(cfg, self.info, alg))
         return cfg, settings, cap, budget
 
     def _algorithm_entry(self, alg: Algorithm) -> Any:
@@ -402,16 +417,21 @@ class Session:
                 raise DataError(f"{call.label()}: a secure sum needs at least privacy.min_cohort="
                                 f"{layer.cfg.min_cohort} clients; the federation has {len(tasks)}")
             return layer.secure_sum(call, tasks)
+        return total_in_parts(lambda part: self._all_answer(call, part), tasks)  # parts of clients: bounded memory
+
+    def _all_answer(self, call: Call, tasks: dict[int, Task]) -> Any:
         res = self.call(call, tasks)
         if len(res.replies) < len(tasks):
             first = next(iter(res.errors.values()), "no reply").strip()
             raise DataError(f"{call.label()}: {len(tasks) - len(res.replies)} of {len(tasks)} clients did not "
                             f"answer: {(first.splitlines() or [''])[-1]}")
-        return total(res.replies)
+        return res.replies
 
     def _secure_layer(self) -> PrivacyLayer:
         if self._secure is None:
             self._secure = secure_layer(self.layers, self.config)
+            if self.fingerprint is not None:
+                self._secure.join_federation(self.fingerprint)
         return self._secure
 
     def _plot_total(self, fn: Any, shared: Any) -> Stats | None:
@@ -441,10 +461,11 @@ class Session:
         return ServerActor.options(runtime_env=self.runtime_env or None).remote()
 
     def _prestart_server(self) -> None:
-        """Start the next run's server actor now: an empty :class:`ServerActor` whose process
-        starts and imports in the background, so that a run does not wait for it (about 1 s
-        on 2 CPUs). Each run still gets a fresh actor; a failure here only means the next run
-        starts its own."""
+        """Start a run's server actor ahead: an empty :class:`ServerActor` whose process starts and
+        imports in the background (about 1 s on 2 CPUs). The session starts one for its first run
+        beside the client actors; a later run starts its own when it is asked for, so no actor is
+        started for a run that never comes. Each run gets a fresh actor; a failure here only means
+        the run starts its own."""
         if self._spare_server is not None:
             return
         try:

@@ -36,6 +36,13 @@ class RoundFailedError(FedrayError, RuntimeError):
     """Too few clients answered a round, or a client function failed."""
 
 
+class ReleaseRefusedError(RoundFailedError):
+    """Secure aggregation refused to unmask a sum (its cohort is too small, or with it a combination of the
+    sums released so far would single out fewer than ``privacy.min_cohort`` clients). Asking the clients
+    again cannot help, so a round that meets it stops at once: the message names the run, the round, how
+    many clients the sum would single out, and the settings that fix it."""
+
+
 class PluginError(FedrayError, RuntimeError):
     """An algorithm's hook raised, or returned what the contract does not allow."""
 

@@ -27,8 +27,11 @@ EXTRA_OF = {"torch": "nn", "dp_accounting": "privacy"}
 _PRELOADING: set[str] = set()
 #: Optional libraries fedray imports when they are there: resolved before the working folder goes on
 #: ``sys.path`` (:func:`block_absent_optionals`), so a file of that name there is never imported.
+#: Every module outside the standard library that fedray imports, on first use or at start, and that a
+#: dependency does not guarantee (tests/tools/test_optional_imports.py checks the source against it).
 OPTIONAL_LIBRARIES = ["torch", "torchvision", "dp_accounting", "mlflow", "tensorboard", "tensorboardX",
-                      "matplotlib", "psutil", "numba", "pyarrow", "hypothesis", "nbformat", "nbclient", "ray"]
+                      "matplotlib", "psutil", "numba", "pyarrow", "hypothesis", "nbformat", "nbclient", "ray",
+                      "grpc", "jsonschema", "PIL", "cycler"]
 
 
 def block_absent_optionals() -> list[str]:

@@ -260,7 +260,9 @@ def _fcm_numpy(X: np.ndarray, C: np.ndarray, offsets: np.ndarray, m: float, obje
         ws1 = np.empty((K, D))
         for k in range(K):
             ws1[k] = np.add.reduce(W[:, k, None] * X, axis=0)
-        obj1 = np.bincount(owner, weights=rowobj, minlength=1) if objective else None  # a vector: not add.reduce (pairwise)
+        obj1 = (
+            np.bincount(owner, weights=rowobj, minlength=1) if objective else None
+        )  # a vector: not add.reduce (pairwise)
         return np.add.reduce(W, axis=0)[None], ws1[None], obj1
     u = np.empty((n, K))
     ws = np.empty((n, K, D))

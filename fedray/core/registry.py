@@ -1,15 +1,21 @@
 """The registry of algorithms: built-in names, ``register``, plug-ins by reference or entry point.
 
 Built-in algorithms are found like plug-ins: by the module that registers them, imported
-when asked for (so a clustering run never imports the torch-based methods).
+when asked for (so a clustering run never imports the torch-based methods). Which module
+registers which name is read from the modules' source (:func:`declared_names`), so adding an
+algorithm is adding its module to ``fedray.algorithms``: nothing else names it.
 """
 from __future__ import annotations
 
+import ast
 import difflib
 import importlib
 import importlib.util
 import inspect
+import logging
+import pkgutil
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from pydantic import ValidationError
@@ -19,6 +25,8 @@ from fedray.core.errors import ConfigError, format_validation_error
 from fedray.core.plugins import entry_points, first_line, is_reference, load_reference
 
 T = TypeVar("T")
+
+log = logging.getLogger(__name__)
 
 
 def import_if_present(module: str) -> None:
@@ -35,7 +43,9 @@ class Registry(Generic[T]):
     modules are imported on first use: ``lazy`` maps a name to the module that registers it,
     ``modules`` lists modules that register names of this kind (imported before a name is missed
     or all names are listed). Plug-ins register the same way, so a built-in entry has no
-    privilege a user's lacks.
+    privilege a user's lacks. ``scan`` names packages whose modules declare their entries with
+    ``@register`` on a class with a literal ``name`` (:func:`declared_names`): their names join
+    ``lazy`` when first needed, without importing any of those modules.
 
     Parameters
     ----------
@@ -43,13 +53,36 @@ class Registry(Generic[T]):
         What an entry is, for messages ("partition", "scenario", ...).
     lazy : mapping of str to str, optional
     modules : iterable of str, optional
+    scan : iterable of str, optional
     """
 
-    def __init__(self, kind: str, *, lazy: Mapping[str, str] | None = None, modules: Iterable[str] = ()) -> None:
+    def __init__(self, kind: str, *, lazy: Mapping[str, str] | None = None, modules: Iterable[str] = (),
+                 scan: Iterable[str] = ()) -> None:
         self.kind = kind
         self._items: dict[str, T] = {}
-        self._lazy = dict(lazy or {})
-        self._modules = tuple(modules)
+        self._given = dict(lazy or {})
+        self._static_modules = tuple(modules)
+        self._scan = tuple(scan)
+        self._scanned: tuple[dict[str, str], tuple[str, ...]] | None = None
+
+    def _declared(self) -> tuple[dict[str, str], tuple[str, ...]]:
+        if self._scanned is None:
+            names: dict[str, str] = {}
+            unread: list[str] = []
+            for package in self._scan:
+                found, opaque = declared_names(package)
+                names.update(found)
+                unread.extend(opaque)
+            self._scanned = (names, tuple(unread))
+        return self._scanned
+
+    @property
+    def _lazy(self) -> dict[str, str]:
+        return {**self._declared()[0], **self._given}
+
+    @property
+    def _modules(self) -> tuple[str, ...]:
+        return (*self._static_modules, *self._declared()[1])
 
     def register(self, name: str, obj: T | None = None) -> Any:
         """``registry.register(name, obj)``, or ``@registry.register(name)`` above a definition."""
@@ -100,29 +133,84 @@ class Registry(Generic[T]):
         return name in self._lazy
 
 
+def declared_names(package: str) -> tuple[dict[str, str], list[str]]:
+    """``({name: module}, modules not read)`` for the modules of ``package``, from their source.
+
+    A module declares an entry with a class decorated ``@register`` (or ``@<anything>.register``)
+    whose body sets ``name = "..."`` (and optionally ``aliases = ("...", ...)``) to literals. The
+    source is parsed, never imported, so asking for one name imports only its module. Modules
+    whose source cannot be read (installed without it) or that register a class without a
+    literal name are returned as the second item: they are imported when a name is missed.
+    """
+    if importlib.util.find_spec(package) is None:
+        return {}, []
+    path = getattr(importlib.import_module(package), "__path__", None)  # the package itself, not its modules
+    if not path:
+        return {}, []
+    names: dict[str, str] = {}
+    unread: list[str] = []
+    for info in sorted(pkgutil.iter_modules(path), key=lambda m: m.name):
+        module = f"{package}.{info.name}"
+        if info.ispkg:
+            continue
+        source = Path(getattr(info.module_finder, "path", "")) / f"{info.name}.py"
+        try:
+            tree = ast.parse(source.read_text(encoding="utf-8"), str(source))
+        except (OSError, SyntaxError, ValueError):
+            unread.append(module)
+            continue
+        found, opaque = _registered_classes(tree)
+        for name in found:
+            names.setdefault(name, module)
+        if opaque:
+            unread.append(module)
+    log.debug("%s: %d names declared in its modules (%d modules imported on a miss)", package, len(names),
+              len(unread))
+    return names, unread
+
+
+def _registered_classes(tree: ast.Module) -> tuple[list[str], bool]:
+    """The literal names and aliases of the module's ``@register`` classes, and whether one had none."""
+    found: list[str] = []
+    opaque = False
+    for node in tree.body:
+        if not isinstance(node, ast.ClassDef) or not any(_is_register(d) for d in node.decorator_list):
+            continue
+        attrs: dict[str, Any] = {}
+        for stmt in node.body:
+            target = stmt.targets[0] if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 else \
+                stmt.target if isinstance(stmt, ast.AnnAssign) else None
+            if isinstance(target, ast.Name) and target.id in ("name", "aliases") and stmt.value is not None:
+                try:
+                    attrs[target.id] = ast.literal_eval(stmt.value)
+                except ValueError:
+                    attrs[target.id] = None
+        if not isinstance(attrs.get("name"), str):
+            opaque = True
+            continue
+        aliases = attrs.get("aliases", ())
+        if not isinstance(aliases, (tuple, list)) or not all(isinstance(a, str) for a in aliases):
+            opaque = True
+            aliases = ()
+        found.extend([attrs["name"], *aliases])
+    return found, opaque
+
+
+def _is_register(decorator: ast.expr) -> bool:
+    return (isinstance(decorator, ast.Name) and decorator.id == "register") or \
+        (isinstance(decorator, ast.Attribute) and decorator.attr == "register")
+
+
 def near_names(name: Any, names: Iterable[str], cutoff: float = 0.6) -> str:
     """`` (did you mean 'a' or 'b'?)`` for the names closest to ``name``, or an empty string."""
     near = difflib.get_close_matches(str(name), list(names), n=3, cutoff=cutoff)
     return f" (did you mean {' or '.join(repr(n) for n in near)}?)" if near else ""
 
 
-# Built-in algorithms: name -> module that registers it; modules are imported only when asked for,
-# so a clustering run never imports the torch-based methods (nor torch).
-ALGORITHMS: Registry[type[Algorithm]] = Registry("algorithm", lazy={
-    "kmeans": "fedray.algorithms.kmeans",
-    "federated-fcm": "fedray.algorithms.fcm",
-    "fedkmeans": "fedray.algorithms.fedkmeans",
-    "kfed": "fedray.algorithms.kfed",
-    "fedfcm": "fedray.algorithms.fedfcm",
-    "fedfcm-avg": "fedray.algorithms.fedfcm",
-    "flacc": "fedray.algorithms.flacc",
-    "fedavg": "fedray.algorithms.baselines",
-    "local": "fedray.algorithms.baselines",
-    "ifca": "fedray.algorithms.baselines",
-    "cfl": "fedray.algorithms.baselines",
-    "flhc": "fedray.algorithms.baselines",
-    "fedcref": "fedray.algorithms.fedcref",
-})
+# Built-in algorithms: each module of fedray.algorithms declares its own (``@register`` on a class with a
+# literal ``name``); a module is imported only when one of its names is asked for, so a clustering run
+# never imports the torch-based methods (nor torch).
+ALGORITHMS: Registry[type[Algorithm]] = Registry("algorithm", scan=("fedray.algorithms",))
 
 
 def register(cls: type[Algorithm]) -> type[Algorithm]:

@@ -84,6 +84,21 @@ class Replies(MutableSequence):
             return None
         return {k: [seg[1].arrays[k] for seg in self._segs] for k in first}
 
+    def without(self, drop: Any) -> Replies:
+        """These replies less those of clients ``drop`` (column-wise where they are columns)."""
+        drop = np.asarray(sorted(drop), dtype=np.int64)
+        if self.summed_total is not None:
+            raise FedrayError("these replies hold only their sum (Task(summed=True)): no client's reply can be taken out")
+        out = Replies()
+        if self._list is not None:
+            gone = set(drop.tolist())
+            out._list = [r for r in self._list if r.client_id not in gone]
+            return out
+        for ids, block, seconds, nbytes in self._segs:
+            keep = np.flatnonzero(~np.isin(ids, drop))
+            out.add_columns(ids[keep], block.take(keep), seconds[keep], nbytes[keep])
+        return out
+
     # --- the list protocol ---
     def _materialize(self) -> list[Reply]:
         if self.summed_total is not None:

@@ -8,6 +8,7 @@ not depend on the runtime, the number of actors or the order of execution.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 from numpy.random.bit_generator import ISeedSequence
@@ -25,6 +26,8 @@ ALGORITHM_STREAM = 7  #: RoundContext.rng, the algorithm's own server draws
 FAULT_STREAM = 11  #: the injected faults' plan (fedray.layers.faults)
 MASK_RING_STREAM = 13  #: the public mask graph of secure aggregation (privacy.mask_neighbors)
 BLOCKS_STREAM = 17  #: the fixed client blocks of privacy.cohorts='blocks' (client_blocks)
+DEVICES_STREAM = 19  #: the device profile drawn for each client (federation.devices)
+AVAILABILITY_STREAM = 23  #: the generated availability traces (federation.availability)
 # Client streams, keyed by (seed, client, round, stream, ...):
 DP_NOISE_STREAM = 29  #: seeded DP noise (privacy.dp.seeded_noise, debugging only)
 # Data streams, keyed by (seed, stream, ...):
@@ -38,6 +41,7 @@ WRITERS_STREAM = 61  #: the writers chosen as clients of a natural federation (b
 MOTIVATIONAL_STREAM = 101  #: the scenario stallmann-motivational
 TRIEBE_1D_STREAM = 102  #: the scenario triebe-1d
 CENTRAL_STARTS_STREAM = 7001  #: the central baseline's starts in K selection
+CENTRAL_ROWS_STREAM = 7002  #: the rows of a subsampled central baseline (evaluation.central_max_rows)
 
 
 def _u(x: int) -> int:
@@ -201,6 +205,13 @@ def client_blocks(seed: int, n_clients: int, size: int) -> np.ndarray:
     blocks = np.empty(n_clients, dtype=np.int64)
     blocks[order] = np.minimum(np.arange(n_clients) // size, n_blocks - 1)
     return blocks
+
+
+def block_cohorts(privacy: Any, fraction: float) -> bool:
+    """Rounds sample whole fixed blocks (:func:`sample_blocks`): secure aggregation at ``fraction`` < 1 with
+    ``privacy.cohorts`` ``blocks``, or ``auto`` (the default) without DP."""
+    auto = privacy.cohorts == "auto" and privacy.dp is None
+    return bool(privacy.secure_aggregation and fraction < 1 and (privacy.cohorts == "blocks" or auto))
 
 
 def sample_blocks(seed: int, round_: int, blocks: np.ndarray, fraction: float) -> np.ndarray:

@@ -301,3 +301,58 @@ def _row_slices(items: list[Stats], names: Any) -> dict[str, list[np.ndarray]]:
                 parts[k].append(s._arrays[k][None])
         i = j
     return parts
+
+
+class RunningTotal:
+    """:func:`total` of replies that arrive in parts (in client-id order), with the same bits as one
+    :func:`total` of all of them, holding only the running sum (and one number a client for
+    statistics of a single value, which are summed pairwise at the end).
+
+    >>> acc = RunningTotal()
+    >>> for part in parts:  # doctest: +SKIP
+    ...     acc.add(part)
+    >>> acc.result()  # doctest: +SKIP
+    """
+
+    def __init__(self) -> None:
+        self._wide: dict[str, np.ndarray] = {}  # running sums of statistics of two or more values
+        self._ones: dict[str, list[np.ndarray]] = {}  # columns of single-value statistics
+        self._names: Any = None
+        self._other: Any = None  # updates that are not Stats: added with ``+`` in order
+        self.n = 0  # updates added
+
+    def add(self, items: Any) -> None:
+        """Add the updates of ``items`` (replies or statistics, as :func:`total` takes them)."""
+        summed = getattr(items, "summed_total", None)
+        parts = items.column_parts() if summed is None and hasattr(items, "column_parts") else None
+        if summed is not None:
+            stats = [summed]
+        elif parts is None:
+            stats = [r.update if isinstance(r, Reply) else r for r in items]
+            if not stats:
+                return
+            if not all(type(s) is Stats for s in stats):
+                self._other = _add_in_order(stats if self._other is None else [self._other, *stats])
+                self.n += len(stats)
+                return
+        if parts is None:
+            parts = _row_slices(stats, stats[0].names())
+        if self._names is None:
+            self._names = list(parts)
+        elif list(parts) != self._names:
+            raise ValueError(f"cannot add statistics with names {sorted(self._names)} and {sorted(parts)}")
+        for k, ps in parts.items():
+            if int(np.prod(ps[0].shape[1:])) < 2:
+                self._ones.setdefault(k, []).append(np.concatenate(ps).astype(np.float64, copy=False))
+            else:
+                self._wide[k] = fold_rows(ps, self._wide.get(k))
+        self.n += sum(len(p) for p in next(iter(parts.values()))) if parts else 0
+
+    def result(self) -> Any:
+        """The sum of everything added (raises on nothing added)."""
+        if self._other is not None:
+            return self._other
+        if self._names is None:
+            raise ValueError("cannot sum an empty sequence of statistics")
+        return Stats(**{k: (self._wide[k] if k in self._wide else np.add.reduce(np.concatenate(self._ones[k]), axis=0))
+                        for k in self._names})

@@ -266,7 +266,8 @@ def load_sklearn(name: str) -> Dataset:
     from sklearn import datasets as skd
 
     if name not in SKLEARN_SETS:
-        raise ConfigError(f"data.dataset: unknown scikit-learn data set {name!r}; choose one of {', '.join(SKLEARN_SETS)}")
+        raise ConfigError(f"data.dataset: unknown scikit-learn data set {name!r}; choose one of "
+                          f"{', '.join(SKLEARN_SETS)}")
     bunch = getattr(skd, f"load_{name}")()
     X = np.asarray(bunch.data, dtype=np.float64)
     names = tuple(str(n) for n in getattr(bunch, "feature_names", [f"x{i}" for i in range(X.shape[1])]))

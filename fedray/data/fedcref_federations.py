@@ -32,7 +32,8 @@ log = logging.getLogger(__name__)
 
 
 def class_subsets_indices(y: np.ndarray, n_clients: int, rng: np.random.Generator, classes: Any = (2, 5),
-                          samples_per_class: int = 500, overlap: float = 0.0) -> tuple[list[np.ndarray], list[list[int]], int]:
+                          samples_per_class: int = 500,
+                          overlap: float = 0.0) -> tuple[list[np.ndarray], list[list[int]], int]:
     """Indices of each client's shard.
 
     Parameters
@@ -105,8 +106,8 @@ def class_subsets(ds: Dataset, data: Any, n_clients: int | None, seed: int, clas
     if ds.y is None:
         raise DataError("data.partition.name: 'class-subsets' needs labels; the data set has none")
     n_clients = 25 if n_clients is None else int(n_clients)
-    parts, chosen, repeats = class_subsets_indices(ds.y, n_clients, data_rng(seed, CLASS_SUBSETS_STREAM), classes, samples_per_class,
-                                                   overlap)
+    parts, chosen, repeats = class_subsets_indices(ds.y, n_clients, data_rng(seed, CLASS_SUBSETS_STREAM), classes,
+                                                   samples_per_class, overlap)
     notes: tuple[str, ...] = ()
     if repeats:
         total = sum(p.size for p in parts)
@@ -115,8 +116,8 @@ def class_subsets(ds: Dataset, data: Any, n_clients: int | None, seed: int, clas
                "a sample another client holds)")
         warnings.warn(msg, SharedSamplesWarning, stacklevel=2)  # once: no log line repeating it
         notes = (msg,)
-    source = {"kind": "pooled", "dataset": data.dataset, "data_dir": str(resolve_data_dir(data.data_dir) or "") or None, "seed": seed,
-              "options": dict(data.options or {})}
+    source = {"kind": "pooled", "dataset": data.dataset, "data_dir": str(resolve_data_dir(data.data_dir) or "") or None,
+              "seed": seed, "options": dict(data.options or {})}
     specs = [ClientSpec(i, source, p, f"client-{i}", {"classes": chosen[i]}) for i, p in enumerate(parts)]
     return Federation(specs, ds.feature_names, ds.sample_shape, True, ds.n_classes, notes,
                       extras={**dict(ds.meta), "client_classes": chosen, "shared_draws": repeats})

@@ -237,6 +237,18 @@ def _n(n_clients: int | None) -> int:
     return n
 
 
+def _groups_and_labels(ds: Dataset, n_clients: int | None, n_groups: Any, name: str,
+                       min_labels: int = 0) -> tuple[int, np.ndarray]:
+    """The number of clients and the data set's labels for a builder of ``n_groups`` true groups."""
+    n = _n(n_clients)
+    classes = np.unique(ds.y) if ds.y is not None else np.zeros(0, np.int64)
+    if len(classes) < min_labels:
+        raise DataError(f"data.partition.name: {name!r} needs at least {min_labels} labels")
+    if not 1 <= int(n_groups) <= n:
+        raise ConfigError(f"data.partition.n_groups: must lie in [1, n_clients={n}]; got {n_groups!r}")
+    return n, classes
+
+
 # --- builders ------------------------------------------------------------------------
 @federation_builder("rotated")
 def rotated(ds: Dataset, data: Any, n_clients: int | None, seed: int, rotations: list[int] = (0, 90, 180, 270),
@@ -289,10 +301,7 @@ def grouped(ds: Dataset, data: Any, n_clients: int | None, seed: int, n_groups: 
         Share of each client's shard kept as its test rows (never used for training).
     """
     samples, tf = _check_common(samples, test_fraction)
-    n = _n(n_clients)
-    classes = np.unique(ds.y) if ds.y is not None else np.zeros(0, np.int64)
-    if not 1 <= int(n_groups) <= n:
-        raise ConfigError(f"data.partition.n_groups: must lie in [1, n_clients={n}]; got {n_groups!r}")
+    n, classes = _groups_and_labels(ds, n_clients, n_groups, "grouped")
     if not 1 <= int(labels_per_group) <= len(classes):
         raise ConfigError(f"data.partition.labels_per_group: must lie in [1, {len(classes)}]; got {labels_per_group!r}")
     rng = data_rng(seed, IMAGE_FEDERATIONS_STREAM, 2)
@@ -317,12 +326,7 @@ def label_swapped(ds: Dataset, data: Any, n_clients: int | None, seed: int, n_gr
         Share of each client's shard kept as its test rows (never used for training).
     """
     samples, tf = _check_common(samples, test_fraction)
-    n = _n(n_clients)
-    classes = np.unique(ds.y) if ds.y is not None else np.zeros(0, np.int64)
-    if len(classes) < 2:
-        raise DataError("data.partition.name: 'label-swapped' needs at least 2 labels")
-    if not 1 <= int(n_groups) <= n:
-        raise ConfigError(f"data.partition.n_groups: must lie in [1, n_clients={n}]; got {n_groups!r}")
+    n, classes = _groups_and_labels(ds, n_clients, n_groups, "label-swapped", min_labels=2)
     rng = data_rng(seed, IMAGE_FEDERATIONS_STREAM, 3)
     pairs = _pairs(classes, int(n_groups), 2, rng)
     groups = _groups_of(n, _counts_from_proportions(n, [1.0] * int(n_groups)), rng)

@@ -127,27 +127,45 @@ _CIFAR_GLOBALS = {("numpy.core.multiarray", "_reconstruct"): _RECONSTRUCT,
 
 
 class _CifarUnpickler(pickle.Unpickler):
-    """Admits only numpy's array reconstruction: dicts, lists, bytes, str and ints need no global. An
-    array may not declare more bytes than the file holds (its data must be in the file)."""
+    """Admits only numpy's array reconstruction: dicts, lists, bytes, str and ints need no global.
+    Every array it builds, through ``_reconstruct`` or by calling ``numpy.ndarray`` itself, is capped:
+    the arrays of one file may not declare more bytes together than the file holds (their data must
+    be in it), checked before anything is allocated."""
 
     def __init__(self, file: Any, *, limit: int, **kw: Any) -> None:
         super().__init__(file, **kw)
         self.limit = int(limit)
+        self.declared = 0  # bytes declared by the arrays built so far
 
-    def _reconstruct(self, subtype: Any, shape: Any, dtype: Any) -> Any:
+    def _claim(self, shape: Any, dtype: Any) -> None:
         try:
-            size = int(np.prod(np.asarray(shape, dtype=np.int64), dtype=np.int64)) * np.dtype(dtype).itemsize
+            dims = np.asarray(shape if isinstance(shape, (tuple, list)) else (shape,), dtype=np.int64)
+            if (dims < 0).any():
+                raise ValueError("a negative dimension")
+            size = int(np.prod(dims, dtype=np.int64)) * np.dtype(dtype).itemsize
         except (TypeError, ValueError, OverflowError) as exc:
             raise pickle.UnpicklingError(f"bad array declaration ({exc})") from None
-        if size > self.limit:
-            raise pickle.UnpicklingError(f"an array declares {size} bytes, more than the file's {self.limit}")
-        return _RECONSTRUCT(subtype, shape, dtype)
+        self.declared += size
+        if size > self.limit or self.declared > self.limit:
+            raise pickle.UnpicklingError(f"an array declares {size} bytes, more than the file's {self.limit} "
+                                         f"(with the arrays before it: {self.declared})")
+
+    def _reconstruct(self, subtype: Any, shape: Any, dtype: Any) -> Any:
+        self._claim(shape, dtype)
+        return _RECONSTRUCT(np.ndarray if subtype == self._ndarray else subtype, shape, dtype)
+
+    def _ndarray(self, shape: Any, dtype: Any = float, *args: Any) -> Any:
+        """``numpy.ndarray(shape, dtype, ...)`` as a pickle may call it: capped like any other array."""
+        self._claim(shape, dtype)
+        return np.ndarray(shape, dtype, *args)
 
     def find_class(self, module: str, name: str) -> Any:
         obj = _CIFAR_GLOBALS.get((module, name))
         if obj is None:
             raise pickle.UnpicklingError(f"refused {module}.{name}: a CIFAR-10 batch holds only numpy arrays, "
                                          "lists, bytes and numbers")
+        if obj is np.ndarray:
+            return self._ndarray
         return self._reconstruct if obj is _RECONSTRUCT else obj
 
 

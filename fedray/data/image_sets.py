@@ -184,7 +184,8 @@ IMAGE_SETS.register("fashion-mnist", ImageSet(
 KMNIST_CLASSES = ("o", "ki", "su", "tsu", "na", "ha", "ma", "ya", "re", "wo")
 
 
-def _kuzushiji(prefix: str, n_classes: int, ddir: Path | None, options: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+def _kuzushiji(prefix: str, n_classes: int, ddir: Path | None,
+               options: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
     """``PREFIX-{train,test}-{imgs,labels}.npz`` (key ``arr_0``); KMNIST also as IDX files in kmnist/."""
     root = require_dir(ddir, prefix)
     parts = _part(options)

@@ -16,17 +16,23 @@ the validation indices), one with secure aggregation alone, on top of the same s
 """
 from __future__ import annotations
 
+import logging
+import secrets
+from collections.abc import Iterable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
 
-from fedray.core.seeding import client_blocks
+from fedray.core.seeding import block_cohorts, client_blocks
 from fedray.layers.faults import FaultInjector
 from fedray.layers.messages import MessageLog
 from fedray.layers.privacy import PrivacyLayer
+from fedray.layers.privacy.journal import federation_fingerprint
 from fedray.runtime.executor import Executor, ExecutorWrapper
 
 L = TypeVar("L", bound=Executor)
+log = logging.getLogger(__name__)
 
 
 def build_stack(executor: Executor, cfg: Any, disclosures: dict[str, int] | None = None) -> Executor:
@@ -66,13 +72,42 @@ def secure_layer(top: Executor, cfg: Any) -> PrivacyLayer:
 
 
 def cohort_blocks(cfg: Any, n_clients: int, top: Executor) -> np.ndarray | None:
-    """Each client's fixed block when ``privacy.cohorts`` is ``blocks`` under secure aggregation and
-    partial participation (None otherwise); the stack's privacy layer narrows to whole blocks."""
+    """Each client's fixed block when rounds sample whole blocks (:func:`~fedray.core.seeding.block_cohorts`;
+    None otherwise); the stack's privacy layer narrows
+    to whole blocks. The blocks derive from ``privacy.blocks_seed``, fixed for the federation, never from
+    the run's seed: every run over the same clients releases unions of the same blocks."""
     p = cfg.privacy
-    if not (p.secure_aggregation and p.cohorts == "blocks" and cfg.federation.fraction < 1):
-        return None
-    blocks = client_blocks(cfg.seed, n_clients, p.min_cohort)
     layer = find_layer(top, PrivacyLayer)
+    if not block_cohorts(p, cfg.federation.fraction):
+        if layer is not None:
+            layer.blocks = None
+        return None
+    blocks = client_blocks(p.blocks_seed, n_clients, p.min_cohort)
     if layer is not None:
-        layer.releases.blocks = blocks
+        layer.blocks = blocks
     return blocks
+
+
+def join_federation(names: list[str], n: Any, n_features: int, sums: Any, layers: Iterable[PrivacyLayer | None]
+                    ) -> str:
+    """The federation's fingerprint (the clients' names and sample counts and the set-up moments ``sums``);
+    each privacy layer of ``layers`` takes the federation's release log, shared by every session over the
+    same clients in this process (:mod:`fedray.layers.privacy.journal`)."""
+    fingerprint = federation_fingerprint(names, n, n_features, sums)
+    for layer in {id(x): x for x in layers if x is not None}.values():
+        layer.join_federation(fingerprint)
+    return fingerprint
+
+
+def begin_private_run(top: Executor, name: str, cfg: Any, out: Any, run_key: str | None) -> None:
+    """Tell the stack's privacy layer that run ``name`` starts (refusals name it; a resumed run keeps its
+    ``run_key``) and where the federation's release journal is (``privacy.release_log``, else
+    ``release_log/`` in the output folder ``out``; none without either)."""
+    layer = find_layer(top, PrivacyLayer)
+    if layer is None or not cfg.privacy.secure_aggregation:
+        return
+    folder = cfg.privacy.release_log or (Path(out) / "release_log" if out else None)
+    where = f" -> {out}" if out else ""
+    held = layer.begin_run(run_key or secrets.token_hex(16), f"run {name} (seed {cfg.seed}{where})", folder)
+    if held:
+        log.info("release journal %s: %d earlier release(s) of this federation", folder, held)

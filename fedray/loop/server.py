@@ -23,6 +23,7 @@ from fedray.core.errors import DataError, FedrayError, PluginError, RoundFailedE
 from fedray.core.replies import reply_columns
 from fedray.core.seeding import sample_blocks, sample_clients
 from fedray.core.sizes import nbytes_of
+from fedray.loop.clock import trained, unsummed
 from fedray.loop.settings import ServerSettings
 from fedray.runtime.executor import ExecResult, Executor
 
@@ -78,6 +79,13 @@ class Server:
         # trains for federation.rounds reached it) or "round cap" (the cap cut the run short)
         self.stop_reason = ""
         self.notes: list[str] = []  # warnings for the user, logged where the run was started
+        # The simulated clock (federation.devices / availability / deadline): seconds since the run began,
+        # and this round's clients timed by it (id -> seconds) and those it made late (id -> why).
+        self.clock = settings.clock
+        self.sim_time = 0.0
+        self._timed: list[np.ndarray] = []
+        self._sim_late: dict[int, str] = {}
+        self._wait = 0.0
 
     def step(self) -> dict[str, Any] | None:
         """Run one round; returns its history row, or None when the run is over."""
@@ -88,9 +96,14 @@ class Server:
             return None
         t0 = time.perf_counter()
         info = self.algorithm.info
-        cohort = (sample_clients(self.seed, self.round, info.n_clients, self.settings.fraction)
-                  if self.settings.blocks is None
-                  else sample_blocks(self.seed, self.round, self.settings.blocks, self.settings.fraction))
+        wait, online = 0.0, None
+        if self.settings.blocks is not None:
+            cohort = sample_blocks(self.seed, self.round, self.settings.blocks, self.settings.fraction)
+        elif self.clock is not None:  # only clients online at the simulated time
+            cohort, wait = self._sample_online()
+            self._wait, online = wait, self.clock.online_at(self.sim_time + wait)
+        else:
+            cohort = sample_clients(self.seed, self.round, info.n_clients, self.settings.fraction)
         sampled = tuple(cohort.tolist())
         ctx = RoundContext(self.round, self.seed, sampled, info, self.settings.fraction, cohort=cohort)
         phase = self.algorithm.phase
@@ -100,6 +113,8 @@ class Server:
                 else all(isinstance(t, Task) for t in tasks.values()))):
             raise PluginError(f"algorithm {self.algorithm.name!r}: configure_round must return None or a mapping "
                               f"{{client id: Task}}; got {type(tasks).__name__} {tasks!r:.60} in round {self.round}")
+        if tasks is not None and online is not None:  # tasks beyond the cohort too: never to offline clients
+            tasks = self.clock.only_online(tasks, online)
         if tasks is None:
             self.finished = True
             self.stop_reason = ("converged" if self.algorithm.converged
@@ -123,6 +138,8 @@ class Server:
                "wall_s": time.perf_counter() - t0}
         if self.settings.round_retries or executions > 1:
             out["attempts"] = executions
+        if self.clock is not None:
+            out.update(self._advance_clock(wait))
         self.history.append(out)
         self.round += 1
         return out
@@ -160,7 +177,7 @@ class Server:
             # Under secure aggregation a sum that will be asked again is held back (quorum: everyone).
             res = self._execute(call.with_quorum(len(tasks) if whole and ask_missing else need), tasks)
             for k in range(ask_missing):
-                missing = sorted(set(res.failed) | set(res.late))
+                missing = sorted((set(res.failed) | set(res.late)) - set(self._sim_late))  # the clock's: late again
                 if not missing or _past(call):
                     break
                 call = call.again()
@@ -181,6 +198,38 @@ class Server:
                         len(res.replies), len(tasks), self.settings.min_clients, retried + 1, retries + 1)
             call = call.again().with_deadline(self._deadline())  # the round run again: a deadline of its own
 
+    # --- the simulated clock (fedray.loop.clock): data this loop consults ------------------
+    def _sample_online(self) -> tuple[np.ndarray, float]:
+        """This round's cohort among the clients online now, and the simulated seconds waited for one."""
+        try:
+            return self.clock.sample(self.seed, self.round, self.settings.fraction, self.sim_time)
+        except ValueError as exc:
+            raise RoundFailedError(f"round {self.round}: {exc} (federation.availability)") from None
+
+    def _time_clients(self, tasks: dict[int, Task], res: ExecResult) -> None:
+        """Time the answering clients of a training call on the simulated clock; those past the deadline or
+        their online spell become late (their replies dropped), as injected stragglers do."""
+        ids, _, up = reply_columns(res.replies)
+        train = trained(tasks, ids)
+        ids, up = (ids, up) if train.all() else (ids[train], up[train])
+        t = self.clock.times(tasks, ids, up)
+        late, why = self.clock.late(ids, t, self.sim_time + self._wait)
+        self._timed.append(t[~late])
+        if late.any():
+            gone = ids[late].tolist()
+            self._sim_late.update(zip(gone, why))
+            drop = getattr(res.replies, "without", None)
+            res.replies = drop(gone) if drop is not None else [r for r in res.replies if r.client_id not in set(gone)]
+            res.late = sorted(set(res.late) | set(gone))
+
+    def _advance_clock(self, wait: float) -> dict[str, float]:
+        """Move the simulated clock past this round; its history columns."""
+        kept = np.concatenate(self._timed) if self._timed else np.zeros(0)
+        seconds = wait + self.clock.round_seconds(kept, bool(self._sim_late))
+        self.sim_time += seconds
+        self._timed, self._sim_late, self._wait = [], {}, 0.0
+        return {"sim_round_s": seconds, "sim_time_s": self.sim_time}
+
     def _deadline(self) -> float | None:
         """The deadline of an attempt starting now: ``round_timeout`` from now. None without one, and on the
         local runtime, which waits for nothing (its bits must not depend on the clock)."""
@@ -192,9 +241,13 @@ class Server:
     def _execute(self, call: Call, tasks: dict[int, Task]) -> ExecResult:
         # The timeout stays the configured one (injected virtual delays compare with it, the same bits
         # every time); an executor that waits caps its wait by the call's deadline (Call.timeout).
-        res = self.executor.execute(call, tasks, self.settings.round_timeout)
+        timed = self.clock is not None and call.training
+        res = self.executor.execute(call, unsummed(tasks) if timed and self.clock.deadline is not None else tasks,
+                                    self.settings.round_timeout)
         if res.user_errors:
             raise type_of_user_error(res.user_errors[min(res.user_errors)])
+        if timed:
+            self._time_clients(tasks, res)
         if res.failed or res.late:
             self._record_failures(call, res)
         return res
@@ -282,15 +335,17 @@ class Server:
         call's stream round (the round, or -1 - stage for an evaluation pass)."""
         spill = set(res.spillover)
         rows = [(cid, "failed", (res.errors.get(cid, "").strip().splitlines() or [""])[-1]) for cid in res.failed]
-        rows += [(cid, "late", f"no answer within runtime.round_timeout={self.settings.round_timeout}"
-                  + (SPILLOVER if cid in spill else "")) for cid in res.late]
-        for cid, kind, err in rows:
-            self.failures.append({"round": call.stream_round, "attempt": call.attempt, "client_id": cid,
-                                  "kind": kind, "error": err})
+        waited = f"no answer within runtime.round_timeout={self.settings.round_timeout}"
+        rows += [(cid, "late", self._sim_late.get(cid) or waited + (SPILLOVER if cid in spill else ""))
+                 for cid in res.late]
+        r, a = call.stream_round, call.attempt
+        self.failures.extend({"round": r, "attempt": a, "client_id": cid, "kind": kind, "error": err}
+                             for cid, kind, err in rows)
         if res.failed:
             log.warning("%s: client(s) %s failed: %s", call.label(), res.failed, rows[0][2])
-        if res.late:
-            log.warning("%s: client(s) %s late", call.label(), res.late)
+        if res.late:  # the simulated clock's late clients are expected: said at info level
+            log.log(logging.INFO if set(res.late) <= set(self._sim_late) else logging.WARNING,
+                    "%s: client(s) %s late", call.label(), res.late)
 
     def run(self) -> list[dict[str, Any]]:
         while self.step() is not None:
@@ -371,7 +426,7 @@ class Server:
         return {"round": self.round, "history": self.history, "client_columns": self.client_columns(),
                 "finished": self.finished, "converged": self.algorithm.converged, "stop_reason": self.stop_reason, "phase": self.algorithm.phase,
                 "failures": self.failures, "report": self.executor.report(), "evaluation_s": self.evaluation_s,
-                "notes": list(self.notes)}
+                "notes": list(self.notes), "sim_time": self.sim_time}
 
     # --- checkpoints (see fedray.api.checkpoint) ----------------------------------------
     def snapshot(self) -> dict[str, Any]:
@@ -381,7 +436,8 @@ class Server:
         need no saving."""
         return {"round": self.round, "history": self.history, "client_rows": self.client_rows,
                 "finished": self.finished, "failures": self.failures, "algorithm": self.algorithm,
-                "report": self.executor.report(), "max_rounds": self.max_rounds, "budget": self.budget}
+                "report": self.executor.report(), "max_rounds": self.max_rounds, "budget": self.budget,
+                "sim_time": self.sim_time}
 
     def restore(self, snap: dict[str, Any]) -> None:
         """Continue from :meth:`snapshot` (the executor's clients are restored separately)."""
@@ -393,6 +449,7 @@ class Server:
         self.algorithm = snap["algorithm"]
         self.budget = snap.get("budget", self.budget)
         self.max_rounds = int(snap.get("max_rounds", self.max_rounds))
+        self.sim_time = float(snap.get("sim_time", 0.0))
         self.executor.restore(snap["report"])
 
 

@@ -14,6 +14,8 @@ setting                   from the configuration                   where it acts
 ``round_timeout``         ``runtime.round_timeout``                :meth:`Server.gather`: an attempt's deadline
 ``round_retries``         ``federation.round_retries``             :meth:`Server.gather` (``retries``)
 ``blocks``                ``privacy.cohorts: blocks``              :meth:`Server.step` samples whole blocks
+``clock``                 ``federation.devices``, ``availability``, :meth:`Server.step` samples online clients;
+                          ``deadline``                             :meth:`Server._execute` times them
 ========================  =======================================  ============================================
 """
 from __future__ import annotations
@@ -22,6 +24,8 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from fedray.loop.clock import Clock
 
 
 @dataclass(frozen=True)
@@ -49,6 +53,8 @@ class ServerSettings:
     blocks : ndarray of int, optional
         Each client's fixed block (:func:`~fedray.core.seeding.client_blocks`): a round samples
         whole blocks (``privacy.cohorts: blocks``); None: clients one by one.
+    clock : Clock, optional
+        The simulated clock of a deployment (:mod:`fedray.loop.clock`); None: none.
     """
 
     seed: int
@@ -58,6 +64,7 @@ class ServerSettings:
     round_timeout: float | None = None
     round_retries: int = 0
     blocks: np.ndarray | None = field(default=None, compare=False)
+    clock: Clock | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if not 0.0 < float(self.fraction) <= 1.0:

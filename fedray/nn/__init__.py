@@ -158,7 +158,9 @@ def check_model(name: str, sample_shape: tuple[int, ...], n_classes: int | None 
             f"{key}: {concrete!r} is an image model but the data are tabular (sample shape {tuple(sample_shape)}); "
             "use 'mlp' (or 'cnn1d' for signals), or a data set of images")
     if kind == "image" and min(sample_shape[-2:]) < 4:
-        raise ConfigError(f"{key}: {concrete!r} needs images of at least 4x4 pixels; got sample shape {tuple(sample_shape)}")
+        raise ConfigError(
+            f"{key}: {concrete!r} needs images of at least 4x4 pixels; got sample shape {tuple(sample_shape)}"
+        )
     if kind == "signal":
         if have == "image" and len(sample_shape) == 3:
             raise ConfigError(f"{key}: 'cnn1d' is a model for 1-D signals; the data are images "

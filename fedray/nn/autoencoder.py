@@ -84,9 +84,13 @@ def ae_for(spec: dict[str, Any], device: str | torch.device | None = "auto") -> 
     return model
 
 
-def initial_ae_weights(spec: dict[str, Any]) -> np.ndarray:
-    """Seeded initial weights of ``spec`` as a float32 vector (P,) (cached per process; do not modify)."""
+def initial_ae_weights(spec: dict[str, Any], cache: bool = True) -> np.ndarray:
+    """Seeded initial weights of ``spec`` as a float32 vector (P,) (cached per process unless ``cache`` is
+    False, for one-off seeds; do not modify)."""
     key = (int(spec["n_features"]), tuple(spec["hidden"]), spec["output"], int(spec["seed"]))
+    if not cache and key not in _INIT:
+        with torch_threads():
+            return get_flat(build_autoencoder(*key))
     if key not in _INIT:
         with torch_threads():
             _INIT[key] = get_flat(build_autoencoder(*key))

@@ -163,8 +163,10 @@ def build_model(name: str, sample_shape: tuple[int, ...], n_classes: int, seed: 
             try:
                 model = factory(sample_shape, int(n_classes))
             except Exception as exc:  # noqa: BLE001 - the user's function failed
-                raise ConfigError(f"algorithm.params.model: {concrete!r} failed when called with "
-                                  f"({sample_shape}, {int(n_classes)}): {type(exc).__name__}: {_first_line(exc)}") from None
+                raise ConfigError(
+                    f"algorithm.params.model: {concrete!r} failed when called with "
+                    f"({sample_shape}, {int(n_classes)}): {type(exc).__name__}: {_first_line(exc)}"
+                ) from None
             check_factory_model(model, concrete, sample_shape, int(n_classes))
         model.sample_shape = sample_shape  # type: ignore[attr-defined]
         model.model_name = concrete  # type: ignore[attr-defined]

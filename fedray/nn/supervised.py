@@ -408,9 +408,13 @@ class SupervisedAlgorithm(Algorithm):
 
     def result(self) -> dict[str, Any]:
         keys = list(self.models)
-        out: dict[str, Any] = {"assignment": self.assignment.copy(), "model_of": self.model_of.copy(),
-                               "weights": np.stack([self.models[k] for k in keys]),
-                               "model_keys": np.array([str(k) for k in keys]), "client_accuracy": self.client_acc.copy()}
+        out: dict[str, Any] = {
+            "assignment": self.assignment.copy(),
+            "model_of": self.model_of.copy(),
+            "weights": np.stack([self.models[k] for k in keys]),
+            "model_keys": np.array([str(k) for k in keys]),
+            "client_accuracy": self.client_acc.copy(),
+        }
         if self.true_groups is not None:
             out["true_groups"] = self.true_groups.copy()
         return out

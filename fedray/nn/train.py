@@ -185,7 +185,9 @@ def initial_weights(spec: dict[str, Any]) -> np.ndarray:
     """The seeded initial weights of ``spec`` as a float32 vector (P,) (built on the CPU)."""
 
     with torch_threads():
-        return get_flat(build_model(spec["name"], tuple(spec["sample_shape"]), int(spec["n_classes"]), int(spec["seed"])))
+        return get_flat(
+            build_model(spec["name"], tuple(spec["sample_shape"]), int(spec["n_classes"]), int(spec["seed"]))
+        )
 
 
 # --- the loop ---------------------------------------------------------------

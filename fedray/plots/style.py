@@ -252,8 +252,14 @@ def centers_2d_figure(centers: np.ndarray, density: Any = None, central: np.ndar
     return _finish(fig, ax, title)
 
 
-def centers_2d(centers: np.ndarray, path: str | Path, density: Any = None, central: np.ndarray | None = None,
-               title: str = "federated centres over the data density", axis_labels: tuple[str, str] = ("x0", "x1")) -> Path:
+def centers_2d(
+    centers: np.ndarray,
+    path: str | Path,
+    density: Any = None,
+    central: np.ndarray | None = None,
+    title: str = "federated centres over the data density",
+    axis_labels: tuple[str, str] = ("x0", "x1"),
+) -> Path:
     """Save :func:`centers_2d_figure` as PNG; returns the path."""
     return save_figure(centers_2d_figure(centers, density=density, central=central, title=title,
                                          axis_labels=axis_labels), path)

@@ -116,10 +116,14 @@ class Executor:
     def apply_scaler(self, shift: np.ndarray, scale: np.ndarray) -> None:  # pragma: no cover
         raise NotImplementedError
 
-    def execute(self, call: Call, tasks: dict[int, Task], timeout: float | None = None) -> ExecResult:  # pragma: no cover
+    def execute(
+        self, call: Call, tasks: dict[int, Task], timeout: float | None = None
+    ) -> ExecResult:  # pragma: no cover
         raise NotImplementedError
 
-    def gather_data(self, labels: bool = True) -> list[tuple[int, np.ndarray, np.ndarray | None]]:  # pragma: no cover
+    def gather_data(self, labels: bool = True, rows: dict[int, np.ndarray] | None = None
+                    ) -> list[tuple[int, np.ndarray, np.ndarray | None]]:  # pragma: no cover
+        """(client id, rows, labels) of every client (``rows``: of these clients, these rows only)."""
         raise NotImplementedError
 
     def shutdown(self) -> None:
@@ -182,8 +186,8 @@ class ExecutorWrapper(Executor):
     def execute(self, call: Call, tasks: dict[int, Task], timeout: float | None = None) -> ExecResult:
         return self.inner.execute(call, tasks, timeout)
 
-    def gather_data(self, labels: bool = True):
-        return self.inner.gather_data(labels)
+    def gather_data(self, labels: bool = True, rows: dict[int, np.ndarray] | None = None):
+        return self.inner.gather_data(labels, rows)
 
     def get_state(self, client_ids: list[int]) -> dict[int, dict[str, Any]]:
         return self.inner.get_state(client_ids)

@@ -217,9 +217,15 @@ class ClientHost:
         self._kept = parts
         cat = np.concatenate
         keys = [k for k, v in parts[0].arrays.items() if int(np.prod(v.shape[1:])) < 2]
-        return HostReply(kept=KeptSum(cat([p.client_ids for p in parts]), cat([p.seconds for p in parts]),
-                                      cat([p.nbytes for p in parts]), {k: cat([p.arrays[k] for p in parts]) for k in keys},
-                                      list(parts[0].arrays)))
+        return HostReply(
+            kept=KeptSum(
+                cat([p.client_ids for p in parts]),
+                cat([p.seconds for p in parts]),
+                cat([p.nbytes for p in parts]),
+                {k: cat([p.arrays[k] for p in parts]) for k in keys},
+                list(parts[0].arrays),
+            )
+        )
 
     def run_kept(self, round_: int, tasks: Any, *shared: Any, store: Any = None) -> tuple[Any, ...]:
         """:meth:`keep` in its earlier tuple form: ``("kept", *KeptSum)`` or ``("plain", parts)``."""
@@ -322,10 +328,15 @@ class ClientHost:
             self.states[int(cid)] = st
         self.forget_empty(list(states))
 
-    def gather_data(self, labels: bool = True) -> list[tuple[int, np.ndarray, np.ndarray | None]]:
-        """The shards themselves — only for central baselines in simulations."""
+    def gather_data(self, labels: bool = True, rows: dict[int, np.ndarray] | None = None
+                    ) -> list[tuple[int, np.ndarray, np.ndarray | None]]:
+        """The shards themselves — only for central baselines in simulations.
+
+        ``rows``: only these clients, and of each only the rows at these positions (a subsample)."""
         out = []
-        for cid in self.ids.tolist():
+        for cid in self.ids.tolist() if rows is None else [c for c in sorted(rows) if c in self]:
             X, y = self.shard(cid)
+            if rows is not None:
+                X, y = X[rows[cid]], (None if y is None else y[rows[cid]])
             out.append((cid, X, y if labels else None))
         return out

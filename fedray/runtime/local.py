@@ -49,8 +49,8 @@ class LocalExecutor(Executor):
     def accounting(self) -> dict[str, int]:
         return self.host.accounting()
 
-    def gather_data(self, labels: bool = True):
-        return self.host.gather_data(labels)
+    def gather_data(self, labels: bool = True, rows: dict[int, np.ndarray] | None = None):
+        return self.host.gather_data(labels, rows)
 
     def get_state(self, client_ids: list[int]) -> dict[int, dict[str, Any]]:
         return self.host.get_state(client_ids)

@@ -246,9 +246,9 @@ class RayExecutor(Executor):
             ready += more
         return ready, not_ready
 
-    def gather_data(self, labels: bool = True):
+    def gather_data(self, labels: bool = True, rows: dict[int, np.ndarray] | None = None):
         out = []
-        for part in self._call_all("gather_data", labels):
+        for part in self._call_all("gather_data", labels, rows):
             out.extend(part)
         return sorted(out, key=lambda t: t[0])
 

@@ -7,8 +7,9 @@ that holds only
   inside it (``data/``, ``notebooks/``);
 * files that no ``.gitignore`` ignores (those of the package's folders and of the folders
   above it, up to the repository's root);
-* no link to a file outside the package (links to folders are not followed), and a link is
-  matched against ``.gitignore`` by its own path, not its target's;
+* no link at all (a link to a file is left out with a warning, whatever its target, inside the
+  package or not: its name could pass every rule while its target is ``.env``, a key, a gitignored
+  file or ``data/``; links to folders are not followed);
 * no dotfile or dot-folder (``.env``, ``.git/``, ``.ssh/``) and no key file (``id_rsa``,
   ``*.pem``, ``*.key``, ...);
 
@@ -130,7 +131,6 @@ def plugin_files(path: Path) -> dict[str, Path]:
     if path.is_file():
         return {path.name: path}
     ignore = _gitignores_above(path.parent)
-    root = path.resolve()
     files: dict[str, Path] = {}
     for dirpath, dirnames, filenames in os.walk(path):  # links to folders are not followed
         here = Path(dirpath)
@@ -141,16 +141,12 @@ def plugin_files(path: Path) -> dict[str, Path]:
         for name in sorted(filenames):
             if name.endswith(_SKIP_SUFFIXES) or is_secret(name) or ignore.ignored(here / name, False):
                 continue
-            if (here / name).is_symlink() and not _inside((here / name).resolve(), root):
-                log.warning("not shipping %s: a link to %s, outside the package", here / name,
+            if (here / name).is_symlink():  # its target would ship under a name that passed the rules
+                log.warning("not shipping %s: a link (to %s); plug-in packages ship plain files only", here / name,
                             (here / name).resolve())
                 continue
             files[(Path(path.name) / here.relative_to(path) / name).as_posix()] = here / name
     return files
-
-
-def _inside(target: Path, root: Path) -> bool:
-    return target == root or root in target.parents
 
 
 def check_size(name: str, files: dict[str, Path], max_mb: float) -> int:

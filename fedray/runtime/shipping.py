@@ -102,11 +102,7 @@ def _package_sources() -> dict[str, Path]:
 
 
 def _is_inside(path: Path, root: Path) -> bool:
-    try:
-        path.resolve().relative_to(root.resolve())
-        return True
-    except ValueError:
-        return False
+    return path.resolve().is_relative_to(root.resolve())
 
 
 def cache_dir() -> Path:

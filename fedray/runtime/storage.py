@@ -265,7 +265,9 @@ def client_store(specs: Any, resident: bool = True) -> ClientStore:
     names: tuple[str, ...] = ()
     for spec, built in zip(specs, materialize_many(list(specs))):
         if isinstance(built, Exception):
-            errors[spec.client_id] = str(built) if isinstance(built, FedrayError) else f"{type(built).__name__}: {built}"
+            errors[spec.client_id] = (
+                str(built) if isinstance(built, FedrayError) else f"{type(built).__name__}: {built}"
+            )
             shards.append((np.zeros((0, 0)), None))
             continue
         X, y, feats = built
@@ -273,7 +275,12 @@ def client_store(specs: Any, resident: bool = True) -> ClientStore:
         names = names or tuple(feats)
     # A read-only shard is the caller's own array (fedray.from_arrays on the local runtime) or the
     # object store's: it is kept as it is, not copied, and its clients run client by client.
-    if errors or not shards or len({X.shape[1:] for X, _ in shards}) != 1 or not all(X.flags.writeable for X, _ in shards):
+    if (
+        errors
+        or not shards
+        or len({X.shape[1:] for X, _ in shards}) != 1
+        or not all(X.flags.writeable for X, _ in shards)
+    ):
         return ShardTable(specs, shards, names, errors)
     sizes = np.array([X.shape[0] for X, _ in shards], dtype=np.int64)
     offsets = np.concatenate([[0], np.cumsum(sizes)])

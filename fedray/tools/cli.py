@@ -32,7 +32,13 @@ from fedray.nn import available_models
 log = logging.getLogger("fedray.tools.cli")
 
 # Modules that add sub-commands with ``add_cli(subparsers)``; each is optional.
-_PLUGINS = ("fedray.analysis.kselect", "fedray.analysis.sweep", "fedray.tools.cluster", "fedray.api.checkpoint", "fedray.tools.describe")
+_PLUGINS = (
+    "fedray.analysis.kselect",
+    "fedray.analysis.sweep",
+    "fedray.tools.cluster",
+    "fedray.api.checkpoint",
+    "fedray.tools.describe",
+)
 
 QUICKSTART = {
     "seed": 0,

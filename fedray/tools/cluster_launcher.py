@@ -17,14 +17,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from fedray.tools.cluster_issues import (
-    RAY_IMAGE_TAG,
-    Issue,
-    Report,
-    check_workers_count,
-    from_index,
-    pip_targets,
-)
+from fedray.tools.cluster_issues import RAY_IMAGE_TAG, Issue, Report, check_workers_count, from_index, pip_targets
 from fedray.tools.cluster_security import check_launcher
 
 LAUNCHER_KEYS = {
@@ -195,7 +188,9 @@ def _check_node_types(r: Report, doc: dict, resource: str) -> None:
             slots_on_workers = True
     gmax = doc.get("max_workers")
     if isinstance(gmax, int) and total_min > gmax:
-        r.error("max_workers", f"max_workers={gmax} is less than the sum of min_workers of the worker types ({total_min})")
+        r.error(
+            "max_workers", f"max_workers={gmax} is less than the sum of min_workers of the worker types ({total_min})"
+        )
     if not slots_on_workers:
         r.error("available_node_types", f"no worker node type declares the client-slot resource {resource!r} "
                                         f"(resources: {{{resource}: N}}); fedray's client actors ask for it "
@@ -267,6 +262,10 @@ def _schema_check(r: Report, doc: dict) -> None:
     seen = {i.where for i in r.issues}
     for err in validator.iter_errors(doc):
         where = ".".join(str(p) for p in err.absolute_path)
-        if err.validator == "additionalProperties" or where in seen or any(s.startswith(where + ".") for s in seen if where):
+        if (
+            err.validator == "additionalProperties"
+            or where in seen
+            or any(s.startswith(where + ".") for s in seen if where)
+        ):
             continue  # unknown keys are reported above with a suggestion
         r.error(where or "(file)", f"{err.message} (Ray's cluster schema)")

@@ -119,10 +119,18 @@ def run_seed(args: argparse.Namespace, seed: int, methods: list[str], out: Path,
             algo = "flacc" if method == "flacc-control" else method
             res = s.run(algo, {**train, **extra(method, args)}, output=False, progress=True)
             fin = res.final
-            row = {"seed": seed, "method": method, "writers": s.info.n_clients, "accuracy": 100 * float(fin["accuracy"]),
-                   "n_clusters": fin.get("n_clusters"), "separation_round": fin.get("separation_round"),
-                   "rounds": int(res.summary["rounds"]), "wall_s": time.perf_counter() - t0,
-                   "load_1min": os.getloadavg()[0], "via": "run"}
+            row = {
+                "seed": seed,
+                "method": method,
+                "writers": s.info.n_clients,
+                "accuracy": 100 * float(fin["accuracy"]),
+                "n_clusters": fin.get("n_clusters"),
+                "separation_round": fin.get("separation_round"),
+                "rounds": int(res.summary["rounds"]),
+                "wall_s": time.perf_counter() - t0,
+                "load_1min": os.getloadavg()[0],
+                "via": "run",
+            }
             if method == "flacc":
                 pd.DataFrame({"client": np.arange(len(fin["assignment"])), "cluster": np.asarray(fin["assignment"]),
                               "n_samples": res.clients["n_samples"].to_numpy()}

@@ -42,7 +42,9 @@ METHODS = ["flacc", "fedavg", "local", "ifca", "flhc", "cfl"]
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--dataset", default="mnist")
     p.add_argument("--data-dir", default=None, help="folder holding mnist/ (default $FEDRAY_DATA_DIR)")
     p.add_argument("--data-options", default=None,

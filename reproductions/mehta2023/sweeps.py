@@ -170,11 +170,13 @@ def markdown(runs: pd.DataFrame, args: argparse.Namespace) -> str:
                 label = "∞" if v is None else (f"{v:+g}" if v else "0") if args.sweep == "alpha0" else str(v)
                 if len(args.federations) > 1:
                     label = f"{fed}, {label}"
-                lines.append(f"| {label} | {a['accuracy'].mean():.2f} ± {a['accuracy'].std(ddof=0):.2f} | "
-                             f"{a['n_clusters'].mean():.1f} ± {a['n_clusters'].std(ddof=0):.1f} | "
-                             f"{a['ari'].mean():.3f} | {int((a['ari'] > 0.999).sum())}/{len(a)} | "
-                             f"{', '.join(map(str, sorted(a['seed'].astype(int))))} | {PAPER[args.sweep].get(v, '—')} | "
-                             f"{_wrong(a)} |")
+                lines.append(
+                    f"| {label} | {a['accuracy'].mean():.2f} ± {a['accuracy'].std(ddof=0):.2f} | "
+                    f"{a['n_clusters'].mean():.1f} ± {a['n_clusters'].std(ddof=0):.1f} | "
+                    f"{a['ari'].mean():.3f} | {int((a['ari'] > 0.999).sum())}/{len(a)} | "
+                    f"{', '.join(map(str, sorted(a['seed'].astype(int))))} | {PAPER[args.sweep].get(v, '—')} | "
+                    f"{_wrong(a)} |"
+                )
     else:
         lines += ["| federation | seed | accuracy | clusters | ARI | offline ARI | within | cross | closest groups "
                   "(mean sim.) | wrong merges (round:alpha_min_cross) |",
@@ -185,22 +187,27 @@ def markdown(runs: pd.DataFrame, args: argparse.Namespace) -> str:
                          f"{r['closest_groups']} ({r['closest_cross']:.3f}) | "
                          f"{r['wrong_merges'] if isinstance(r['wrong_merges'], str) else '—'} |")
     load = runs["load_1min"]
-    lines += ["", f"Settings: {args.dataset}, {args.n_clients} clients, fraction {args.fraction}, samples "
-              f"{args.samples[0]}-{args.samples[1]}, {args.rounds} rounds, E = {args.epochs}, B = 32, SGD lr {args.lr:g}, "
-              f"n_merge = {args.n_merge}, N_sep = {args.n_sep}"
-              + (f", warm-up {args.warmup} FedAvg rounds before the first similarity" if args.warmup else "")
-              + ("" if args.sweep == "alpha0" else ", alpha_0 = 0")
-              + ("" if args.sweep == "memory" else ", T = 10")
-              + f". Load (1-minute, after each run): {load.min():.1f}-{load.max():.1f}."]
+    lines += [
+        "",
+        f"Settings: {args.dataset}, {args.n_clients} clients, fraction {args.fraction}, samples "
+        f"{args.samples[0]}-{args.samples[1]}, {args.rounds} rounds, E = {args.epochs}, B = 32, SGD lr {args.lr:g}, "
+        f"n_merge = {args.n_merge}, N_sep = {args.n_sep}"
+        + (f", warm-up {args.warmup} FedAvg rounds before the first similarity" if args.warmup else "")
+        + ("" if args.sweep == "alpha0" else ", alpha_0 = 0")
+        + ("" if args.sweep == "memory" else ", T = 10")
+        + f". Load (1-minute, after each run): {load.min():.1f}-{load.max():.1f}.",
+    ]
     return "\n".join(lines) + "\n"
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--sweep", required=True, choices=list(VALUES))
     p.add_argument("--dataset", default="sklearn:digits")
     p.add_argument("--data-dir", default=None)
-    p.add_argument("--data-options", type=json.loads, default={}, help="JSON of data.options, e.g. '{\"part\": \"all\"}'")
+    p.add_argument("--data-options", type=json.loads, default={}, help='JSON of data.options, e.g. \'{"part": "all"}\'')
     p.add_argument("--lr", type=float, default=0.1, help="SGD step size (the paper: 0.1 MNIST, 0.075 CIFAR-10)")
     p.add_argument("--federations", nargs="+", default=["rotated"], choices=list(N_GROUPS))
     p.add_argument("--seeds", nargs="+", type=int, default=None, help="default 0 1 2 3 4 (quick: 0)")

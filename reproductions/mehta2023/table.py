@@ -229,15 +229,18 @@ def markdown(runs: pd.DataFrame, args: argparse.Namespace, details: dict[str, An
                          f"{a['ari'].mean():.3f} | {int((a['ari'] > 0.999).sum())}/{len(a)} | "
                          f"{sep.mean():.1f} |")
     shared = sorted({n for d in details.values() for n in d["notes"]})
-    lines += ["", f"Settings: {args.dataset}, {args.n_clients} clients, fraction {args.fraction} "
-              f"(CFL: 1.0), samples per client {args.samples[0]}-{args.samples[1]} (85/15 train/test), "
-              f"{args.rounds} rounds, model {args.model}, SGD lr {args.lr}, E = {args.epochs}, "
-              f"B = {args.batch_size}, seeds {', '.join(map(str, args.seeds))}; FLACC: "
-              f"alpha_0 = {args.flacc_params.get('alpha_0', 0)}, T = {args.flacc_params.get('memory', 10)}, "
-              f"n_merge = {args.n_merge}, N_sep = {2 if args.quick else 10}; FL+HC: {2 if args.quick else 10} FedAvg rounds "
-              f"before clustering ({'unit-length' if args.flhc_normalize else 'raw'} updates, Ward linkage); "
-              f"CFL: eps1 = 0.4, eps2 = 1.6; IFCA and CFL average "
-              f"{'n-weighted (FedAvg)' if args.baseline_weighted else 'the plain mean (as the originals)'}."]
+    lines += [
+        "",
+        f"Settings: {args.dataset}, {args.n_clients} clients, fraction {args.fraction} "
+        f"(CFL: 1.0), samples per client {args.samples[0]}-{args.samples[1]} (85/15 train/test), "
+        f"{args.rounds} rounds, model {args.model}, SGD lr {args.lr}, E = {args.epochs}, "
+        f"B = {args.batch_size}, seeds {', '.join(map(str, args.seeds))}; FLACC: "
+        f"alpha_0 = {args.flacc_params.get('alpha_0', 0)}, T = {args.flacc_params.get('memory', 10)}, "
+        f"n_merge = {args.n_merge}, N_sep = {2 if args.quick else 10}; FL+HC: {2 if args.quick else 10} FedAvg rounds "
+        f"before clustering ({'unit-length' if args.flhc_normalize else 'raw'} updates, Ward linkage); "
+        f"CFL: eps1 = 0.4, eps2 = 1.6; IFCA and CFL average "
+        f"{'n-weighted (FedAvg)' if args.baseline_weighted else 'the plain mean (as the originals)'}.",
+    ]
     if shared:  # one line, not one note per federation and seed
         kinds = sorted({n.split(" federation of ")[0] for n in shared})
         lines += ["", f"Note: clients share samples in the {', '.join(kinds)} federation(s): the {args.dataset} pool "
@@ -295,7 +298,9 @@ def _clients_per_actor(v: str) -> str | int:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--dataset", default="sklearn:digits", help="sklearn:digits (embedded) or mnist")
     p.add_argument("--data-dir", default=None, help="folder holding mnist/ (default $FEDRAY_DATA_DIR)")
     p.add_argument("--data-options", type=json.loads, default={},

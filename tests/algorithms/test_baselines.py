@@ -96,8 +96,12 @@ def test_same_seed_same_bits_on_local_and_ray_runtimes(ray_session):
 
 
 def test_local_keeps_each_model_in_the_client_and_sends_no_weights():
-    cfg = dict(algorithm={"name": "local", "params": {"model": "cnn8", "epochs": 1}}, data=ROTATED,
-               federation={"n_clients": 4, "fraction": 1.0, "rounds": 2}, runtime={"backend": "local", "progress": False})
+    cfg = dict(
+        algorithm={"name": "local", "params": {"model": "cnn8", "epochs": 1}},
+        data=ROTATED,
+        federation={"n_clients": 4, "fraction": 1.0, "rounds": 2},
+        runtime={"backend": "local", "progress": False},
+    )
     with fedray.Session(cfg) as s:
         first, second = s.run(), s.run()
         states = s.executor.get_state([0, 1, 2, 3])

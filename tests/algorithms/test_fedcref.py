@@ -24,8 +24,15 @@ def _session(n_clients: int = 4, S: int = 30, classes=(2, 3), overlap: float = 0
                        federation={"n_clients": n_clients, "rounds": 500}, runtime={"backend": "local"}, seed=3)
 
 
-@pytest.mark.parametrize("key,value,allowed", [("percentile", 0, "greater than 0"), ("percentile", 101, "less than or equal to 100"),
-                                               ("tau", 0, "greater than 0"), ("tau", 1.5, "less than or equal to 1")])
+@pytest.mark.parametrize(
+    "key,value,allowed",
+    [
+        ("percentile", 0, "greater than 0"),
+        ("percentile", 101, "less than or equal to 100"),
+        ("tau", 0, "greater than 0"),
+        ("tau", 1.5, "less than or equal to 1"),
+    ],
+)
 def test_bad_percentile_and_tau_are_clear_errors(key, value, allowed):
     with pytest.raises(ConfigError, match=rf"algorithm\.params \(fedcref\)\.{key}: .*{allowed}"):
         _session(**{key: value})

@@ -86,7 +86,8 @@ def _two_clients():
 def test_link_requires_both_directions_and_takes_best_per_client():
     S, owner = _two_clients()
     edges = link_clusters(S, owner, 0.2, "best")
-    # node 0 -> best of client 1 is node 3; node 2 -> only node 0 qualifies; node 3 -> best of client 0: 0 (0.10) vs 1 (0.10): tie -> 0
+    # node 0 -> best of client 1 is node 3; node 2 -> only node 0 qualifies;
+    # node 3 -> best of client 0: 0 (0.10) vs 1 (0.10): tie -> 0
     assert edges == [(0, 2), (0, 3), (1, 3)]
     assert (1, 2) not in edges
 

@@ -34,7 +34,9 @@ def test_server_clusters_exactly_the_local_centres():
     cfg = _cfg({"n_clusters": 6, "local_clusters": 4})
     with fedray.Session(cfg) as s:
         res = s.run(output=False)
-        again = s.executor.execute(calls.train(0), {cid: Task(local_centers, {"k": 4}) for cid in range(s.info.n_clients)})
+        again = s.executor.execute(
+            calls.train(0), {cid: Task(local_centers, {"k": 4}) for cid in range(s.info.n_clients)}
+        )
         C = [r.update["centers"] for r in again.replies]  # the same round-0 client streams
     expected = kmeans(np.vstack(C), 6, server_rng(cfg.seed, 0, 7, 1), n_init=10)
     np.testing.assert_allclose(res.model["centers"], expected, atol=1e-12)

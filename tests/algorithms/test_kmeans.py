@@ -54,9 +54,13 @@ def test_empty_cluster_keeps_centre_and_warns():
 
 
 def test_kfed_init_uses_only_local_centres_and_finds_blobs():
-    res = fedray.run(algorithm={"name": "kmeans", "params": {"n_clusters": 4}},
-                     data={"dataset": "blobs", "options": {"n_centers": 4, "points_per_client": 150, "cluster_std": 0.5}},
-                     federation={"n_clients": 6}, runtime={"backend": "local"}, seed=4)
+    res = fedray.run(
+        algorithm={"name": "kmeans", "params": {"n_clusters": 4}},
+        data={"dataset": "blobs", "options": {"n_centers": 4, "points_per_client": 150, "cluster_std": 0.5}},
+        federation={"n_clients": 6},
+        runtime={"backend": "local"},
+        seed=4,
+    )
     h = res.history
     assert h.iloc[0]["phase"] == "init"
     # the init round carries 4 centres x 2 features + 4 counts per client, nothing the size of a shard

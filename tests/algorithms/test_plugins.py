@@ -24,6 +24,7 @@ import pytest
 
 import fedray
 from fedray.core.errors import ConfigError
+from tests import plugins
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -209,11 +210,12 @@ def test_installed_plugins_are_found_by_entry_point(tmp_path, monkeypatch):
     pkg = tmp_path / "fedray_toy_pkg"
     pkg.mkdir()
     (pkg / "__init__.py").write_text(TOY)
-    info = tmp_path / "fedray_toy_pkg-0.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: fedray-toy-pkg\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text("[fedray.algorithms]\ntoy-moments = fedray_toy_pkg:FederatedMoments\n"
-                                           "toy-broken = fedray_toy_pkg:nothing_here\n")
+    plugins.installed_distribution(
+        tmp_path,
+        "fedray-toy-pkg",
+        "fedray.algorithms",
+        "toy-moments = fedray_toy_pkg:FederatedMoments\ntoy-broken = fedray_toy_pkg:nothing_here\n",
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     from fedray.core.plugins import entry_points
 

@@ -16,6 +16,7 @@ import fedray
 from examples.plugins.pfedme import KEY, PFedMe
 from fedray.core.errors import ConfigError, SharedSamplesWarning
 from fedray.nn.supervised_client import ClientContext
+from tests import plugins
 
 REPO = Path(__file__).resolve().parents[2]
 PFEDME = "examples.plugins.pfedme:PFedMe"
@@ -31,10 +32,7 @@ def _cfg(params: dict | None = None, *, rounds: int = 3, backend: str = "local",
 
 def _same(a: Any, b: Any) -> None:
     """Bit for bit: weights, accuracies and losses of every round, final per-client accuracies."""
-    assert np.array_equal(a.model["weights"], b.model["weights"])
-    for col in ("accuracy", "test_loss", "train_loss"):
-        assert a.history[col].tolist() == b.history[col].tolist()
-    assert a.final["client_accuracy"] == b.final["client_accuracy"]
+    plugins.assert_same_training(a, b, ("accuracy", "test_loss", "train_loss"))
 
 
 @pytest.fixture(autouse=True)

@@ -17,6 +17,7 @@ import fedray
 from fedray.core.errors import ConfigError, SharedSamplesWarning
 from fedray.nn.supervised import SupervisedAlgorithm
 from fedray.nn.supervised_client import ClientContext, client_round
+from tests import plugins
 
 REPO = Path(__file__).resolve().parents[2]
 PLUGINS = REPO / "examples" / "plugins"
@@ -41,12 +42,7 @@ def _loop_cfg(**kw) -> dict:
     return cfg
 
 
-def _same(a, b) -> None:
-    """Bit for bit: weights, accuracies of every round, final per-client accuracies."""
-    assert np.array_equal(a.model["weights"], b.model["weights"])
-    assert a.history["accuracy"].tolist() == b.history["accuracy"].tolist()
-    assert a.history["train_loss"].tolist() == b.history["train_loss"].tolist()
-    assert a.final["client_accuracy"] == b.final["client_accuracy"]
+_same = plugins.assert_same_training  # weights, accuracy and training loss of every round, bit for bit
 
 
 @pytest.fixture(autouse=True)
@@ -213,7 +209,10 @@ def test_model_reference_errors_come_before_any_data_when_they_can():
 
 
 def test_built_in_model_names_keep_working():
-    assert fedray.make_config(algorithm={"name": "fedavg", "params": {"model": "cnn8"}}).algorithm.params["model"] == "cnn8"
+    assert (
+        fedray.make_config(algorithm={"name": "fedavg", "params": {"model": "cnn8"}}).algorithm.params["model"]
+        == "cnn8"
+    )
     with pytest.raises(ConfigError, match="unknown model 'resnet'"):
         fedray.make_config(algorithm={"name": "fedavg", "params": {"model": "resnet"}})
 

@@ -125,21 +125,37 @@ def test_init_stores_and_fit_validates_with_one_line_errors():
     est = FederatedKMeans(n_clusters=0, max_iter=0)
     assert est.get_params()["max_iter"] == 0 and clone(est).get_params() == est.get_params()
     cases = [
-        (FederatedKMeans(n_clusters=0), ConfigError, r"^The 'n_clusters' parameter of FederatedKMeans must be an int "
-                                                     r"in the range \[1, inf\); got 0 instead\.$"),
+        (
+            FederatedKMeans(n_clusters=0),
+            ConfigError,
+            r"^The 'n_clusters' parameter of FederatedKMeans must be an int "
+            r"in the range \[1, inf\); got 0 instead\.$",
+        ),
         (FederatedKMeans(max_iter=0), ConfigError, r"'max_iter' parameter of FederatedKMeans must be an int"),
         (FederatedKMeans(tol=-1.0), ConfigError, r"'tol' parameter .* range \[0.0, inf\); got -1.0"),
         (FederatedKMeans(fraction=1.5), ConfigError, r"'fraction' parameter .* range \(0.0, 1.0\]; got 1.5"),
         (FederatedKMeans(backend="dask"), ConfigError, r"'backend' parameter .* \['local', 'ray'\]; got 'dask'"),
         (FederatedKMeans(address="ray://x:1"), ConfigError, r"'address' parameter .* needs backend='ray'"),
         (FederatedKMeans(init="k-means++"), ConfigError, r"'init' parameter .* \['kfed', 'random-box'\] or an array"),
-        (FederatedKMeans(3, init=np.zeros((2, 4))), ConfigError, r"explicit centres must have shape .*\(3, 4\); got \(2, 4\)"),
+        (
+            FederatedKMeans(3, init=np.zeros((2, 4))),
+            ConfigError,
+            r"explicit centres must have shape .*\(3, 4\); got \(2, 4\)",
+        ),
         (FederatedKMeans(random_state=-1), ConfigError, r"'random_state' parameter"),
-        (FederatedFuzzyCMeans(m=1.0), ConfigError, r"'m' parameter of FederatedFuzzyCMeans must be a float in the range \(1.0"),
+        (
+            FederatedFuzzyCMeans(m=1.0),
+            ConfigError,
+            r"'m' parameter of FederatedFuzzyCMeans must be a float in the range \(1.0",
+        ),
         (FederatedMiniBatchKMeans(beta=0.0), ConfigError, r"'beta' parameter"),
         (KFED(local_clusters=0), ConfigError, r"'local_clusters' parameter of KFED"),
         (FederatedKMeans(n_clients=200), DataError, r"200 clients but the arrays have only n_samples=150 rows"),
-        (FederatedKMeans(n_clients=2), ConfigError, r"'n_clients' parameter of FederatedKMeans is 2, but clients= names 3"),
+        (
+            FederatedKMeans(n_clients=2),
+            ConfigError,
+            r"'n_clients' parameter of FederatedKMeans is 2, but clients= names 3",
+        ),
     ]
     for est, err, match in cases:
         with pytest.raises(err, match=match) as exc:

@@ -13,6 +13,7 @@ import pytest
 
 import fedray
 from fedray.core.errors import ConfigError
+from tests import plugins
 
 pytest.importorskip("ray.tune")
 
@@ -198,15 +199,6 @@ def test_sweep_calls_tune_for_nothing(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
 
 
-class _Interrupt:
-    def __init__(self, at):
-        self.at = at
-
-    def __call__(self, row):
-        if row["round"] == self.at:
-            raise KeyboardInterrupt
-
-
 def test_a_restore_takes_the_algorithm_params_pbt_mutated(tmp_path):
     """What PBT's exploit does: a checkpoint resumed with other algorithm parameters keeps the saved state and
     uses the new values from the next round (a looser tol stops k-means at once), the saved configuration says
@@ -216,7 +208,7 @@ def test_a_restore_takes_the_algorithm_params_pbt_mutated(tmp_path):
     out = tmp_path / "run"
     cfg = trial_config(BASE, {}, 2)
     with pytest.raises(KeyboardInterrupt):
-        fedray.run(cfg, output=out, on_round=[_Interrupt(3)])
+        fedray.run(cfg, output=out, on_round=[plugins.Interrupt(3)])
     saved = fedray.api.checkpoint.load(out)["config"]
     mutated = trial_config(BASE, {"algorithm.params.tol": 1e6, "seed": 5}, 2)
     params = _mutated_params(mutated, saved)

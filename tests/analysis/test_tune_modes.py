@@ -28,5 +28,58 @@ def test_tune_storage_checkpoints_are_mode_0600(ray_session, tmp_path):
     assert not results.errors
     copies = [p for d in (tmp_path / "tune").rglob("checkpoint_*") if d.is_dir() for p in [d, *d.rglob("*")]]
     assert any(p.is_file() for p in copies)
-    loose = [(str(p), oct(stat.S_IMODE(p.stat().st_mode))) for p in copies if stat.S_IMODE(Path(p).stat().st_mode) & 0o077]
+    loose = [
+        (str(p), oct(stat.S_IMODE(p.stat().st_mode))) for p in copies if stat.S_IMODE(Path(p).stat().st_mode) & 0o077
+    ]
     assert loose == []
+    # the trial's whole output tree too: fedray's own checkpoint.pkl (every client's state), its outputs
+    # and Tune's files beside them (the review found fedray/checkpoint/checkpoint.pkl at 0644 in 0755 folders)
+    trials = [d for d in (tmp_path / "tune" / "modes").iterdir() if d.is_dir()]
+    tree = [p for d in trials for p in [d, *d.rglob("*")] if not p.is_symlink()]
+    assert any(p.name == "checkpoint.pkl" and "fedray" in p.parts for p in tree)
+    loose = [(str(p), oct(stat.S_IMODE(p.stat().st_mode))) for p in tree if stat.S_IMODE(p.stat().st_mode) & 0o077]
+    assert loose == []
+
+
+def test_a_trials_own_output_tree_is_owner_only(tmp_path, monkeypatch):
+    """run_trial (Tune's context stood in for): the trial's folder, fedray's outputs and its checkpoint
+    of every client's state in it are 0700/0600 (Tune syncs that folder into storage_path)."""
+    import os
+
+    from ray import tune
+
+    from fedray.analysis import tune as ftune
+
+    trial = tmp_path / "trial"
+    trial.mkdir(mode=0o755)
+
+    class Context:
+        def get_trial_dir(self):
+            return str(trial)
+
+    monkeypatch.setattr(tune, "get_context", lambda: Context())
+    monkeypatch.setattr(tune, "get_checkpoint", lambda: None)
+    monkeypatch.setattr(tune, "report", lambda *a, **k: None)
+    old = os.umask(0o022)
+    try:
+        ftune.run_trial({}, base=BASE, checkpoint_every=1)
+    finally:
+        os.umask(old)
+    tree = [trial, *trial.rglob("*")]
+    assert any(p.name == "checkpoint.pkl" for p in tree) and any(p.name == "summary.json" for p in tree)
+    loose = [(str(p), oct(stat.S_IMODE(p.stat().st_mode))) for p in tree if stat.S_IMODE(p.stat().st_mode) & 0o077]
+    assert loose == []
+
+
+def test_trials_under_secure_aggregation_share_one_release_journal(tmp_path):
+    """Each trial runs in its own process: under secure aggregation its run gets the experiment's
+    release_log/ folder (unless privacy.release_log names one), so all trials' sums are weighed together."""
+    from fedray.analysis.tune import shared_release_log, trial_config
+
+    secure = {**BASE, "privacy": {"secure_aggregation": True}}
+    a = shared_release_log(trial_config(secure, {"algorithm.params.n_clusters": 2}, 3), tmp_path / "exp")
+    b = shared_release_log(trial_config(secure, {"algorithm.params.n_clusters": 3}, 3), tmp_path / "exp")
+    assert a.privacy.release_log == b.privacy.release_log == str(tmp_path / "exp" / "release_log")
+    mine = {**BASE, "privacy": {"secure_aggregation": True, "release_log": str(tmp_path / "mine")}}
+    assert shared_release_log(trial_config(mine, {}, 3), tmp_path / "exp").privacy.release_log == str(tmp_path / "mine")
+    assert shared_release_log(trial_config(BASE, {}, 3), tmp_path / "exp").privacy.release_log is None

@@ -123,5 +123,7 @@ def test_unplaceable_client_actors_fail_fast(ray_session):
     with pytest.raises(ConfigError, match=r"runtime.client_resources.custom.fedray_client: .*need 2 fedray_client "
                                           r"in all but the Ray cluster has 0 fedray_client"):
         fedray.run(runtime={"backend": "ray", "client_resources": {"custom": {"fedray_client": 1}}})
-    with pytest.raises(ConfigError, match=r"runtime.client_resources.num_gpus: .*need 1 GPU in all but the Ray cluster has 0 GPU"):
+    with pytest.raises(
+        ConfigError, match=r"runtime.client_resources.num_gpus: .*need 1 GPU in all but the Ray cluster has 0 GPU"
+    ):
         fedray.run(runtime={"backend": "ray", "client_resources": {"num_gpus": 0.5}})

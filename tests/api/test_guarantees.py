@@ -21,6 +21,7 @@ from fedray.api import checkpoint, outputs
 from fedray.api import run as run_api
 from fedray.core.errors import FedrayError, OutputError
 from fedray.tools.cli import main
+from tests import plugins as test_plugins
 
 SMALL = {"algorithm": {"name": "kmeans", "params": {"n_clusters": 3}}, "data": {"dataset": "sklearn:iris"},
          "federation": {"n_clients": 4, "rounds": 3}, "runtime": {"backend": "local", "progress": False},
@@ -28,33 +29,10 @@ SMALL = {"algorithm": {"name": "kmeans", "params": {"n_clusters": 3}}, "data": {
 CLI = [sys.executable, "-c", "import sys; from fedray.tools.cli import main; sys.exit(main())"]
 
 PLUGINS = '''
-import numpy as np
-import fedray
-
-
-def moments(payload, shared, client):
-    X = client.data.X
-    return fedray.Stats(s=X.sum(axis=0), n=np.array(float(X.shape[0])))
 
 
 def explode(payload, shared, client):
     raise ZeroDivisionError("client code divided by zero")
-
-
-class Mean(fedray.Algorithm):
-    fn = staticmethod(moments)
-    last = 2
-
-    def configure_round(self, ctx):
-        return None if ctx.round >= self.last else {c: fedray.Task(self.fn) for c in ctx.sampled}
-
-    def aggregate(self, ctx, replies):
-        t = fedray.total(r.update for r in replies)
-        self.mean = t["s"] / t["n"]
-        return {"n": float(t["n"])}
-
-    def result(self):
-        return {"mean": self.mean}
 
 
 class Forever(Mean):
@@ -92,7 +70,7 @@ def plugins(tmp_path, monkeypatch):
     """A plug-in module (``fr_guarantees``) in a folder on sys.path; returns that folder."""
     folder = tmp_path / "plugins"
     folder.mkdir()
-    (folder / "fr_guarantees.py").write_text(PLUGINS)
+    test_plugins.write_module(folder, "fr_guarantees", PLUGINS)
     (folder / "fr_broken_import.py").write_text("import numpy\nraise RuntimeError('broken at import')\n")
     monkeypatch.syspath_prepend(str(folder))
     yield folder
@@ -195,7 +173,9 @@ def test_a_full_disk_while_writing_outputs_is_one_line_and_overwrite_cleans_up(t
     assert "No space left on device" in _one_line(err.value) and str(out) in str(err.value)
     # what it wrote before the disk filled up is fedray's, so a rerun with --overwrite may replace it
     fedray.run(SMALL, output=out, **{"output.overwrite": True})
-    assert json.loads((out / "summary.json").read_text()).get("status") != "failed" and (out / "rounds.parquet").is_file()
+    assert (
+        json.loads((out / "summary.json").read_text()).get("status") != "failed" and (out / "rounds.parquet").is_file()
+    )
 
 
 def test_a_full_disk_while_checkpointing_is_one_line_and_keeps_the_previous_checkpoint(tmp_path, monkeypatch,

@@ -49,7 +49,9 @@ def _checkpointed_run(tmp_path: Path) -> Path:
 def test_a_crafted_checkpoint_is_refused_before_it_can_run_code(tmp_path, checkpoint_key, forge):
     out = _checkpointed_run(tmp_path)
     target = tmp_path / "pwned"
-    payload = pickle.dumps({"version": checkpoint.VERSION, "config": {}, "server": {"round": 0, "x": _Payload(str(target))}})
+    payload = pickle.dumps(
+        {"version": checkpoint.VERSION, "config": {}, "server": {"round": 0, "x": _Payload(str(target))}}
+    )
     if forge == "plain pickle":
         raw = payload
     elif forge == "magic with a wrong tag":
@@ -185,33 +187,57 @@ def test_a_federation_too_large_for_memory_is_refused_with_the_estimate():
 
 
 # --- tables: unusable files and silent coercions ----------------------------------------
-@pytest.mark.parametrize("kind, make, message", [
-    ("csv", lambda p: p.write_text(""), "is an empty file"),
-    ("csv", lambda p: p.write_text("a,b,c\n1,2,3\n4,5,6,7\n"), "is not a well-formed CSV"),
-    ("csv", lambda p: p.mkdir(), "is not a file (a directory?)"),
-    ("parquet", lambda p: p.mkdir(), "is not a file (a directory?)"),
-    ("csv", lambda p: __import__("pandas").DataFrame({"a": [1.0, 2.0]}).to_parquet(p), "is a Parquet file; use parquet:"),
-    ("parquet", lambda p: p.write_bytes(b"PAR1 this is no parquet"), "is not a readable Parquet file"),
-    ("parquet", lambda p: p.write_text("a,b\n1,2\n"), "a CSV? use csv:PATH"),
-    ("csv", lambda p: p.write_bytes(b"a,b\n1,\xff\n"), "is not UTF-8 text"),
-])
+@pytest.mark.parametrize(
+    "kind, make, message",
+    [
+        ("csv", lambda p: p.write_text(""), "is an empty file"),
+        ("csv", lambda p: p.write_text("a,b,c\n1,2,3\n4,5,6,7\n"), "is not a well-formed CSV"),
+        ("csv", lambda p: p.mkdir(), "is not a file (a directory?)"),
+        ("parquet", lambda p: p.mkdir(), "is not a file (a directory?)"),
+        (
+            "csv",
+            lambda p: __import__("pandas").DataFrame({"a": [1.0, 2.0]}).to_parquet(p),
+            "is a Parquet file; use parquet:",
+        ),
+        ("parquet", lambda p: p.write_bytes(b"PAR1 this is no parquet"), "is not a readable Parquet file"),
+        ("parquet", lambda p: p.write_text("a,b\n1,2\n"), "a CSV? use csv:PATH"),
+        ("csv", lambda p: p.write_bytes(b"a,b\n1,\xff\n"), "is not UTF-8 text"),
+    ],
+)
 @pytest.mark.parametrize("by_column", [False, True])
 def test_unusable_tables_are_one_line_errors(tmp_path, kind, make, message, by_column):
     path = tmp_path / f"t.{kind}"
     make(path)
     extra = {"client_column": "a"} if by_column else {}
-    with pytest.raises(fedray.DataError, match=message.replace("(", r"\(").replace(")", r"\)").replace("?", r"\?")) as err:
+    with pytest.raises(
+        fedray.DataError, match=message.replace("(", r"\(").replace(")", r"\)").replace("?", r"\?")
+    ) as err:
         fedray.run(data={"dataset": f"{kind}:{path}", **extra}, federation={"n_clients": None if by_column else 2},
                    runtime={"backend": "local"}, output=False)
     assert "\n" not in str(err.value)
 
 
-@pytest.mark.parametrize("table, options, message", [
-    ("a,b,label\n1,2,0\n3,x,1\n5,6,1\n7,8,0\n", {}, "column 'b' has the non-numeric value 'x' at row 2"),
-    ("a,b,label\n1,2,0\n3,4,1\n5,6,\n7,8,0\n", {"label_column": "label"}, "column 'label' has a missing value at row 3"),
-    ("a,b,site\n1,2,s1\n3,4,\n5,6,s2\n7,8,s2\n", {"client_column": "site"}, "column 'site' has a missing value at row 2"),
-    ("a,b,site\n1,2,s1\n3,x,s1\n5,6,s2\n7,8,s2\n", {"client_column": "site"}, "column 'b' has the non-numeric value"),
-])
+@pytest.mark.parametrize(
+    "table, options, message",
+    [
+        ("a,b,label\n1,2,0\n3,x,1\n5,6,1\n7,8,0\n", {}, "column 'b' has the non-numeric value 'x' at row 2"),
+        (
+            "a,b,label\n1,2,0\n3,4,1\n5,6,\n7,8,0\n",
+            {"label_column": "label"},
+            "column 'label' has a missing value at row 3",
+        ),
+        (
+            "a,b,site\n1,2,s1\n3,4,\n5,6,s2\n7,8,s2\n",
+            {"client_column": "site"},
+            "column 'site' has a missing value at row 2",
+        ),
+        (
+            "a,b,site\n1,2,s1\n3,x,s1\n5,6,s2\n7,8,s2\n",
+            {"client_column": "site"},
+            "column 'b' has the non-numeric value",
+        ),
+    ],
+)
 def test_values_are_never_silently_coerced_or_dropped(tmp_path, table, options, message):
     path = tmp_path / "t.csv"
     path.write_text(table)
@@ -290,7 +316,9 @@ def test_an_internal_error_is_one_line_without_v(tmp_path, monkeypatch, capsys):
     assert main(["run", "--set", "runtime.backend=local", "--set", "data.dataset=sklearn:iris", "--set",
                  "federation.n_clients=4", "--set", "federation.rounds=2", "--out", str(tmp_path / "o"), "-q"]) == 1
     err = capsys.readouterr().err
-    assert "fedray: internal error: KeyError: 'missing' (run with -v for the traceback)" in err and "Traceback" not in err
+    assert (
+        "fedray: internal error: KeyError: 'missing' (run with -v for the traceback)" in err and "Traceback" not in err
+    )
 
 
 def test_dp_noise_never_stops_kmeans_as_converged():

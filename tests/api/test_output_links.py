@@ -75,3 +75,44 @@ def test_select_k_claims_its_folder_and_never_overwrites_a_users_files(tmp_path)
         select_k({"algorithm": {"name": "kmeans", "params": {"n_clusters": 2}}, "data": {"dataset": "blobs"},
                   "federation": {"n_clients": 3}, "runtime": {"backend": "local"}}, k_min=2, k_max=3, output=out)
     assert (out / "k_selection.md").read_text() == "the user's notes"
+
+
+def test_a_resumed_run_refuses_a_folder_with_a_hard_link(tmp_path):
+    """summary.json replaced by a hard link to a file outside (no symbolic link to see): refused in one
+    line naming it, and the outside file is untouched."""
+    out, victim = tmp_path / "out", tmp_path / "victim.txt"
+    victim.write_text("precious")
+    _finished_run(out, {"summary.json": "{}"})
+    run_id = outputs.run_id_of(out)
+    (out / "summary.json").unlink()
+    (out / "summary.json").hardlink_to(victim)
+    with pytest.raises(ConfigError, match=r"--resume: .* holds links fedray did not make \(summary.json \(hard link\)\)"):
+        outputs.prepare(out, resuming=True, run_id=run_id)
+    assert victim.read_text() == "precious"
+
+
+def test_outputs_are_written_under_a_fresh_name_and_moved_into_place_never_through_a_link(tmp_path):
+    """A link planted during a run at the name of an output, symbolic or hard, is replaced by the
+    output; the file it pointed to keeps its content (the review redirected a write to an outside file)."""
+    import fedray
+
+    out = tmp_path / "out"
+    soft, hard = tmp_path / "soft.txt", tmp_path / "hard.txt"
+    soft.write_text("soft")
+    hard.write_text("hard")
+
+    def plant(row):
+        if row["round"] == 0:
+            (out / "summary.json").symlink_to(soft)
+            (out / "config.yaml").hardlink_to(hard)
+
+    fedray.run(algorithm={"name": "kmeans", "params": {"n_clusters": 2, "max_rounds": 2}}, data={"dataset": "blobs"},
+               federation={"n_clients": 3}, runtime={"backend": "local"}, output=out, on_round=[plant],
+               **{"output.plots": False})
+    assert soft.read_text() == "soft" and hard.read_text() == "hard"
+    assert not (out / "summary.json").is_symlink() and json.loads((out / "summary.json").read_text())["rounds"] >= 1
+    assert (out / "config.yaml").stat().st_nlink == 1 and not list(out.glob(".tmp-*"))
+    with outputs.atomic_path(out / "notes.txt") as tmp:
+        assert tmp.parent == out and tmp.suffix == ".txt" and not tmp.exists()
+        tmp.write_text("new")
+    assert (out / "notes.txt").read_text() == "new" and not tmp.exists()

@@ -98,6 +98,20 @@ def test_overwrite_refuses_the_current_and_the_home_folder(tmp_path, monkeypatch
 
 
 # --- two runs into one new folder ---------------------------------------------------------------
+def _spawned(target, arg, n: int, *more) -> list:
+    """Run ``target(arg, barrier, results, *more)`` in ``n`` spawned processes that pass one barrier
+    together; what each put in ``results``."""
+    ctx = mp.get_context("spawn")
+    barrier, results = ctx.Barrier(n), ctx.Queue()
+    procs = [ctx.Process(target=target, args=(arg, barrier, results, *more)) for _ in range(n)]
+    for p in procs:
+        p.start()
+    got = [results.get(timeout=300) for _ in procs]
+    for p in procs:
+        p.join(timeout=60)
+    return got
+
+
 def _claim_many(folders: list[str], barrier, results, overwrite: bool = False) -> None:
     outcome = []
     for folder in folders:
@@ -113,14 +127,7 @@ def _claim_many(folders: list[str], barrier, results, overwrite: bool = False) -
 def test_two_runs_claiming_one_new_folder_at_the_same_moment_exactly_one_wins(tmp_path):
     """The check and the claim are one atomic step (O_EXCL on the marker): never two winners."""
     folders = [str(tmp_path / f"out{i}") for i in range(25)]
-    ctx = mp.get_context("spawn")
-    barrier, results = ctx.Barrier(2), ctx.Queue()
-    procs = [ctx.Process(target=_claim_many, args=(folders, barrier, results)) for _ in range(2)]
-    for p in procs:
-        p.start()
-    a, b = results.get(timeout=300), results.get(timeout=300)
-    for p in procs:
-        p.join(timeout=60)
+    a, b = _spawned(_claim_many, folders, 2)
     for one, other in zip(a, b):
         assert sorted([one == "won", other == "won"]) == [False, True], (one, other)
         loser = other if one == "won" else one
@@ -129,14 +136,7 @@ def test_two_runs_claiming_one_new_folder_at_the_same_moment_exactly_one_wins(tm
 
 
 def _race(folders: list[str], overwrite: bool) -> None:
-    ctx = mp.get_context("spawn")
-    barrier, results = ctx.Barrier(2), ctx.Queue()
-    procs = [ctx.Process(target=_claim_many, args=(folders, barrier, results, overwrite)) for _ in range(2)]
-    for p in procs:
-        p.start()
-    a, b = results.get(timeout=300), results.get(timeout=300)
-    for p in procs:
-        p.join(timeout=60)
+    a, b = _spawned(_claim_many, folders, 2, overwrite)
     for one, other in zip(a, b):
         assert sorted([one == "won", other == "won"]) == [False, True], (one, other)
 
@@ -189,14 +189,7 @@ def _key_first_use(config_homes: list[str], barrier, results) -> None:
 def test_concurrent_first_uses_of_the_key_agree_on_one_full_key(tmp_path):
     """Three processes creating the key at once: no crash, no empty key, one key for all."""
     homes = [str(tmp_path / f"home{i}") for i in range(30)]
-    ctx = mp.get_context("spawn")
-    barrier, results = ctx.Barrier(3), ctx.Queue()
-    procs = [ctx.Process(target=_key_first_use, args=(homes, barrier, results)) for _ in range(3)]
-    for p in procs:
-        p.start()
-    got = [results.get(timeout=300) for _ in procs]
-    for p in procs:
-        p.join(timeout=60)
+    got = _spawned(_key_first_use, homes, 3)
     for i, keys in enumerate(zip(*got)):
         assert len(set(keys)) == 1 and len(bytes.fromhex(keys[0])) == 32, keys
         assert Path(homes[i], "fedray", "checkpoint.key").read_bytes().hex() == keys[0]

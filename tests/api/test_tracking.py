@@ -9,6 +9,7 @@ import pytest
 
 import fedray
 from fedray.core.errors import ConfigError
+from tests import plugins
 
 pytest.importorskip("tensorboard")
 pytest.importorskip("mlflow")
@@ -80,17 +81,6 @@ def test_tensorboard_and_mlflow_hold_every_round_the_config_the_summary_and_the_
     assert "plots/convergence.png" in {a.path for a in client.list_artifacts(run.info.run_id, "plots")}
 
 
-class _Interrupt:
-    """Interrupts a run (KeyboardInterrupt, as Ctrl-C) after round ``at``."""
-
-    def __init__(self, at):
-        self.at = at
-
-    def __call__(self, row):
-        if row["round"] == self.at:
-            raise KeyboardInterrupt
-
-
 def test_a_resumed_run_continues_the_same_tensorboard_and_mlflow_runs(tmp_path):
     """Interrupted after round 2 (checkpoint after round 1), then resumed: one MLflow run (marked KILLED,
     then FINISHED), one TensorBoard run, and each round's value exactly once (round 2, computed twice, is
@@ -98,7 +88,7 @@ def test_a_resumed_run_continues_the_same_tensorboard_and_mlflow_runs(tmp_path):
     out = tmp_path / "run"
     cfg = _cfg(tmp_path, checkpoint={"every": 2})
     with pytest.raises(KeyboardInterrupt):
-        fedray.run(cfg, output=out, on_round=[_Interrupt(2)])
+        fedray.run(cfg, output=out, on_round=[plugins.Interrupt(2)])
     client, runs = _runs(tmp_path)
     assert len(runs) == 1 and runs[0].info.status == "KILLED"
     run_id = runs[0].info.run_id

@@ -32,7 +32,13 @@ def test_fold_rows_equals_reduce_of_concatenation_bit_for_bit(trail, fold_rows_s
     for parts in cases:
         assert fold_rows(parts).tobytes() == _reference(parts).tobytes(), [len(p) for p in parts]
     counts = rng.integers(0, 200, (300, *trail)).astype(np.uint8)
-    mixed = [counts[:40], counts[40:41].astype(np.float64), counts[41:41], counts[41:250], counts[250:].astype(np.float64)]
+    mixed = [
+        counts[:40],
+        counts[40:41].astype(np.float64),
+        counts[41:41],
+        counts[41:250],
+        counts[250:].astype(np.float64),
+    ]
     got = fold_rows(mixed)
     assert got.dtype == np.float64
     assert got.tobytes() == _reference(mixed).tobytes()

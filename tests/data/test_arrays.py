@@ -161,7 +161,8 @@ def test_non_finite_value_message_equals_file_data_and_comes_before_ray(tmp_path
     df.to_csv(path, index=False)
     want = _message(lambda: fedray.run(algorithm=KMEANS, runtime=LOCAL, data={
         "dataset": f"csv:{path}", "client_column": "site", "label_column": "label"}))
-    assert want == "client 1 (b): non-finite value nan in column 'f2' (row 1 of the client's shard); clean or impute the data first (NaN and inf are not allowed)"
+    assert want == ("client 1 (b): non-finite value nan in column 'f2' (row 1 of the client's shard); clean or impute "
+                    "the data first (NaN and inf are not allowed)")
 
     import fedray.api.session as S
 
@@ -202,36 +203,103 @@ BAD = [
     (lambda: fedray.from_arrays(X_IRIS, Y_IRIS[:-1]), DataError, r"^y: 149 values for 150 rows of X"),
     (lambda: fedray.from_arrays(X_IRIS, clients=SITES[:10]), DataError, r"^clients: 10 values for 150 rows"),
     (lambda: fedray.from_arrays(np.zeros((0, 4))), DataError, r"^X: 0 rows"),
-    (lambda: fedray.from_arrays(np.zeros((5, 0))), DataError, r"^X: 0 feature\(s\) \(shape=\(5, 0\)\) while a minimum of 1 is required\."),
-    (lambda: fedray.from_arrays(np.zeros((4, 3, 2))), DataError, r"^X: expected a 2-D array .*got 3-D shape \(4, 3, 2\)"),
+    (
+        lambda: fedray.from_arrays(np.zeros((5, 0))),
+        DataError,
+        r"^X: 0 feature\(s\) \(shape=\(5, 0\)\) while a minimum of 1 is required\.",
+    ),
+    (
+        lambda: fedray.from_arrays(np.zeros((4, 3, 2))),
+        DataError,
+        r"^X: expected a 2-D array .*got 3-D shape \(4, 3, 2\)",
+    ),
     (lambda: fedray.from_arrays(np.zeros(4)), DataError, r"^X: expected a 2-D array .*1-D.*reshape"),
     (lambda: fedray.from_arrays(np.array([["a", "b"], ["c", "d"]])), DataError, r"^X: strings are not numeric.*'a'"),
     (lambda: fedray.from_arrays([[1.0, "x"], [2.0, 3.0]]), DataError, r"^X: strings are not numeric"),
     (lambda: fedray.from_arrays(np.array([[1.0, None]], dtype=object)), DataError, r"^X: non-numeric value None"),
     (lambda: fedray.from_arrays(np.ones((3, 2), dtype=bool)), DataError, r"^X: boolean values are not numeric"),
     (lambda: fedray.from_arrays(np.ones((3, 2), dtype=complex)), DataError, r"^X: Complex data not supported"),
-    (lambda: fedray.from_arrays(__import__("scipy.sparse").sparse.csr_matrix(np.ones((3, 2)))), DataError,
-     r"^X: sparse input is not supported \(csr_matrix\)"),
+    (
+        lambda: fedray.from_arrays(__import__("scipy.sparse").sparse.csr_matrix(np.ones((3, 2)))),
+        DataError,
+        r"^X: sparse input is not supported \(csr_matrix\)",
+    ),
     (lambda: fedray.from_arrays("data.csv"), DataError, r"^X: expected a 2-D array .*got str 'data.csv'"),
     (lambda: fedray.from_arrays(_frame()), DataError, r"^X: column 'site' has dtype \w+, which is not numeric"),
     (lambda: fedray.from_arrays(_frame(), clients="site"), None, None),
-    (lambda: fedray.from_arrays(_frame(), clients="place"), DataError, r"^from_arrays clients: column 'place' is not in X"),
+    (
+        lambda: fedray.from_arrays(_frame(), clients="place"),
+        DataError,
+        r"^from_arrays clients: column 'place' is not in X",
+    ),
     (lambda: fedray.from_arrays(X_IRIS, clients="site"), ConfigError, r"^from_arrays clients: 'site' is a column name"),
-    (lambda: fedray.from_arrays(X_IRIS, n_clients=151), DataError, r"^from_arrays n_clients: 151 clients but .*n_samples=150"),
-    (lambda: fedray.from_arrays(X_IRIS, n_clients=0), ConfigError, r"^from_arrays n_clients: must be an integer >= 1; got 0"),
-    (lambda: fedray.from_arrays(X_IRIS, clients=SITES, n_clients=3), ConfigError, r"^from_arrays: pass clients= or n_clients=, not both"),
-    (lambda: fedray.from_arrays(X_IRIS, clients=SITES, partition="iid"), ConfigError, r"^from_arrays partition: 'iid' splits a pooled array"),
-    (lambda: fedray.from_arrays([X_IRIS[:5], X_IRIS[5:]], n_clients=2), ConfigError, r"^from_arrays n_clients: X is already a list of 2"),
-    (lambda: fedray.from_arrays([X_IRIS[:5], X_IRIS[5:]], Y_IRIS), DataError, r"^y: with X as a list of 2 per-client arrays"),
-    (lambda: fedray.from_arrays(X_IRIS, partition="alphabetical"), ConfigError, r"^from_arrays partition: unknown partition 'alphabetical'; choose one of"),
-    (lambda: fedray.from_arrays(X_IRIS, partition="by_column"), ConfigError, r"^from_arrays partition: 'by_column' is given by clients="),
-    (lambda: fedray.from_arrays(X_IRIS, np.where(Y_IRIS == 1, np.nan, Y_IRIS)), DataError, r"^y: missing value \(nan\) at row 50"),
-    (lambda: fedray.from_arrays(X_IRIS, np.array([1, "a"] * 75, dtype=object)), DataError, r"^y: labels of mixed types"),
-    (lambda: fedray.from_arrays(X_IRIS, clients=np.r_[np.zeros(149), np.nan]), DataError, r"^clients: missing value \(nan\) at row 149"),
-    (lambda: fedray.make_config(data={"dataset": fedray.from_arrays(X_IRIS, clients=SITES), "client_column": "site"}),
-     ConfigError, r"^data.client_column: 'site' applies to files.*pass clients= to fedray.from_arrays"),
-    (lambda: fedray.make_config(data=fedray.from_arrays(X_IRIS, clients=SITES), federation={"n_clients": 5}),
-     ConfigError, r"^federation.n_clients: 5, but the arrays from fedray.from_arrays are split over 3 clients"),
+    (
+        lambda: fedray.from_arrays(X_IRIS, n_clients=151),
+        DataError,
+        r"^from_arrays n_clients: 151 clients but .*n_samples=150",
+    ),
+    (
+        lambda: fedray.from_arrays(X_IRIS, n_clients=0),
+        ConfigError,
+        r"^from_arrays n_clients: must be an integer >= 1; got 0",
+    ),
+    (
+        lambda: fedray.from_arrays(X_IRIS, clients=SITES, n_clients=3),
+        ConfigError,
+        r"^from_arrays: pass clients= or n_clients=, not both",
+    ),
+    (
+        lambda: fedray.from_arrays(X_IRIS, clients=SITES, partition="iid"),
+        ConfigError,
+        r"^from_arrays partition: 'iid' splits a pooled array",
+    ),
+    (
+        lambda: fedray.from_arrays([X_IRIS[:5], X_IRIS[5:]], n_clients=2),
+        ConfigError,
+        r"^from_arrays n_clients: X is already a list of 2",
+    ),
+    (
+        lambda: fedray.from_arrays([X_IRIS[:5], X_IRIS[5:]], Y_IRIS),
+        DataError,
+        r"^y: with X as a list of 2 per-client arrays",
+    ),
+    (
+        lambda: fedray.from_arrays(X_IRIS, partition="alphabetical"),
+        ConfigError,
+        r"^from_arrays partition: unknown partition 'alphabetical'; choose one of",
+    ),
+    (
+        lambda: fedray.from_arrays(X_IRIS, partition="by_column"),
+        ConfigError,
+        r"^from_arrays partition: 'by_column' is given by clients=",
+    ),
+    (
+        lambda: fedray.from_arrays(X_IRIS, np.where(Y_IRIS == 1, np.nan, Y_IRIS)),
+        DataError,
+        r"^y: missing value \(nan\) at row 50",
+    ),
+    (
+        lambda: fedray.from_arrays(X_IRIS, np.array([1, "a"] * 75, dtype=object)),
+        DataError,
+        r"^y: labels of mixed types",
+    ),
+    (
+        lambda: fedray.from_arrays(X_IRIS, clients=np.r_[np.zeros(149), np.nan]),
+        DataError,
+        r"^clients: missing value \(nan\) at row 149",
+    ),
+    (
+        lambda: fedray.make_config(
+            data={"dataset": fedray.from_arrays(X_IRIS, clients=SITES), "client_column": "site"}
+        ),
+        ConfigError,
+        r"^data.client_column: 'site' applies to files.*pass clients= to fedray.from_arrays",
+    ),
+    (
+        lambda: fedray.make_config(data=fedray.from_arrays(X_IRIS, clients=SITES), federation={"n_clients": 5}),
+        ConfigError,
+        r"^federation.n_clients: 5, but the arrays from fedray.from_arrays are split over 3 clients",
+    ),
 ]
 
 

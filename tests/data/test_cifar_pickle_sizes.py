@@ -42,3 +42,34 @@ def test_a_real_batch_still_reads(tmp_path):
     path.write_bytes(pickle.dumps({b"data": data, b"labels": list(range(10))}))
     X, y = read_cifar_pickle(path)
     assert X.shape == (10, 3, 32, 32) and (X.reshape(10, -1) == data).all() and y.tolist() == list(range(10))
+
+
+class _CallsNdarray:
+    """Pickles as a direct call ``numpy.ndarray((2_000_000_000,), "B")``: no data, 2 GB declared."""
+
+    def __reduce__(self):
+        return np.ndarray, ((2_000_000_000,), np.dtype("B"))
+
+
+class _Small:
+    """Pickles as a reconstructed array of 20,000 bytes, within the file's size (and without its data)."""
+
+    def __reduce__(self):
+        return _RECONSTRUCT, (np.ndarray, (20_000,), b"B")
+
+
+@pytest.mark.parametrize("payload, declared", [(_CallsNdarray(), 2_000_000_000), ([_Small() for _ in range(200)], 20_000)])
+def test_every_array_the_reader_builds_is_capped_also_a_direct_ndarray_call(tmp_path, payload, declared):
+    """`numpy.ndarray` is an admitted global (a subtype argument), so a batch could call it to allocate
+    any size (a 4 MB file declared 6.14 GB); and many arrays each under the cap could add up far
+    beyond it. Both are refused before the allocation: peak memory stays small."""
+    path = tmp_path / "data_batch_1"
+    path.write_bytes(pickle.dumps({b"data": payload, b"labels": [0], b"pad": b"x" * 50_000}))
+    tracemalloc.start()
+    try:
+        with pytest.raises(DataError, match=rf"declares {declared} bytes.*more than the file's"):
+            read_cifar_pickle(path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 50e6

@@ -110,11 +110,14 @@ def test_concat_of_parts_in_any_order_is_one_describe():
 def _old_check_message(rows: list[dict[str, Any]]) -> str:
     """The message of check_descriptions before descriptions were column-wise (the reference)."""
     for d in rows:
-        who = f"client {d['client_id']}" + (f" ({d['name']})" if d.get("name") and d["name"] != f"client-{d['client_id']}" else "")
+        who = f"client {d['client_id']}" + (
+            f" ({d['name']})" if d.get("name") and d["name"] != f"client-{d['client_id']}" else ""
+        )
         if "error" in d:
             return f"{who}: {d['error']}"
         if "bad_value" in d:
-            return f"{who}: non-finite value {d['bad_value']}; clean or impute the data first (NaN and inf are not allowed)"
+            return (f"{who}: non-finite value {d['bad_value']}; clean or impute the data first "
+                    "(NaN and inf are not allowed)")
         if d["n"] == 0:
             return f"{who} has no samples; remove it or change the partition"
     dims = sorted({d["n_features"] for d in rows})

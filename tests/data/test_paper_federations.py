@@ -92,7 +92,9 @@ def test_grouped_rotated_default_draw_is_unchanged_by_the_new_options():
 def test_class_subsets_run_on_kuzushiji(tmp_path):
     rng = np.random.default_rng(3)
     (tmp_path / "kmnist").mkdir()
-    np.savez_compressed(tmp_path / "kmnist" / "kmnist-test-imgs.npz", rng.integers(0, 256, (300, 28, 28)).astype(np.uint8))
+    np.savez_compressed(
+        tmp_path / "kmnist" / "kmnist-test-imgs.npz", rng.integers(0, 256, (300, 28, 28)).astype(np.uint8)
+    )
     np.savez_compressed(tmp_path / "kmnist" / "kmnist-test-labels.npz", np.repeat(np.arange(10), 30))
     _load_cached.cache_clear()
     fed = _fed("kmnist", tmp_path, {"name": "class-subsets", "classes": [2, 3], "samples_per_class": 5}, n_clients=6)

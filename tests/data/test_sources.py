@@ -13,6 +13,7 @@ import fedray
 from fedray.core.errors import ConfigError, DataError
 from fedray.data import DATA_SOURCES, DataSource, available_datasets, build_federation, load_dataset, materialize
 from fedray.data.datasets import check_dataset_name, register_data_source
+from tests import plugins
 from tests.conftest import SHARED_DATA
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -137,11 +138,12 @@ def test_fedray_run_on_bank_gives_one_client_a_job(tmp_path, capsys):
 def test_an_installed_package_declares_a_source_by_entry_point(tmp_path, monkeypatch):
     """``[project.entry-points."fedray.data_sources"] npz2 = "examples.plugins.npz_source:NPZ"``: the name
     works in a configuration file with nothing imported by hand."""
-    dist = tmp_path / "npz_plugin-1.0.dist-info"
-    dist.mkdir()
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: npz-plugin\nVersion: 1.0\n")
-    (dist / "entry_points.txt").write_text("[fedray.data_sources]\nnpz2 = examples.plugins.npz_source:NPZ\n"
-                                           "broken = examples.plugins.npz_source:load_npz\n")
+    plugins.installed_distribution(
+        tmp_path,
+        "npz-plugin",
+        "fedray.data_sources",
+        "npz2 = examples.plugins.npz_source:NPZ\nbroken = examples.plugins.npz_source:load_npz\n",
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     path, X, _ = _points(tmp_path)
     assert load_dataset(f"npz2:{path}").X.shape == X.shape

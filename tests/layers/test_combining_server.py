@@ -11,7 +11,7 @@ import pytest
 
 from fedray.algorithms.kmeans import FederatedKMeans
 from fedray.api.session import Session
-from fedray.core.errors import RoundFailedError
+from fedray.core.errors import ReleaseRefusedError, RoundFailedError
 from fedray.core.stats import total
 from fedray.layers.privacy import dp_epsilon
 from fedray.layers.privacy.span import System
@@ -71,11 +71,13 @@ def _attack(n_clients: int, **privacy):
 
 @pytest.mark.parametrize("n_clients", [20, 16])
 def test_least_squares_over_every_released_sum_isolates_no_client_with_fixed_blocks(n_clients):
-    """privacy.cohorts='blocks': the run finishes its 30 rounds; e_i is in the row space of no
-    client (so no coefficients give its column sums or, once assignments settle, its per-cluster
-    sums), the least-squares guess misses every client, and the summary says 0 isolated."""
+    """privacy.cohorts='blocks': the run goes to its end (30 rounds or convergence) with every training
+    round released; e_i is in the row space of no client (so no coefficients give its column sums or,
+    once assignments settle, its per-cluster sums), the least-squares guess misses every client, and
+    the summary says 0 isolated."""
     res, A, cols, guess = _attack(n_clients, cohorts="blocks")
-    assert len(res.history) == 30 and len(CuriousKMeans.seen) >= 29
+    assert res.summary["stop_reason"] in ("converged", "rounds done", "round cap")
+    assert len(CuriousKMeans.seen) == len(res.history) - 1 >= 3  # round 0 is the start (no sums)
     assert not any(_in_row_space(A, i) for i in range(n_clients))
     err = np.linalg.norm(guess - cols, axis=1) / np.linalg.norm(cols, axis=1)
     assert err.min() > 1e-3
@@ -84,12 +86,13 @@ def test_least_squares_over_every_released_sum_isolates_no_client_with_fixed_blo
 
 
 def test_random_cohorts_without_dp_stop_before_a_client_is_isolated_naming_the_fix():
-    """privacy.cohorts='random' (the default), 20 clients: the rule refuses the round whose sum would
-    let a combination single out fewer than min_cohort clients; what was released up to then
-    isolates nobody (the set-up-minus-round-0 case included)."""
-    with pytest.raises(RoundFailedError, match=r"single out .* fewer than privacy.min_cohort=3; use privacy.dp.*"
-                                               r"privacy.cohorts='blocks'.*release_rule='count'"):
-        _attack(20)
+    """privacy.cohorts='random', 20 clients: the rule refuses the round whose sum would let a combination
+    single out fewer than min_cohort clients, at once (ReleaseRefusedError, no retry); what was released
+    up to then isolates nobody (the set-up-minus-round-0 case included)."""
+    with pytest.raises(ReleaseRefusedError, match=r"^run .*CuriousKMeans \(seed 5\): round \d+.*single out \d+ client.*fewer than "
+                                                  r"privacy.min_cohort=3; fixes: privacy.cohorts='blocks'.*"
+                                                  r"release_rule='count'"):
+        _attack(20, cohorts="random")
     rows = [np.ones(20)] + [np.isin(np.arange(20), c).astype(float) for c, _ in CuriousKMeans.seen]
     assert len(rows) > 1 and not any(_in_row_space(np.array(rows), i) for i in range(20))
 
@@ -101,11 +104,11 @@ def test_the_set_up_moments_minus_a_round_over_all_but_one_are_one_system():
     with pytest.raises(RoundFailedError, match="single out 1 client"):
         Session(algorithm={"name": "kmeans", "params": {"n_clusters": 3, "max_rounds": 2}}, data=DATA,
                 runtime=LOCAL, seed=5, federation={"n_clients": 6, "fraction": 0.84},
-                privacy={"secure_aggregation": True}).run(CuriousKMeans)
+                privacy={"secure_aggregation": True, "cohorts": "random"}).run(CuriousKMeans)
     assert CuriousKMeans.seen == []
     with Session(algorithm={"name": "kmeans", "params": {"n_clusters": 3, "max_rounds": 2}}, data=DATA,
                  runtime=LOCAL, seed=5, federation={"n_clients": 6, "fraction": 0.84},
-                 privacy={"secure_aggregation": True, "release_rule": "count"}) as s:
+                 privacy={"secure_aggregation": True, "release_rule": "count", "cohorts": "random"}) as s:
         res = s.run(CuriousKMeans)
     rule = res.summary["privacy"]["release_rule"]
     assert rule["isolated_clients"] >= 1 and res.summary["privacy"]["disclosures"]["differencing"] >= 1

@@ -58,7 +58,9 @@ def test_fault_plan_is_seeded_and_per_client():
     crash, delay = fault_plan(f, 1, 4, 0, list(range(40)))
     again = fault_plan(f, 1, 4, 0, list(range(40)))
     assert (crash, delay) == again and 7 in crash and not crash & set(delay)
-    sub_crash, sub_delay = fault_plan(f, 1, 4, 0, list(range(0, 40, 2)))  # a client's fate does not depend on the cohort
+    sub_crash, sub_delay = fault_plan(
+        f, 1, 4, 0, list(range(0, 40, 2))
+    )  # a client's fate does not depend on the cohort
     assert sub_crash == {c for c in crash if c % 2 == 0} and sub_delay == {c: d for c, d in delay.items() if c % 2 == 0}
     assert fault_plan(f, 1, 4, 1, list(range(40)))[0] != crash  # a retry draws a new plan, without the listed crash
     assert 7 not in fault_plan(FaultsConfig(crashes=[(4, 7)]), 1, 4, 1, list(range(40)))[0]
@@ -72,7 +74,13 @@ def test_listed_crashes_drop_exactly_those_clients_and_equal_a_run_without_them(
     assert h.loc[1, "clients_failed"] == 2 and h.loc[2, "clients_failed"] == 1 and h.loc[0, "clients_failed"] == 0
     assert sorted(map(tuple, faulty.failures[["round", "client_id"]].to_numpy().tolist())) == [(1, 0), (1, 1), (2, 5)]
     assert "crashed in round 1 (injected fault)" in faulty.failures["error"].iloc[0]
-    assert faulty.summary["failures"] == {"failed": 3, "late": 0, "late_spillover": 0, "in_evaluation": 0, "injected": 3}
+    assert faulty.summary["failures"] == {
+        "failed": 3,
+        "late": 0,
+        "late_spillover": 0,
+        "in_evaluation": 0,
+        "injected": 3,
+    }
 
 
 def test_too_few_answers_retry_then_fail_with_a_clear_message():
@@ -109,13 +117,22 @@ def test_crashed_client_loses_its_state():
     assert host.feature_names == ("x0", "x1")  # the shard's column names are the host's, not the state's
 
 
-@pytest.mark.parametrize("kwargs,match", [
-    (dict(faults={"crash_probability": 1.0}), r"faults.crash_probability: .*less than 1"),
-    (dict(faults={"crash_scope": "actor", "crashes": [[0, 1]]}), r"faults.crash_scope: 'actor' .* runtime.backend='ray'"),
-    (dict(faults={"crash_scope": "actor", "crashes": [[0, 1]]}, runtime={"backend": "ray", "max_restarts": 0}), r"runtime.max_restarts > 0"),
-    (dict(faults={"delay_probability": 0.1, "delay_seconds": 3}), r"set runtime.round_timeout"),
-    (dict(faults={"crashes": [[0, 99]]}), r"faults.crashes: \(0, 99\)"),
-])
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        (dict(faults={"crash_probability": 1.0}), r"faults.crash_probability: .*less than 1"),
+        (
+            dict(faults={"crash_scope": "actor", "crashes": [[0, 1]]}),
+            r"faults.crash_scope: 'actor' .* runtime.backend='ray'",
+        ),
+        (
+            dict(faults={"crash_scope": "actor", "crashes": [[0, 1]]}, runtime={"backend": "ray", "max_restarts": 0}),
+            r"runtime.max_restarts > 0",
+        ),
+        (dict(faults={"delay_probability": 0.1, "delay_seconds": 3}), r"set runtime.round_timeout"),
+        (dict(faults={"crashes": [[0, 99]]}), r"faults.crashes: \(0, 99\)"),
+    ],
+)
 def test_fault_config_errors_name_the_key(kwargs, match):
     kwargs.setdefault("runtime", LOCAL)
     with pytest.raises(ConfigError, match=match):

@@ -15,7 +15,7 @@ import fedray
 from fedray.api.session import Session
 from fedray.core.calls import evaluate, train
 from fedray.core.contract import Task
-from fedray.core.errors import DataError, RoundFailedError
+from fedray.core.errors import DataError, ReleaseRefusedError, RoundFailedError
 from fedray.core.stats import Stats
 from fedray.layers.privacy import PrivacyLayer
 
@@ -85,9 +85,10 @@ def test_the_issue_run_refuses_the_round_that_the_set_up_sums_would_give_away():
     release_rule 'count' it is released, and the summary counts client 1 as isolated."""
     kw = dict(algorithm={"name": "kmeans", "params": {"n_clusters": 3, "max_rounds": 1}}, data=DATA,
               federation={"n_clients": 6, "fraction": 0.84}, runtime=LOCAL, seed=5)
-    with pytest.raises(RoundFailedError, match=r"single out 1 client\(s\) \[1\].*privacy.dp.*privacy.cohorts"):
-        fedray.run(privacy={"secure_aggregation": True}, **kw)
-    res = fedray.run(privacy={"secure_aggregation": True, "release_rule": "count"}, **kw)
+    with pytest.raises(ReleaseRefusedError, match=r"single out 1 client\(s\) \(e.g. \[1\]\).*fixes: "
+                                                  r"privacy.cohorts='blocks'.*privacy.dp"):
+        fedray.run(privacy={"secure_aggregation": True, "cohorts": "random"}, **kw)
+    res = fedray.run(privacy={"secure_aggregation": True, "release_rule": "count", "cohorts": "random"}, **kw)
     assert res.summary["privacy"]["release_rule"]["isolated_clients"] == 1
 
 
@@ -95,10 +96,10 @@ def test_partial_participation_without_dp_refuses_sums_a_few_clients_apart(tmp_p
     """kmeans, 6 clients, fraction 0.84 (5 a round): rounds 1 and 2 sample cohorts two clients apart,
     so the second sum is refused with a one-line error naming the rule and what to change; the failed
     run's summary still counts the release it made and the one the rule refused."""
-    with pytest.raises(RoundFailedError, match=r"differs from the sum already released .* fewer than "
-                                               r"privacy.min_cohort=3.*privacy.dp"):
+    with pytest.raises(ReleaseRefusedError, match=r"a combination of the sums released so far .* fewer than "
+                                                  r"privacy.min_cohort=3; fixes: .*privacy.dp"):
         fedray.run(algorithm=KM, data=DATA, federation={"n_clients": 6, "fraction": 0.84}, runtime=LOCAL, seed=5,
-                   privacy={"secure_aggregation": True}, output=tmp_path / "out")
+                   privacy={"secure_aggregation": True, "cohorts": "random"}, output=tmp_path / "out")
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert summary["status"] == "failed"
     rule = summary["privacy"]["release_rule"]
@@ -354,5 +355,5 @@ def test_on_ray_the_session_remembers_the_sums_a_run_released_in_its_server_acto
         from fedray.algorithms.kmeans import lloyd_stats
 
         C = np.zeros((3, 2))
-        res = layer.execute(train(7), {c: Task(lloyd_stats, None, C) for c in five})
-        assert res.replies == [] and "differs from the sum already released" in res.errors[0]
+        with pytest.raises(ReleaseRefusedError, match="a combination of the sums released so far"):
+            layer.execute(train(7), {c: Task(lloyd_stats, None, C) for c in five})

@@ -12,6 +12,7 @@ import fedray
 from fedray.core.errors import ConfigError
 from fedray.core.stats import Stats
 from fedray.layers.privacy import MOD, SCALE, MaskedStats, decode, dp_epsilon, mask_peers
+from fedray.layers.privacy.guards import with_contributors
 
 LOCAL = {"backend": "local"}
 # An explicit start: under privacy the random box comes from secure moments, not clients' extremes.
@@ -54,11 +55,13 @@ def test_secure_aggregation_gives_the_same_centres_and_the_server_sees_only_mask
     assert rounds
     for rnd in rounds:
         keys = sorted(k for k, v in seen.items() if k[0] == rnd and isinstance(v, MaskedStats))
-        total_true = sum((true[k] for k in keys), start=true[keys[0]].zero()).flat()
+        # (crisp per-cluster sums travel with their contributor indicators: per-cluster support)
+        total_true = sum((with_contributors(true[k]) for k in keys), start=with_contributors(true[keys[0]]).zero()).flat()
         acc = [0] * len(total_true)
         for k in keys:
             ints = seen[k].ints()
-            assert not np.allclose(decode(ints), true[k].flat(), rtol=1e-3)
+            assert len(ints) == len(total_true)
+            assert not np.allclose(decode(ints), with_contributors(true[k]).flat(), rtol=1e-3)
             assert max(ints) > MOD // 4  # masked integers spread over the whole ring
             acc = [a + b for a, b in zip(acc, ints)]
         assert not np.allclose(decode([a % MOD for a in acc]), total_true, rtol=1e-3)

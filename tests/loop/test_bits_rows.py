@@ -16,8 +16,15 @@ import pytest
 
 import fedray
 
-BASE = dict(data={"dataset": "blobs", "scale": "standard", "options": {"n_centers": 3, "points_per_client": 25, "n_features": 3}},
-            federation={"n_clients": 9, "rounds": 3}, seed=7)
+BASE = dict(
+    data={
+        "dataset": "blobs",
+        "scale": "standard",
+        "options": {"n_centers": 3, "points_per_client": 25, "n_features": 3},
+    },
+    federation={"n_clients": 9, "rounds": 3},
+    seed=7,
+)
 
 SCENARIOS: dict[str, dict[str, Any]] = {
     "kmeans fraction 0.3": dict(algorithm={"name": "kmeans", "params": {"n_clusters": 3}},

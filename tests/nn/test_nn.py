@@ -57,7 +57,9 @@ def test_cnn28_is_the_papers_network():
 def test_bad_model_choices_are_clear_errors():
     with pytest.raises(ConfigError, match=r"algorithm.params.model: unknown model 'resnet'.*cnn28"):
         check_model("resnet", (1, 8, 8))
-    with pytest.raises(ConfigError, match=r"'cnn28' is an image model but the data are tabular \(sample shape \(4,\)\)"):
+    with pytest.raises(
+        ConfigError, match=r"'cnn28' is an image model but the data are tabular \(sample shape \(4,\)\)"
+    ):
         build_model("cnn28", (4,), 3, seed=0)
     with pytest.raises(ConfigError, match="'cnn1d' is a model for 1-D signals"):
         check_model("cnn1d", (1, 8, 8))

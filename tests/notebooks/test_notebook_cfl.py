@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "clustered_fl.ipynb"
 
 SMALL = """seed = 0
@@ -22,6 +24,7 @@ def test_committed_notebook_carries_its_plots():
     assert sum("image/png" in o.get("data", {}) for c in nb.cells for o in c.get("outputs", [])) == 3
 
 
+@pytest.mark.slow  # executes a notebook in a kernel of its own
 def test_notebook_executes_and_finds_the_rotation_groups(run_notebook):
     text, images, folder = run_notebook("clustered_fl", SMALL)
     assert "4 clusters, ARI 1.000" in text

@@ -25,6 +25,7 @@ def test_committed_notebook_carries_its_three_figures_and_no_data_path():
     assert "data_dir = None" in "".join(params["source"])     # the data folder comes from $FEDRAY_DATA_DIR
 
 
+@pytest.mark.slow  # executes a notebook in a kernel of its own
 def test_notebook_executes_on_a_few_writers(run_notebook, data_dir):
     if not (data_dir / "femnist" / "train").is_dir():
         pytest.skip("LEAF's FEMNIST shards not found under the data directory")

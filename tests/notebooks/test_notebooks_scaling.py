@@ -47,6 +47,7 @@ def test_committed_notebook_shows_its_plots_and_imports_fedray(name):
     assert "import fedray" in source and "sys.path" not in source
 
 
+@pytest.mark.slow  # executes a notebook in a kernel of its own
 @pytest.mark.parametrize("name", sorted(OVERRIDES))
 def test_notebook_runs_with_small_parameters(name, tmp_path):
     nb = _load(name)
@@ -56,7 +57,9 @@ def test_notebook_runs_with_small_parameters(name, tmp_path):
     cell.metadata["tags"] = ["injected-parameters"]
     nb.cells.insert(i + 1, cell)
     NotebookClient(nb, timeout=240, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
-    images = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if "image/png" in o.get("data", {})]
+    images = [
+        o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if "image/png" in o.get("data", {})
+    ]
     assert executed_output_problems(nb) == [], "a re-executed notebook would commit these outputs"
     assert images, "the executed notebook must draw its plots"
     if name == "scaling_study":

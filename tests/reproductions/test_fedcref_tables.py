@@ -1,19 +1,13 @@
-"""experiments/fedcref_tables.py runs end to end in --quick mode and writes its tables and plots."""
+"""reproductions/fedcref2025's scripts run end to end in small forms and write what they say."""
 from __future__ import annotations
-
-import importlib.util
-from pathlib import Path
 
 import pandas as pd
 
-SCRIPT = Path(__file__).resolve().parents[2] / "experiments" / "fedcref_tables.py"
+from reproductions.fedcref2025 import association_diagnostic, ceiling, tables
 
 
 def _main():
-    spec = importlib.util.spec_from_file_location("_exp_fedcref_tables", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod.main
+    return tables.main
 
 
 def test_fedcref_tables_quick(tmp_path):
@@ -37,9 +31,7 @@ def test_fedcref_tables_quick(tmp_path):
 def test_association_diagnostic_labels_every_cross_client_pair_once(tmp_path):
     """Each ordered pair of clusters of different clients is counted once, as true (same majority class)
     or false; raising tau only adds edges; the grid has one row per (normalisation, P, tau)."""
-    spec = importlib.util.spec_from_file_location("_exp_fedcref_diag", SCRIPT.parent / "fedcref_association_diagnostic.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = association_diagnostic
     grid = mod.main(["--dataset", "sklearn:digits", "--clients", "4", "--classes", "2", "3",
                      "--samples-per-class", "20", "--epochs", "2", "--hidden", "8", "4", "--percentiles", "75",
                      "--taus", "0.2", "0.5", "--ratios", "0", "0.9", "--out", str(tmp_path)])
@@ -48,7 +40,7 @@ def test_association_diagnostic_labels_every_cross_client_pair_once(tmp_path):
     owner, cls = nodes["owner"].to_numpy(), nodes["majority_class"].to_numpy()
     cross = owner[:, None] != owner[None, :]
     same = cls[:, None] == cls[None, :]
-    assert len(grid) == 3 * 1 * 2 * 2                               # normalisations x P x tau x ratio
+    assert len(grid) == 4 * 1 * 2 * 2                               # normalisations x P x tau x ratio
     # the ratio test only adds edges to those of the tau test
     paired = grid.pivot_table(index=["normalisation", "tau"], columns="ratio", values="edges")
     assert (paired[0.9] >= paired[0.0]).all()
@@ -64,14 +56,12 @@ def test_association_diagnostic_reuses_its_build_and_the_sibling_filter_only_rem
     """A second call reads the cached build and gives the same grid; the sibling filter keeps a subset of
     the edges (so never more); one local refinement is a different build (its own cache file), and its
     clusters still number at most the classes each client holds."""
-    spec = importlib.util.spec_from_file_location("_exp_fedcref_diag2", SCRIPT.parent / "fedcref_association_diagnostic.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = association_diagnostic
     argv = ["--dataset", "sklearn:digits", "--clients", "4", "--classes", "2", "3", "--samples-per-class", "20",
             "--epochs", "2", "--hidden", "8", "4", "--normalisations", "relative", "--percentiles", "95",
             "--taus", "0.3", "1.0", "--links", "best", "mutual-best", "--selfs", "0", "0.5", "--out", str(tmp_path)]
     first = mod.main(argv)
-    assert len(list(tmp_path.glob("build_*_lr0.npz"))) == 1
+    assert len(list(tmp_path.glob("build_*.npz"))) == 1
     again = mod.main(argv)
     pd.testing.assert_frame_equal(first, again)
     wide = first.pivot_table(index=["tau", "link"], columns="self", values="edges")
@@ -79,16 +69,14 @@ def test_association_diagnostic_reuses_its_build_and_the_sibling_filter_only_rem
     assert (first[first["link"] == "mutual-best"]["edges"].to_numpy()
             <= first[first["link"] == "best"]["edges"].to_numpy()).all()
     refined = mod.main(argv + ["--local-refinements", "1"])
-    assert len(list(tmp_path.glob("build_*_lr1.npz"))) == 1
+    assert len(list(tmp_path.glob("build_*.npz"))) == 2
     assert refined["clusters"].iloc[0] <= first["clusters"].iloc[0]
 
 
 def test_ceiling_script_scores_every_client_with_each_oracle(tmp_path):
     """One row per client and oracle ACC in [0, 1]; each client holds lo..hi classes of S samples; the
     per-seed table is the clients' mean, and its last column is pooled minus own."""
-    spec = importlib.util.spec_from_file_location("_exp_fedcref_ceiling", SCRIPT.parent / "fedcref_ceiling.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = ceiling
     table = mod.main(["--dataset", "sklearn:digits", "--clients", "3", "--classes", "2", "3",
                       "--samples-per-class", "15", "--epochs", "2", "--hidden", "8", "4", "--seeds", "0", "1",
                       "--out", str(tmp_path)])
@@ -105,9 +93,7 @@ def test_ceiling_script_scores_every_client_with_each_oracle(tmp_path):
 
 def test_fedcref_tables_resume_skips_the_settings_already_run(tmp_path):
     """With --resume, a (table, setting, seed) already in runs.parquet is kept and not run again; the others run."""
-    spec = importlib.util.spec_from_file_location("_exp_fedcref_resume", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = tables
     out = tmp_path / "fc"
     out.mkdir()
     kept = {"table": "dirtiness", "setting": "0.3", "seed": 0, "variant": "fedcref", "acc_end": 0.5}

@@ -1,5 +1,5 @@
-"""The FLACC sweeps, the resumable MNIST table, the Stallmann protocol on UCI data, and the
-baselines' options in the Table I script (quick runs and hand-made inputs)."""
+"""The FLACC sweeps, the resumable MNIST table, and the baselines' options in the Table I script (quick runs
+and hand-made inputs)."""
 from __future__ import annotations
 
 import importlib
@@ -35,7 +35,9 @@ def test_table_script_passes_the_baselines_options():
     flhc = ft.variants("flhc", "rotated", False)
     assert [e["distance_threshold"] for _, e in flhc] == list(ft.FLHC_D)
     assert all("normalize" not in e for _, e in flhc)
-    assert all("weighted" not in e for _, e in ft.variants("ifca", "rotated", False) + ft.variants("cfl", "rotated", False))
+    assert all(
+        "weighted" not in e for _, e in ft.variants("ifca", "rotated", False) + ft.variants("cfl", "rotated", False)
+    )
     # the old behaviour on request
     norm = ft.variants("flhc", "rotated", False, flhc_normalize=True)
     assert [e["distance_threshold"] for _, e in norm] == list(ft.FLHC_D_NORMALIZED)
@@ -126,19 +128,6 @@ def test_mnist_table_runs_the_control_arm_and_keeps_flaccs_clusters(tmp_path):
     d = json.loads((out / "clusters_rotated_0_flacc.json").read_text())
     assert len(d["assignment"]) == len(d["true_groups"]) == len(d["client_accuracy"]) == 12
     assert set(pd.read_csv(out / "rounds.csv")["method"]) == {"flacc", "flacc-control"}
-
-
-def test_stallmann_protocol_on_uci_data(tmp_path, data_dir):
-    su = _module("stallmann_uci")
-    out = tmp_path / "uci"
-    df = su.main(["--quick", "--data-dir", str(data_dir), "--out", str(out)])
-    fed = df[df["curve"] == "federated"]
-    assert fed["k"].min() == 3 and np.isfinite(fed["value"]).all()
-    local = df[df["curve"].str.startswith("local:")]
-    assert local["curve"].nunique() == 7  # statlog: one client per class label
-    ari = df[df["curve"] == "ARI fed vs central"]["value"]
-    assert ari.between(-1, 1).all()
-    assert "K_max = 3 +" in (out / "table.md").read_text()
 
 
 def test_flacc_warmup_runs_fedavg_before_the_first_similarity():

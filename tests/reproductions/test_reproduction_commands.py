@@ -28,8 +28,9 @@ SECTION = "## The papers' other data sets"
 COMMAND = re.compile(r"`((?:python experiments/|fedray run )[^`]+)`")
 
 
-#: scripts that moved into the lab (the notebook's commands keep their old paths), imported as modules
-MOVED = {"flacc_table": "reproductions.mehta2023.table", "flacc_femnist": "reproductions.mehta2023.femnist"}
+#: scripts that moved into the lab (the archived notebook's commands keep their old paths), imported as modules
+MOVED = {"flacc_table": "reproductions.mehta2023.table", "flacc_femnist": "reproductions.mehta2023.femnist",
+         "fedcref_tables": "reproductions.fedcref2025.tables"}
 
 
 def _module(name: str):

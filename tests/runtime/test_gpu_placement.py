@@ -63,12 +63,37 @@ def test_quarter_gpus_pack_four_actors_per_gpu_and_training_falls_back_to_the_cp
             assert sorted(w["bundle"] for w in where) == list(range(8))  # one placement group bundle each
             assert got["weights"] == got["local"], "device auto trains on the CPU: the local runtime's bits"
 
-            cli = subprocess.run([sys.executable, "-m", "fedray.tools.cli", "run", "--set", f"runtime.address={address}",
-                                  "--set", "algorithm.name=fedavg", "--set", "algorithm.params.model=mlp",
-                                  "--set", "algorithm.params.device=cuda", "--set", "data.dataset=sklearn:digits",
-                                  "--set", "federation.n_clients=4", "--set", "federation.rounds=1",
-                                  "--set", "runtime.client_resources.num_gpus=0.25", "--out", str(tmp / "cuda")],
-                                 env=env, cwd=tmp, capture_output=True, text=True, timeout=600)
+            cli = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "fedray.tools.cli",
+                    "run",
+                    "--set",
+                    f"runtime.address={address}",
+                    "--set",
+                    "algorithm.name=fedavg",
+                    "--set",
+                    "algorithm.params.model=mlp",
+                    "--set",
+                    "algorithm.params.device=cuda",
+                    "--set",
+                    "data.dataset=sklearn:digits",
+                    "--set",
+                    "federation.n_clients=4",
+                    "--set",
+                    "federation.rounds=1",
+                    "--set",
+                    "runtime.client_resources.num_gpus=0.25",
+                    "--out",
+                    str(tmp / "cuda"),
+                ],
+                env=env,
+                cwd=tmp,
+                capture_output=True,
+                text=True,
+                timeout=600,
+            )
             errors = [ln for ln in cli.stderr.splitlines() if ln.startswith("fedray: error:")]
             assert cli.returncode == 2 and len(errors) == 1, cli.stderr[-3000:]
             assert "Traceback" not in cli.stderr and "algorithm.params.device: 'cuda'" in errors[0], errors

@@ -76,6 +76,7 @@ def _three_node_run() -> dict:
         cluster.shutdown()
 
 
+@pytest.mark.slow  # a simulated three-node Ray cluster in a process of its own
 def test_clients_spread_over_worker_nodes_and_result_equals_single_node():
     env = dict(os.environ)
     env.pop("RAY_ADDRESS", None)
@@ -131,7 +132,8 @@ for key, name, via in runs:
         out[key] = {"placed": placed, "nodes": nodes, "centers": result.centers.tolist(),
                     "history": result.history.drop(columns=["wall_s"]).select_dtypes("number").to_dict("list"),
                     # per actor, or (Ray Client) in the job's runtime_env given when fedray connected
-                    "shipped": (session.runtime_env or fedray.runtime.shipping._client_job_env or {}).get("py_modules", [])}
+                    "shipped": (session.runtime_env or fedray.runtime.shipping._client_job_env or {}).get(
+                        "py_modules", [])}
 print("RESULT " + json.dumps(out), flush=True)
 """
 

@@ -22,6 +22,7 @@ import pytest
 import fedray
 from fedray.core.errors import ConfigError
 from fedray.runtime.shipping import code_paths, fedray_package_dir, merge_runtime_env
+from tests import plugins
 
 
 def test_staged_fedray_is_the_installed_layout(tmp_path, monkeypatch):
@@ -57,28 +58,7 @@ def test_user_runtime_env_is_merged_not_overwritten():
         merge_runtime_env({"py_modules": "x"}, ["/stage/fedray"])
 
 
-PLUGIN = textwrap.dedent('''
-    import numpy as np
-    import fedray
-
-
-    def moments(payload, shared, client):
-        X = client.data.X
-        return fedray.Stats(s=X.sum(axis=0), n=np.array(float(X.shape[0])))
-
-
-    class ShippedMean(fedray.Algorithm):
-        def configure_round(self, ctx):
-            return None if ctx.round >= 2 else {c: fedray.Task(moments) for c in ctx.sampled}
-
-        def aggregate(self, ctx, replies):
-            t = fedray.total(r.update for r in replies)
-            self.mean = t["s"] / t["n"]
-            return {"n": float(t["n"])}
-
-        def result(self):
-            return {"mean": self.mean}
-''')
+PLUGIN = plugins.MEAN
 
 
 @pytest.fixture
@@ -87,7 +67,7 @@ def plugin_on_path(tmp_path, monkeypatch):
     name = f"fr_shipped_{tmp_path.name.replace('-', '_')}"
     (tmp_path / f"{name}.py").write_text(PLUGIN)
     monkeypatch.syspath_prepend(str(tmp_path))
-    yield f"{name}:ShippedMean"
+    yield f"{name}:Mean"
     sys.modules.pop(name, None)
 
 
@@ -177,7 +157,7 @@ def test_a_plugin_ships_only_its_python_package_never_secrets_or_data(tmp_path, 
     _project_with_secrets(tmp_path, name)
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setenv("FEDRAY_CACHE_DIR", str(tmp_path / "cache"))
-    cfg = fedray.make_config(_cfg(f"{name}.algo:ShippedMean"))
+    cfg = fedray.make_config(_cfg(f"{name}.algo:Mean"))
     with caplog.at_level(logging.INFO, logger="fedray.runtime.shipping"):
         [shipped] = code_paths(cfg, on_cluster=False)
     files = sorted(p.relative_to(shipped).as_posix() for p in shipped.rglob("*") if p.is_file())
@@ -198,7 +178,7 @@ def test_a_plugin_larger_than_the_cap_is_refused_naming_its_largest_files(tmp_pa
         fh.truncate(3 * 10**6)
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setenv("FEDRAY_CACHE_DIR", str(tmp_path / "cache"))
-    cfg = fedray.make_config(_cfg(f"{name}.algo:ShippedMean", ship_max_mb=1))
+    cfg = fedray.make_config(_cfg(f"{name}.algo:Mean", ship_max_mb=1))
     with pytest.raises(ConfigError, match=rf"ship_max_mb=1: plug-in '{name}' would ship 3.0 MB .*largest files: "
                                           rf"{name}/weights.npy \(3.0 MB\)") as err:
         code_paths(cfg, on_cluster=False)
@@ -211,8 +191,8 @@ def test_a_staged_plugin_package_runs_on_ray_workers(ray_session, tmp_path, monk
     _project_with_secrets(tmp_path, name)
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setenv("FEDRAY_CACHE_DIR", str(tmp_path / "cache"))
-    local = fedray.run(_cfg(f"{name}.algo:ShippedMean", backend="local"))
-    shipped = fedray.run(_cfg(f"{name}.algo:ShippedMean", backend="ray"))
+    local = fedray.run(_cfg(f"{name}.algo:Mean", backend="local"))
+    shipped = fedray.run(_cfg(f"{name}.algo:Mean", backend="ray"))
     np.testing.assert_array_equal(shipped.model["mean"], local.model["mean"])
     sys.modules.pop(name, None)
     sys.modules.pop(f"{name}.algo", None)

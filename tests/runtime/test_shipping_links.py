@@ -1,4 +1,4 @@
-"""Shipping a plug-in never follows a link out of its package, judges a link by its own path
+"""Shipping a plug-in ships no link (inside or out of its package), judges a link by its own path
 against .gitignore, and logs each shipped file."""
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ def test_a_link_out_of_the_package_is_never_shipped(tmp_path, caplog):
         files = plugin_files(pkg)
     assert "fr_links/notes.txt" not in files and not any(k.startswith("fr_links/lib") for k in files)
     assert all(pkg.resolve() in p.resolve().parents for p in files.values())
-    assert "outside the package" in caplog.text
+    assert "a link (to" in caplog.text
 
 
 def test_gitignore_applies_to_a_link_by_its_own_path(tmp_path):
@@ -52,3 +52,22 @@ def test_each_shipped_file_is_logged(tmp_path, monkeypatch, caplog):
     for rel in ("fr_links/mod.py", "fr_links/keep.txt", "fr_links/__init__.py"):
         assert f"shipping {rel} (from " in caplog.text
     assert not (staged / "notes.txt").exists()
+
+
+def test_a_link_inside_the_package_to_an_excluded_file_ships_nothing(tmp_path):
+    """Links whose names pass every rule but whose targets are inside the package and excluded (.env,
+    id_rsa, a gitignored file, data/): none ships, nor any other link (the review: 4 of 4 shipped the
+    target's content)."""
+    pkg = _package(tmp_path)
+    (pkg / ".env").write_text("TOKEN=secret\n")
+    (pkg / "id_rsa").write_text("-----BEGIN OPENSSH PRIVATE KEY-----\n")
+    (pkg / "private.csv").write_text("1,2\n")
+    (pkg / ".gitignore").write_text("alias.txt\nprivate.csv\n")
+    (pkg / "data").mkdir()
+    (pkg / "data" / "rows.csv").write_text("3,4\n")
+    for name, target in (("settings.py", ".env"), ("helpers.py", "id_rsa"), ("table.txt", "private.csv"),
+                         ("rows.txt", "data/rows.csv"), ("same.txt", "keep.txt")):
+        (pkg / name).symlink_to(pkg / target)
+    files = plugin_files(pkg)
+    assert not any(p.is_symlink() for p in files.values())
+    assert set(files) == {"fr_links/__init__.py", "fr_links/mod.py", "fr_links/keep.txt"}

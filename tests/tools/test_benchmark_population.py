@@ -21,6 +21,7 @@ def _md_table(text: str) -> tuple[list[str], list[list[str]]]:
     return head, rows
 
 
+@pytest.mark.slow  # the population benchmark end to end in a process of its own
 def test_population_mode_writes_a_row_per_configuration_with_finite_timings(bench, tmp_path):
     """End to end in a fresh process: the table (markdown and CSV) has every column of the mode, in
     order, one row for the one configuration, its cohort from the fraction, and finite seconds."""

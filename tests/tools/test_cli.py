@@ -9,6 +9,7 @@ import pandas as pd
 import yaml
 
 from fedray.tools.cli import main
+from tests import plugins
 
 
 def test_run_yaml_with_overrides_writes_outputs(tmp_path, capsys):
@@ -60,29 +61,6 @@ def test_clustering_never_imports_torch():
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
-CWD_PLUGIN = '''
-import numpy as np
-import fedray
-
-
-def moments(payload, shared, client):
-    return fedray.Stats(s=client.data.X.sum(axis=0), n=np.array(float(client.data.X.shape[0])))
-
-
-class Mean(fedray.Algorithm):
-    def configure_round(self, ctx):
-        return None if ctx.round >= 2 else {c: fedray.Task(moments) for c in ctx.sampled}
-
-    def aggregate(self, ctx, replies):
-        t = fedray.total(r.update for r in replies)
-        self.mean = t["s"] / t["n"]
-        return {"n": float(t["n"])}
-
-    def result(self):
-        return {"mean": self.mean}
-'''
-
-
 def test_the_current_folder_gives_plugins_but_never_shadows_a_library(tmp_path):
     """`fedray run` finds module:Class plug-ins in the current folder, yet a matplotlib.py there never runs."""
     from pathlib import Path
@@ -90,7 +68,7 @@ def test_the_current_folder_gives_plugins_but_never_shadows_a_library(tmp_path):
     script = Path(sys.executable).with_name("fedray")
     assert script.is_file(), "the console script is installed with the package"
     (tmp_path / "matplotlib.py").write_text("open('SHADOWED', 'w').close()\nraise SystemExit('shadowed')\n")
-    (tmp_path / "fr_cwd_plugin.py").write_text(CWD_PLUGIN)
+    plugins.write_module(tmp_path, "fr_cwd_plugin")
     proc = subprocess.run([str(script), "run", "--set", "algorithm.name=fr_cwd_plugin:Mean", "--set",
                            "runtime.backend=local", "--set", "data.dataset=sklearn:iris", "--set",
                            "federation.n_clients=4", "--out", "out", "-q"],

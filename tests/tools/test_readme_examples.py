@@ -111,6 +111,7 @@ def test_the_python_examples_show_progress_from_a_script(tmp_path):
     assert "federated-fcm: round" in text
 
 
+@pytest.mark.slow  # every examples/*.py script in a process of its own
 def test_examples_scripts_in_quick_form(tmp_path):
     pytest.importorskip("ray.tune")
     pytest.importorskip("torch")

@@ -45,7 +45,7 @@ double masking)
 
     The modulus 2^256 leaves room for |x| < 2^150 with 64 fraction bits and any
     realistic cohort (sum below 2^255). A cohort smaller than ``privacy.min_cohort``
-    is refused (:class:`~fedray.core.errors.RoundFailedError`), and so is a call whose
+    is refused (:class:`~fedray.core.errors.ReleaseRefusedError`), and so is a call whose
     survivors are fewer than ``min_cohort`` or hold fewer than t shares of a
     secret the server needs: the masked vectors are then discarded, never
     unmasked. The masks' secrets never derive from the experiment seed, so the
@@ -93,9 +93,25 @@ Release rule (:mod:`~fedray.layers.privacy.release`)
     that encode the same quantity share one system) would be a sum over fewer than
     ``min_cohort`` clients: every atom of clients in exactly the same released cohorts keeps at
     least ``min_cohort`` clients. Otherwise the sum is narrowed (to whole fixed blocks under
-    ``privacy.cohorts: blocks``, or to a released cohort) or refused. A sum over
-    fewer survivors than the call's quorum (:attr:`Call.quorum <fedray.core.calls.Call.quorum>`)
-    is never unmasked; failed clients are asked again with the whole cohort.
+    ``privacy.cohorts: blocks``, or to a released cohort) or refused: the run stops at once with
+    :class:`~fedray.core.errors.ReleaseRefusedError` naming the run, the round, the clients a
+    combination would single out and the fixes. A sum over fewer survivors than the call's quorum
+    (:attr:`Call.quorum <fedray.core.calls.Call.quorum>`) is never unmasked; failed clients are asked
+    again with the whole cohort, and clients left out of a sum still return their shares.
+
+    The log is the federation's (:mod:`~fedray.layers.privacy.journal`): shared by every session
+    over the same clients in the process and appended to a journal on disk before each sum is
+    unmasked, so runs with other seeds, sweeps, Tune trials and resumed runs are weighed together; a
+    resumed run releases a round again only over its first cohort. Fixed blocks derive from
+    ``privacy.blocks_seed``, never from the run's seed, and an un-noised sum is always narrowed to
+    the whole blocks that answered. A noised sum whose noise is too weak to count
+    (:func:`~fedray.layers.privacy.dp.weak_noise`) is ruled as un-noised.
+
+Per-cluster support
+    Under secure aggregation without (effective) DP, each client adds ``_contributors`` (1 per
+    cluster it has a point in) beside its crisp per-cluster sums; a per-cluster component with
+    fewer than ``min_cohort`` contributors is zeroed before the algorithm sees it and counted
+    (``low_support_clusters``).
 
 Precision
     Fixed point keeps 2^-64 absolute per client; a non-zero statistic whose largest magnitude

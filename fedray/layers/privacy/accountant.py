@@ -10,7 +10,8 @@ from typing import Any
 def new_account() -> dict[str, Any]:
     """An empty account (what :class:`~fedray.layers.privacy.layer.PrivacyLayer` counts)."""
     return {"rounds": [], "withheld": 0, "recovered_masks": 0, "reconstructed_keys": 0,
-            "unprotected_messages": 0, "masked_messages": 0, "refused_rounds": 0,
+            "unprotected_messages": 0, "masked_messages": 0, "refused_rounds": 0, "low_support_clusters": 0,
+            "weak_noise": 0,
             "protocol_messages": 0, "protocol_bytes": 0, "disclosures": {}, "releases": [],
             "release_rule": {"release": 0, "dp_covered": 0, "narrowed": 0, "refused": 0, "held": 0}}
 
@@ -112,6 +113,10 @@ def privacy_summary(acc: dict[str, Any]) -> dict[str, Any]:
         "protocol_bytes": int(acc.get("protocol_bytes", 0)),
         "withheld": int(acc.get("withheld", 0)),
         "unprotected_messages": int(acc.get("unprotected_messages", 0)),
+        # per-cluster components of secure sums from fewer than min_cohort contributors: zeroed
+        "low_support_clusters": int(acc.get("low_support_clusters", 0)),
+        # noised sums whose noise was too weak to count (dp.WEAK_NOISE_EPSILON): ruled as un-noised
+        "weak_noise": int(acc.get("weak_noise", 0)),
         "disclosures": {k: int(v) for k, v in sorted(acc.get("disclosures", {}).items())},
         "release_rule": {"mode": cfg.get("release_rule", "strict"), "min_difference": cfg.get("min_cohort"),
                          **{k: int(v) for k, v in acc.get("release_rule", {}).items()}},

@@ -23,7 +23,7 @@ from fedray.layers.privacy.codec import (
     too_small,
 )
 from fedray.layers.privacy.dp import clip_and_noise, noise_rng
-from fedray.layers.privacy.guards import enough_samples, small_cluster_guard
+from fedray.layers.privacy.guards import enough_samples, small_cluster_guard, with_contributors
 from fedray.layers.privacy.keys import (
     CT_BYTES,
     long_key,
@@ -154,6 +154,9 @@ def private_call(env: Envelope, shared: Any, client: Any) -> Any:
         return out.with_flat(x)
     if inst is None:  # no keys for this instance: refuse rather than send the statistics unmasked
         return None
+    if ex.get("support"):  # each cluster's contributors, summed beside the sums (per-cluster support)
+        out = with_contributors(out)
+        x = out.flat()
     if x.size and float(np.max(np.abs(x))) >= LIMIT:
         raise DataError(f"client {client.id}: a statistic of magnitude {float(np.max(np.abs(x))):.3g} is too large "
                         f"for secure aggregation (limit 2^150); scale the data (data.scale)")

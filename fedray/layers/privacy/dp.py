@@ -36,3 +36,29 @@ def noise_rng(client: Any, seeded: bool, stream_round: int, attempt: int) -> np.
     if seeded:
         return client_rng(client.seed, client.id, stream_round, DP_NOISE_STREAM, attempt)
     return np.random.default_rng(_secrets.randbits(128))
+
+
+#: A noised sum counts as noised for the release rule only when its Gaussian mechanism alone is
+#: (WEAK_NOISE_EPSILON, delta)-DP; a weaker one is released only as an un-noised sum would be.
+WEAK_NOISE_EPSILON = 10.0
+
+
+def _phi(x: float) -> float:
+    return 0.5 * math.erfc(-x / math.sqrt(2.0))
+
+
+def gaussian_delta(z: float, epsilon: float) -> float:
+    """The smallest delta for which one Gaussian mechanism of multiplier ``z`` (noise deviation over
+    sensitivity) is (epsilon, delta)-DP (Balle and Wang 2018, Theorem 8)."""
+    if z <= 0:
+        return 1.0
+    a, b = 1.0 / (2.0 * z), epsilon * z
+    return max(0.0, _phi(a - b) - math.exp(epsilon) * _phi(-a - b))
+
+
+def weak_noise(dp: Any, answered: int, n_cohort: int, secure: bool) -> bool:
+    """The noise of one released sum is too weak to matter: its multiplier (``z_r / 2`` under
+    ``replace-one``, ``z_r`` under ``add-remove``) does not make the release
+    (:data:`WEAK_NOISE_EPSILON`, ``dp.delta``)-DP on its own."""
+    z = round_multiplier(dp, answered, n_cohort, secure) / (2.0 if dp.adjacency == "replace-one" else 1.0)
+    return gaussian_delta(z, WEAK_NOISE_EPSILON) > dp.delta

@@ -12,6 +12,8 @@ from typing import Any
 
 import numpy as np
 
+from fedray.core.contract import Reply
+from fedray.core.errors import RoundFailedError
 from fedray.core.stats import COUNTS_OF, Stats
 
 # Per-cluster sums and the point counts next to them (crisp clusters: the small-cluster guard and count):
@@ -51,3 +53,49 @@ def enough_samples(X: np.ndarray, n_statistics: int) -> bool:
     """The minimum-sample guard: N_m > L / F, i.e. the N_m F unknowns exceed the L equations."""
     F = max(1, X.shape[1])
     return X.shape[0] * F > n_statistics
+
+
+#: The statistic a client adds beside its crisp per-cluster sums under secure aggregation without DP:
+#: 1 for each cluster it has a point in. Summed, it is each cluster's number of contributors.
+CONTRIBUTORS = "_contributors"
+
+
+def with_contributors(stats: Stats) -> Stats:
+    """``stats`` with :data:`CONTRIBUTORS` added when it holds crisp per-cluster sums and counts."""
+    for s, c in CLUSTER_PAIRS.items():
+        if s in stats and c in stats and np.ndim(stats[c]) == 1 and CONTRIBUTORS not in stats:
+            return Stats(**dict(stats), **{CONTRIBUTORS: (np.asarray(stats[c]) > 0).astype(np.float64)})
+    return stats
+
+
+def per_cluster_support(total: Stats, min_cohort: int) -> tuple[Stats, int]:
+    """A secure total without :data:`CONTRIBUTORS`, every per-cluster component with fewer than
+    ``min_cohort`` contributors (but some) zeroed; returns it and how many clusters were zeroed."""
+    if CONTRIBUTORS not in total:
+        return total, 0
+    support = np.asarray(total[CONTRIBUTORS])
+    low = (support > 0.5) & (support < min_cohort - 0.5)
+    k = support.shape[0]
+    arrays = {n: np.array(v, dtype=np.float64) for n, v in total.items() if n != CONTRIBUTORS}
+    if low.any():
+        for v in arrays.values():
+            if v.ndim >= 1 and v.shape[0] == k:
+                v[low] = 0.0
+    return Stats(**arrays), int(low.sum())
+
+
+def fill_withheld(res: Any, call: Any) -> None:
+    """Withheld statistics count as zero, so that any aggregation that sums replies works."""
+    withheld = [k for k, r in enumerate(res.replies) if r.update is None]
+    if not withheld:
+        return
+    sent = next((r.update for r in res.replies if isinstance(r.update, Stats)), None)
+    if sent is None:
+        raise RoundFailedError(
+            f"{call.label()}: every client withheld its statistics (privacy.min_samples_guard: a client sends "
+            f"L statistics only if its N_m samples of F features give N_m * F > L); use fewer clusters, "
+            f"fewer and larger clients, or turn the guard off")
+    zero = sent.zero()
+    for k in withheld:
+        r = res.replies[k]
+        res.replies[k] = Reply(r.client_id, zero, r.seconds, r.nbytes)

@@ -1,9 +1,11 @@
 """Key agreement for secure aggregation: X25519 key pairs, HKDF-SHA256, pairwise mask seeds and
-the keys that encrypt Shamir shares (AES-GCM) between two clients."""
+the keys that encrypt Shamir shares (AES-GCM) between two clients, and the public mask graph
+(:func:`mask_peers`)."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from fedray.core.seeding import MASK_RING_STREAM, server_rng
 from fedray.layers.privacy.shamir import SHARE_BYTES
 
 if TYPE_CHECKING:  # cryptography is imported on first use: only runs with secure aggregation need it
@@ -77,3 +79,23 @@ def share_key(client: Any, peer: int, peer_cpk: bytes) -> bytes:
         shared = long_key(client).exchange(X25519PublicKey.from_public_bytes(bytes(peer_cpk)))
         cache[key] = kdf(shared, instance_info(b"share", "", 0, int(client.id), int(peer)))
     return cache[key]
+
+
+def mask_peers(cohort: list[int], neighbors: int | None, seed: int, round_: int, attempt: int) -> dict[int, list[int]]:
+    """Mask peers of each client: everyone else, or ``neighbors`` peers on a ring seeded by
+    (``seed``, ``round_``, ``attempt``); the layer passes a call's
+    :attr:`~fedray.core.calls.Call.stream_round` and attempt.
+
+    The graph is public (the server chooses it, as in SecAgg+); no secret derives from it.
+    """
+    n = len(cohort)
+    if neighbors is None or neighbors >= n - 1:
+        return {c: [p for p in cohort if p != c] for c in cohort}
+    order = [cohort[k] for k in server_rng(seed, round_, MASK_RING_STREAM, attempt).permutation(n)]
+    h = max(1, neighbors // 2)
+    peers: dict[int, set[int]] = {c: set() for c in cohort}
+    for pos, c in enumerate(order):
+        for s in range(1, h + 1):
+            peers[c].add(order[(pos + s) % n])
+            peers[c].add(order[(pos - s) % n])
+    return {c: sorted(p) for c, p in peers.items()}

@@ -10,8 +10,7 @@ import numpy as np
 
 from fedray.core.calls import Call
 from fedray.core.contract import Reply, Task
-from fedray.core.errors import DataError, RoundFailedError
-from fedray.core.seeding import MASK_RING_STREAM, server_rng
+from fedray.core.errors import DataError, ReleaseRefusedError, RoundFailedError
 from fedray.core.sizes import nbytes_of
 from fedray.core.stats import Stats
 from fedray.layers.messages import Envelope
@@ -23,10 +22,18 @@ from fedray.layers.privacy.client import (
     secagg_unmask,
 )
 from fedray.layers.privacy.codec import MOD, MaskedStats, decode, layout_of, prg, template
-from fedray.layers.privacy.dp import noise_std, round_multiplier
-from fedray.layers.privacy.guards import count_small_clusters
-from fedray.layers.privacy.keys import CT_BYTES, pair_seed, pk_bytes, sk_from_int
-from fedray.layers.privacy.release import Release, ReleaseLog, conflict_message, release_of
+from fedray.layers.privacy.dp import noise_std, round_multiplier, weak_noise
+from fedray.layers.privacy.guards import count_small_clusters, fill_withheld, per_cluster_support
+from fedray.layers.privacy.journal import Journal
+from fedray.layers.privacy.keys import CT_BYTES, mask_peers, pair_seed, pk_bytes, sk_from_int
+from fedray.layers.privacy.release import (
+    Release,
+    ReleaseLog,
+    conflict_message,
+    refusal_fixes,
+    release_of,
+    shared_log,
+)
 from fedray.layers.privacy.shamir import shamir_combine, threshold
 from fedray.runtime.executor import ExecResult, Executor, ExecutorWrapper
 
@@ -35,26 +42,6 @@ log = logging.getLogger(__name__)
 
 Keys = dict[int, dict[str, Any]]  # per client of an instance: s_pk, c_pk, ct, peers, t
 OUTSIDE_KINDS = ("setup", "adhoc")  # kinds of the calls a session makes outside runs
-
-
-def mask_peers(cohort: list[int], neighbors: int | None, seed: int, round_: int, attempt: int) -> dict[int, list[int]]:
-    """Mask peers of each client: everyone else, or ``neighbors`` peers on a ring seeded by
-    (``seed``, ``round_``, ``attempt``); the layer passes a call's
-    :attr:`~fedray.core.calls.Call.stream_round` and attempt.
-
-    The graph is public (the server chooses it, as in SecAgg+); no secret derives from it.
-    """
-    n = len(cohort)
-    if neighbors is None or neighbors >= n - 1:
-        return {c: [p for p in cohort if p != c] for c in cohort}
-    order = [cohort[k] for k in server_rng(seed, round_, MASK_RING_STREAM, attempt).permutation(n)]
-    h = max(1, neighbors // 2)
-    peers: dict[int, set[int]] = {c: set() for c in cohort}
-    for pos, c in enumerate(order):
-        for s in range(1, h + 1):
-            peers[c].add(order[(pos + s) % n])
-            peers[c].add(order[(pos - s) % n])
-    return {c: sorted(p) for c, p in peers.items()}
 
 
 def _stack(rows: list[Any], width: int) -> np.ndarray:
@@ -89,8 +76,37 @@ class PrivacyLayer(ExecutorWrapper):
         self._cpk: dict[int, bytes] = {}  # registered long-lived public keys (relayed, public)
         self.transcript: dict[str, Any] = {}  # what the server held in the last instance (audits, tests)
         self._outside: list[dict[str, Any]] = []  # releases of calls outside runs (kept in every run's account)
-        # the sums released so far (the release rule, fedray.layers.privacy.release): kept across runs
+        # the sums released so far (the release rule, fedray.layers.privacy.release): the federation's log
+        # once the session knows its fingerprint (join_federation), kept across runs and sessions
         self.releases = ReleaseLog(privacy.min_cohort)
+        self.fingerprint: str | None = None
+        self.blocks: np.ndarray | None = None  # each client's fixed block (privacy.cohorts: blocks)
+        self.run_key = ""  # the run's name in the release log ("" outside runs)
+        self.run_name = "the session's set-up"  # the run, as refusals name it
+
+    def join_federation(self, fingerprint: str) -> None:
+        """Use the release log of federation ``fingerprint`` in this process (every layer over the same
+        clients shares it), with what this layer released so far (the set-up sums) added to it."""
+        shared = shared_log(fingerprint, self.cfg.min_cohort)
+        if shared is not self.releases:
+            for r in self.releases.released:
+                shared.add(r)
+            self.releases = shared
+        self.fingerprint = fingerprint
+
+    def begin_run(self, key: str, name: str, folder: Any = None) -> int:
+        """A run starts: ``key`` names it in the release log (a resumed run keeps its first key), ``name``
+        in refusals; ``folder`` (None: none) holds the federation's journal on disk, read now and
+        appended at each release. Returns how many releases the journal held."""
+        self.run_key, self.run_name = str(key), str(name)
+        if folder is None or self.fingerprint is None:
+            self.releases.attach(None)
+            return 0
+        return self.releases.attach(Journal(folder, self.fingerprint))
+
+    def end_run(self) -> None:
+        """The run is over: later calls are the session's own."""
+        self.run_key, self.run_name = "", "the session (outside runs)"
 
     @property
     def whole_cohort_retries(self) -> bool:  # type: ignore[override]
@@ -135,27 +151,11 @@ class PrivacyLayer(ExecutorWrapper):
         protocol is counted in this layer's account. Used by the session for its set-up moments
         and plots.
 
-        Parameters
-        ----------
-        call : Call
-            The call (usually ``SETUP`` or ``ADHOC``); it keys the public mask graph.
-        tasks : dict of int to Task
-            Per client, a task whose function returns a :class:`~fedray.core.stats.Stats`.
-        timeout : float, optional
-            Seconds each step may take (None: no limit).
-
-        Returns
-        -------
-        Stats
-            The exact total (2^-64 per client) of every client's statistics.
-
-        Raises
-        ------
-        DataError
-            A client's function raised one (the first client's message).
-        RoundFailedError
-            The call is refused (cohort or survivors too small) or a client did not answer.
-        """
+        ``call`` (usually ``SETUP`` or ``ADHOC``) keys the public mask graph; each of ``tasks`` returns a
+        :class:`~fedray.core.stats.Stats`; ``timeout``: seconds each step may take (None: no limit).
+        Returns the exact total (2^-64 per client). Raises :class:`DataError` (a client's function raised
+        one: the first client's message) or :class:`RoundFailedError` (the call is refused, or a client did
+        not answer)."""
         cfg = self.cfg.model_copy(update={"dp": None, "min_samples_guard": False, "min_cluster_count": 0,
                                           "secure_aggregation": True})
         res = self._execute(cfg, call, tasks, timeout)
@@ -179,6 +179,8 @@ class PrivacyLayer(ExecutorWrapper):
                                  "min_cluster_count": cfg.min_cluster_count}
         if dp_std is not None:
             extra.update(dp_std=dp_std, clip=dp.clip, seeded_noise=bool(dp.seeded_noise))
+        weak = dp is not None and sa and weak_noise(dp, len(cohort), len(cohort), True)
+        extra["support"] = sa and (dp_std is None or weak)  # each cluster's contributors, summed with the sums
         dropped_early: dict[int, str] = {}
         peers: dict[int, list[int]] = {}
         keys: Keys = {}
@@ -195,9 +197,12 @@ class PrivacyLayer(ExecutorWrapper):
         res.failed.sort()
         n_stats = self._count_replies(cfg, res, call, dp_std is not None)
         if sa:
-            self._unmask(cfg, res, keys, call, timeout, noised=dp_std is not None)
+            weak = dp is not None and weak_noise(dp, max(1, n_stats), len(cohort), True)
+            if weak and n_stats:
+                self.account["weak_noise"] += 1
+            self._unmask(cfg, res, keys, call, timeout, noised=dp_std is not None and not weak)
         if cfg.min_samples_guard and training:
-            self._fill_withheld(res, call)
+            fill_withheld(res, call)
         if dp is not None and n_stats:
             answered = n_stats if sa else len(cohort)
             self.account["rounds"].append({"round": call.round, "attempt": call.attempt,
@@ -208,10 +213,10 @@ class PrivacyLayer(ExecutorWrapper):
         """Refuse a cohort below ``privacy.min_cohort`` before anything is sent."""
         if len(cohort) < cfg.min_cohort:
             self.account["refused_rounds"] += 1
-            raise RoundFailedError(
-                f"{call.label()}: secure aggregation refused: a cohort of {len(cohort)} client(s) is below "
-                f"privacy.min_cohort={cfg.min_cohort} (its sum would reveal too much); sample more clients "
-                f"(federation.fraction) or lower privacy.min_cohort")
+            raise ReleaseRefusedError(
+                f"{self.run_name}: {call.label()}: secure aggregation refused: a cohort of {len(cohort)} client(s) "
+                f"is below privacy.min_cohort={cfg.min_cohort}, so its sum would single out {len(cohort)} "
+                f"client(s); fixes: sample more clients (federation.fraction) or lower privacy.min_cohort")
 
     def _wrap(self, t: Task, extra_base: dict[str, Any], peers: dict[int, list[int]], keys: Keys, cid: int) -> Task:
         """Client ``cid``'s task wrapped in :func:`private_call`, with its peers' public keys and its inbox."""
@@ -310,30 +315,23 @@ class PrivacyLayer(ExecutorWrapper):
                                    f"clients sent {sorted(layouts)}")
         layout = layouts.pop()
         arrived = sorted(r.client_id for _, r in masked)
-        release = release_of(call, arrived, layout, noised)
-        verdict = "release"
         if len(arrived) < call.quorum:  # the caller would throw the sum away: never unmask it
             return self._refuse(res, masked, call, f"only {len(arrived)} of the {call.quorum} answers the call "
                                 f"needs arrived; the sum is not released", "held")
-        if len(arrived) >= cfg.min_cohort:
-            verdict, cohort, exposure = self.releases.decide(release.clients, release.statistics, noised)
-            if verdict in ("narrowed", "refused") and cfg.release_rule == "count":
-                verdict, cohort = "release", release.clients
-                before = self.releases.exposure(None, release.statistics).clients_in_small_groups
-                self._disclose("differencing", max(1, exposure.clients_in_small_groups - before))
-            if verdict == "refused":
-                why = conflict_message(release.clients, exposure, self.releases.released, cfg.min_cohort)
-                return self._refuse(res, masked, call, why, "refused")
-            if verdict == "narrowed":
-                self._leave_out(res, [c for c in arrived if c not in cohort], call)
-                masked = [(k, r) for k, r in enumerate(res.replies) if isinstance(r.update, MaskedStats)]
-                release = release_of(call, sorted(cohort), layout, noised)
+        release = release_of(call, arrived, layout, noised, self.run_key)
+        with self.releases.held():  # decided and recorded under the journal's lock (write-ahead)
+            verdict = "release"
+            if len(arrived) >= cfg.min_cohort:
+                verdict, release, masked = self._decide(cfg, res, masked, call, release, layout, noised)
+            if len(release.clients) < call.quorum:  # the caller would throw the sum away: never unmask it
+                return self._refuse(res, masked, call, f"only {len(release.clients)} of the {call.quorum} answers "
+                                    f"the call needs arrived; the sum is not released", "held")
+            if len(release.clients) >= cfg.min_cohort:
+                self.releases.add(release)
         survivors = sorted(release.clients)
-        if len(survivors) < call.quorum:  # the caller would throw the sum away: never unmask it
-            return self._refuse(res, masked, call, f"only {len(survivors)} of the {call.quorum} answers the call "
-                                f"needs arrived; the sum is not released", "held")
         dropped = sorted(c for c in keys if c not in release.clients)
-        revealed, why = self._reveal(cfg, keys, survivors, dropped, call, timeout)
+        # share holders: every client whose masked vector arrived, also those the rule left out of the sum
+        revealed, why = self._reveal(cfg, keys, survivors, dropped, call, timeout, holders=arrived)
         if why is not None:  # discard the masked vectors: they are never unmasked
             self._refuse(res, masked, call, why)
             return
@@ -344,12 +342,40 @@ class PrivacyLayer(ExecutorWrapper):
         self.account["masked_messages"] += len(masked)
         self._record(release)
         self.account["release_rule"][verdict] += 1
-        tmpl = template(layout)
-        summed = tmpl.with_flat(decode([t % MOD for t in total]))
+        summed, low = per_cluster_support(template(layout).with_flat(decode([t % MOD for t in total])), cfg.min_cohort)
+        tmpl = summed.zero()
+        if low:
+            self.account["low_support_clusters"] += low
+            log.info("%s: %d per-cluster sum(s) from fewer than privacy.min_cohort=%d clients zeroed", call.label(),
+                     low, cfg.min_cohort)
         if not cfg.min_cluster_count:
             self._disclose("small_cluster_totals", count_small_clusters(summed))
         for n, (k, r) in enumerate(masked):
             res.replies[k] = Reply(r.client_id, summed if n == 0 else tmpl, r.seconds, r.nbytes)
+
+    def _decide(self, cfg: Any, res: ExecResult, masked: list[tuple[int, Reply]], call: Call, release: Release,
+                layout: str, noised: bool) -> tuple[str, Release, list[tuple[int, Reply]]]:
+        """The release rule on the sum over ``release.clients``: the verdict, the release to make and the
+        masked replies in it; raises :class:`ReleaseRefusedError` when it refuses."""
+        key = (self.run_key, call.kind.value, call.stream_round, call.attempt) if self.run_key else None
+        verdict, cohort, exposure = self.releases.decide(release.clients, release.statistics, noised,
+                                                         blocks=self.blocks, min_cohort=cfg.min_cohort, key=key)
+        if verdict in ("narrowed", "refused") and cfg.release_rule == "count":
+            verdict, cohort = "release", release.clients
+            before = self.releases.exposure(None, release.statistics, cfg.min_cohort).clients_in_small_groups
+            self._disclose("differencing", max(1, exposure.clients_in_small_groups - before))
+        if verdict == "refused":
+            self.account["release_rule"]["refused"] += 1
+            why = conflict_message(release.clients, exposure, self.releases.released, cfg.min_cohort)
+            log.warning("%s: secure aggregation refused: %s", call.label(), why)
+            res.replies = [r for r in res.replies if not isinstance(r.update, MaskedStats)]  # never unmasked
+            raise ReleaseRefusedError(f"{self.run_name}: {call.label()}: secure aggregation refused the sum of "
+                                      f"{len(release.clients)} clients: {why}; {refusal_fixes(self.blocks is not None)}")
+        if verdict == "narrowed" and cohort is not None and cohort != release.clients:
+            self._leave_out(res, [c for c in release.clients if c not in cohort], call)
+            masked = [(k, r) for k, r in enumerate(res.replies) if isinstance(r.update, MaskedStats)]
+            release = release_of(call, sorted(cohort), layout, noised, self.run_key)
+        return verdict, release, masked
 
     def outside_releases(self) -> list[dict[str, Any]]:
         """The releases of calls outside runs so far (set-up, K selection, validation, plots)."""
@@ -363,7 +389,7 @@ class PrivacyLayer(ExecutorWrapper):
                 self.releases.add(Release.of_row(r))
 
     def _record(self, release: Release) -> None:
-        self.releases.add(release)
+        self.releases.add(release)  # (added before unmasking already: counted once)
         self.account["releases"].append({**release.row(), "summed": True})
 
     def _leave_out(self, res: ExecResult, out: list[int], call: Call) -> None:
@@ -379,16 +405,19 @@ class PrivacyLayer(ExecutorWrapper):
         res.failed.sort()
 
     def _reveal(self, cfg: Any, keys: Keys, survivors: list[int], dropped: list[int], call: Call,
-                timeout: float | None) -> tuple[dict[str, dict[int, dict[int, int]]], str | None]:
-        """Ask the survivors for their shares: ``{"b": {v: {x: share}}, "s": ...}`` and why the round is refused
-        (None when every needed secret has at least t shares)."""
+                timeout: float | None, holders: list[int] | None = None
+                ) -> tuple[dict[str, dict[int, dict[int, int]]], str | None]:
+        """Ask the share ``holders`` (default: the survivors; clients left out of the sum hold shares too, and
+        never reveal their own self-mask) for their shares: ``{"b": {v: {x: share}}, "s": ...}`` and why the
+        round is refused (None when every needed secret has at least t shares)."""
         revealed: dict[str, dict[int, dict[int, int]]] = {"b": {}, "s": {}}
         if len(survivors) < cfg.min_cohort:
             return revealed, (f"only {len(survivors)} masked vector(s) arrived, below privacy.min_cohort="
                               f"{cfg.min_cohort}; their total would reveal too much")
         payload = {"run": self._run, "instance": self._instance, "survivors": survivors,
                    "dropped": dropped, "min_survivors": cfg.min_cohort}
-        out = self._protocol(call, {c: Task(secagg_unmask, payload, None) for c in survivors}, timeout)
+        asked = sorted(set(survivors) | set(holders or ()))
+        out = self._protocol(call, {c: Task(secagg_unmask, payload, None) for c in asked}, timeout)
         for r in out.replies:
             u = r.update
             x = r.client_id + 1
@@ -443,23 +472,6 @@ class PrivacyLayer(ExecutorWrapper):
                 total = [(a - b) if u < v else (a + b) for a, b in zip(total, m)]
                 self.account["recovered_masks"] += 1
         return total
-
-    @staticmethod
-    def _fill_withheld(res: ExecResult, call: Call) -> None:
-        """Withheld statistics count as zero, so that any aggregation that sums replies works."""
-        withheld = [k for k, r in enumerate(res.replies) if r.update is None]
-        if not withheld:
-            return
-        sent = next((r.update for r in res.replies if isinstance(r.update, Stats)), None)
-        if sent is None:
-            raise RoundFailedError(
-                f"{call.label()}: every client withheld its statistics (privacy.min_samples_guard: a client sends "
-                f"L statistics only if its N_m samples of F features give N_m * F > L); use fewer clusters, "
-                f"fewer and larger clients, or turn the guard off")
-        zero = sent.zero()
-        for k in withheld:
-            r = res.replies[k]
-            res.replies[k] = Reply(r.client_id, zero, r.seconds, r.nbytes)
 
     def report(self) -> dict[str, Any]:
         acc = {**self.account, "rounds": list(self.account["rounds"]), "releases": list(self.account["releases"]),

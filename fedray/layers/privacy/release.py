@@ -28,12 +28,15 @@ the atoms under ``min_cohort`` (``small_groups``).
 """
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from fedray.core.calls import Call
+from fedray.layers.privacy.journal import Journal
 from fedray.layers.privacy.span import Exposure, System
 
 
@@ -52,7 +55,9 @@ class Release:
     statistics : frozenset of str
         ``name:shape`` of each statistic in the sum (its public layout).
     noised : bool
-        DP noise was added to it.
+        DP noise strong enough to count was added to it (see :func:`~fedray.layers.privacy.dp.weak_noise`).
+    run : str
+        The run that released it ("" outside runs): a resumed run keeps its first run's name.
     """
 
     kind: str
@@ -61,16 +66,18 @@ class Release:
     clients: frozenset[int]
     statistics: frozenset[str]
     noised: bool
+    run: str = ""
 
     def row(self) -> dict[str, Any]:
-        """A plain-data row (for the account, checkpoints and ``summary.json``)."""
+        """A plain-data row (for the account, checkpoints, ``summary.json`` and the journal)."""
         return {"kind": self.kind, "round": self.round, "attempt": self.attempt, "clients": sorted(self.clients),
-                "statistics": sorted(self.statistics), "noised": self.noised}
+                "statistics": sorted(self.statistics), "noised": self.noised, "run": self.run}
 
     @staticmethod
     def of_row(row: dict[str, Any]) -> Release:
-        return Release(row["kind"], int(row["round"]), int(row["attempt"]), frozenset(row["clients"]),
-                       frozenset(row["statistics"]), bool(row["noised"]))
+        return Release(str(row["kind"]), int(row["round"]), int(row["attempt"]),
+                       frozenset(int(c) for c in row["clients"]), frozenset(row["statistics"]), bool(row["noised"]),
+                       str(row.get("run") or ""))
 
 
 def statistics_of(layout: str) -> frozenset[str]:
@@ -78,9 +85,9 @@ def statistics_of(layout: str) -> frozenset[str]:
     return frozenset(p for p in layout.split(";") if p)
 
 
-def release_of(call: Call, clients: Any, layout: str, noised: bool) -> Release:
+def release_of(call: Call, clients: Any, layout: str, noised: bool, run: str = "") -> Release:
     return Release(call.kind.value, call.stream_round, call.attempt, frozenset(int(c) for c in clients),
-                   statistics_of(layout), bool(noised))
+                   statistics_of(layout), bool(noised), run)
 
 
 #: Statistics names that encode one quantity of a client's rows (its sample count and moments):
@@ -104,12 +111,16 @@ def quantities_of(statistics: frozenset[str]) -> frozenset[str]:
 
 
 class ReleaseLog:
-    """The sums released so far (kept for the layer's lifetime: what the server has learned stays
-    learned, across the runs of a session), as one linear :class:`~fedray.layers.privacy.span.System`
-    per quantity.
+    """The sums released so far, as one linear :class:`~fedray.layers.privacy.span.System` per quantity.
 
-    ``blocks`` (set by the session when ``privacy.cohorts`` is ``blocks``): each client's fixed
-    block; a cohort that does not pass is narrowed to the whole blocks it holds.
+    One log serves a federation for the life of the process (:func:`shared_log`:
+    every session, run, sweep and K selection over the same clients), and a run that has a release-log folder
+    keeps it on disk too (:attr:`journal`, see :mod:`fedray.layers.privacy.journal`): what a server has
+    learned stays learned.
+
+    ``blocks``: each client's fixed block (``privacy.cohorts: blocks``), the default of :meth:`decide`'s.
+    ``first``: the first cohort released for each (run, kind, round, attempt) of a run with a name, so that
+    a resumed run releases a round again only over the cohort it had the first time.
     """
 
     def __init__(self, min_difference: int) -> None:
@@ -118,61 +129,135 @@ class ReleaseLog:
         self._seen: set[Release] = set()
         self.systems: dict[str, System] = {}
         self.blocks: np.ndarray | None = None
+        self.first: dict[tuple[str, str, int, int], frozenset[int]] = {}
+        self.journal: Journal | None = None
+        self._fd: int | None = None  # the journal, open and locked, inside held()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_fd": None}
 
     def _system(self, quantity: str) -> System:
         if quantity not in self.systems:
             self.systems[quantity] = System(self.min_difference)
         return self.systems[quantity]
 
-    def exposure(self, clients: frozenset[int] | None, statistics: frozenset[str]) -> Exposure:
+    # --- the journal on disk ------------------------------------------------------------
+    def attach(self, journal: Journal | None) -> int:
+        """Keep this log in ``journal`` from now on (None: in this process only): read what it holds, and
+        write into it the releases this process knew that it lacks. Returns how many were read."""
+        self.journal = journal
+        if journal is None:
+            return 0
+        journal.offset = 0
+        with journal.locked() as fd:
+            rows = journal.read_new(fd)
+            on_disk = {Release.of_row(r) for r in rows}
+            for r in on_disk:
+                self._add(r)
+            journal.append(fd, [r.row() for r in self.released if r not in on_disk])
+        return len(on_disk)
+
+    @contextmanager
+    def held(self) -> Iterator[None]:
+        """The journal (if any) locked, and what other processes appended to it read in, until the block
+        ends: a decision and the record of its release are one step for every process sharing it."""
+        if self.journal is None or self._fd is not None:
+            yield
+            return
+        with self.journal.locked() as fd:
+            self._fd = fd
+            try:
+                for row in self.journal.read_new(fd):
+                    self._add(Release.of_row(row))
+                yield
+            finally:
+                self._fd = None
+
+    # --- the rule -------------------------------------------------------------------------
+    def exposure(self, clients: frozenset[int] | None, statistics: frozenset[str], min_cohort: int | None = None
+                 ) -> Exposure:
         """The worst exposure over the quantities of ``statistics`` once a sum over ``clients`` is
-        released (None: as things stand)."""
+        released (None: as things stand), against groups of ``min_cohort`` (default: the log's)."""
         ids = None if clients is None else System.ids(clients)
         worst = Exposure(0, 0, ())
         for q in sorted(quantities_of(statistics)):
-            e = self._system(q).exposure(ids)
+            e = self._system(q).exposure(ids, min_cohort)
             if (e.small_groups, e.clients_in_small_groups) > (worst.small_groups, worst.clients_in_small_groups):
                 worst = e
         return worst
 
-    def _candidates(self, clients: frozenset[int]) -> list[frozenset[int]]:
-        """Cohorts inside ``clients`` a sum may be narrowed to, largest first: the whole fixed blocks it
-        holds, and the cohorts released before."""
-        out: set[frozenset[int]] = {r.clients for r in self.released if not r.noised and r.clients <= clients}
-        if self.blocks is not None:
-            ids = System.ids(clients)
-            ids = ids[ids < self.blocks.size]
-            b = self.blocks[ids]
-            whole = np.bincount(b, minlength=int(self.blocks.max()) + 1) == np.bincount(self.blocks)
-            out.add(frozenset(ids[whole[b]].tolist()))
-        return sorted((c for c in out if len(c) >= self.min_difference and c != clients), key=len, reverse=True)
+    def _candidates(self, clients: frozenset[int], k: int) -> list[frozenset[int]]:
+        """Cohorts inside ``clients`` a sum may be narrowed to, largest first: the cohorts released before."""
+        out = {r.clients for r in self.released if not r.noised and r.clients <= clients}
+        return sorted((c for c in out if len(c) >= k and c != clients), key=len, reverse=True)
 
-    def decide(self, clients: frozenset[int], statistics: frozenset[str], noised: bool
-               ) -> tuple[str, frozenset[int] | None, Exposure]:
+    @staticmethod
+    def whole_blocks(clients: frozenset[int], blocks: np.ndarray) -> frozenset[int]:
+        """The clients of ``clients`` whose whole block is in ``clients``."""
+        ids = System.ids(clients)
+        inside = ids[ids < blocks.size]
+        b = blocks[inside]
+        whole = np.bincount(b, minlength=int(blocks.max()) + 1) == np.bincount(blocks)
+        return frozenset(inside[whole[b]].tolist()) | frozenset(ids[ids >= blocks.size].tolist())
+
+    def decide(self, clients: frozenset[int], statistics: frozenset[str], noised: bool, *,
+               blocks: np.ndarray | None = None, min_cohort: int | None = None,
+               key: tuple[str, str, int, int] | None = None) -> tuple[str, frozenset[int] | None, Exposure]:
         """``("release" | "dp_covered" | "narrowed" | "refused", cohort to unmask, the exposure)``.
 
-        An un-noised sum is released when, with it, every atom of each of its quantities' systems
-        holds at least ``min_difference`` clients (so no combination of the released sums is
-        supported on fewer); a noised one enters no system (``dp_covered`` when it would not pass).
+        * a call released before (``key``: run, kind, round, attempt) is released again only over its
+          first cohort, when every client of it answered;
+        * under fixed ``blocks`` an un-noised sum is always narrowed to the whole blocks that answered;
+        * an un-noised sum is released when, with it, every atom of each of its quantities' systems holds
+          at least ``min_cohort`` clients (so no combination of the released sums is supported on fewer);
+          a noised one enters no system (``dp_covered`` when it would not pass);
+        * otherwise it is narrowed to the largest cohort released before that it holds and that passes,
+          or refused.
         """
-        exposure = self.exposure(clients, statistics)
+        k = self.min_difference if min_cohort is None else int(min_cohort)
+        blocks = self.blocks if blocks is None else blocks
+        exposure = self.exposure(clients, statistics, k)
+        first = self.first.get(key) if key is not None and not noised else None
+        if first is not None and first <= clients:
+            return ("release" if first == clients else "narrowed"), first, exposure
+        if blocks is not None and not noised:
+            whole = self.whole_blocks(clients, blocks)
+            if whole != clients:
+                if len(whole) < k:  # a sum over the whole blocks that answered would be a sum over too few
+                    return "refused", None, Exposure(1, len(whole), tuple(sorted(whole)))
+                narrowed = self.exposure(whole, statistics, k)
+                return ("narrowed", whole, exposure) if narrowed.safe else ("refused", None, narrowed)
         if exposure.safe:
             return "release", clients, exposure
         if noised:
             return "dp_covered", clients, exposure
-        for cohort in self._candidates(clients):
-            if self.exposure(cohort, statistics).safe:
+        for cohort in self._candidates(clients, k):
+            if self.exposure(cohort, statistics, k).safe:
                 return "narrowed", cohort, exposure
         return "refused", None, exposure
 
+    def _add(self, release: Release) -> bool:
+        if release in self._seen:  # the same release reported twice (a run's copy of the layer) counts once
+            return False
+        self._seen.add(release)
+        self.released.append(release)
+        if release.run:
+            self.first.setdefault((release.run, release.kind, release.round, release.attempt), release.clients)
+        if not release.noised:
+            ids = System.ids(release.clients)
+            for q in quantities_of(release.statistics):
+                self._system(q).add(ids)
+        return True
+
     def add(self, release: Release) -> None:
-        if release not in self._seen:  # the same release reported twice (a run's copy of the layer) counts once
-            self._seen.add(release)
-            self.released.append(release)
-            if not release.noised:
-                ids = System.ids(release.clients)
-                for q in quantities_of(release.statistics):
-                    self._system(q).add(ids)
+        """Record ``release`` and append it to the journal, if any (once: a release the journal holds
+        already, e.g. appended by a server actor's copy of this log, is not written again)."""
+        if self.journal is None or self._fd is not None:
+            if self._add(release) and self.journal is not None and self._fd is not None:
+                self.journal.append(self._fd, [release.row()])
+            return
+        with self.held():
+            self.add(release)
 
     def isolation(self) -> dict[str, int]:
         """How many clients the released sums isolate (their own value is a combination of the sums,
@@ -185,14 +270,38 @@ class ReleaseLog:
         return {"isolated_clients": len(isolated), "small_groups": small}
 
 
+#: Release logs of this process, by federation fingerprint (see :func:`shared_log`).
+_LOGS: dict[str, ReleaseLog] = {}
+
+
+def shared_log(fingerprint: str, min_cohort: int) -> ReleaseLog:
+    """The release log of federation ``fingerprint`` in this process (made on first use)."""
+    if fingerprint not in _LOGS:
+        _LOGS[fingerprint] = ReleaseLog(min_cohort)
+    return _LOGS[fingerprint]
+
+
+def forget_releases() -> None:
+    """Drop every release log of this process (the on-disk journals stay). For tests that need a
+    server that has seen nothing; a real deployment never calls it."""
+    _LOGS.clear()
+
+
 def conflict_message(clients: frozenset[int], exposure: Exposure, released: list[Release], min_difference: int
                      ) -> str:
-    """Why a release was refused (one line)."""
+    """Why a release was refused (one clause: what the sum would single out)."""
     last = next((r for r in reversed(released) if not r.noised), None)
-    where = "" if last is None else f" in {last.kind} round {last.round} (attempt {last.attempt})"
+    where = "" if last is None else f" (the last in {last.kind} round {last.round}, attempt {last.attempt})"
     group = list(exposure.smallest)
-    return (f"its cohort of {len(clients)} differs from the sum already released{where} and the others so that a "
-            f"combination of them would single out {len(group)} client(s) {group[:10]}, fewer than "
-            f"privacy.min_cohort={min_difference}; use privacy.dp (noised sums), privacy.cohorts='blocks' (cohorts "
-            f"made of fixed blocks of min_cohort clients), federation.fraction=1, or privacy.release_rule='count' "
-            f"(release and count the clients exposed)")
+    return (f"with it, a combination of the sums released so far{where} would single out "
+            f"{exposure.clients_in_small_groups} client(s) (e.g. {group[:10]}) in groups of fewer than "
+            f"privacy.min_cohort={min_difference}")
+
+
+def refusal_fixes(blocks: bool) -> str:
+    """The settings that let such a run go on (one clause); ``blocks``: cohorts are whole blocks already."""
+    fixes = [] if blocks else [
+        "privacy.cohorts='blocks' (rounds sample whole fixed blocks of clients)"]
+    fixes += ["privacy.dp (noised sums)", "federation.fraction=1",
+              "privacy.release_rule='count' (release, and count the clients exposed)"]
+    return "fixes: " + ", ".join(fixes[:-1]) + " or " + fixes[-1]

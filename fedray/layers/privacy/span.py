@@ -73,12 +73,13 @@ class System:
         lab[ids] += self._next  # (label, in the cohort) -> a label of its own
         return lab
 
-    def exposure(self, ids: np.ndarray | None = None) -> Exposure:
-        """The atoms' exposure now, or once the cohort ``ids`` is released too."""
+    def exposure(self, ids: np.ndarray | None = None, min_cohort: int | None = None) -> Exposure:
+        """The atoms' exposure now, or once the cohort ``ids`` is released too (atoms under ``min_cohort``,
+        default the system's, are small)."""
         lab = self._label if ids is None or self.has(ids) else self._with(ids)
         sizes = np.bincount(lab, minlength=1)
         sizes[0] = 0  # clients in no released cohort: every combination is zero on them
-        small = np.flatnonzero((sizes > 0) & (sizes < self.min_cohort))
+        small = np.flatnonzero((sizes > 0) & (sizes < (self.min_cohort if min_cohort is None else min_cohort)))
         if small.size == 0:
             return Exposure(0, 0, ())
         first = small[np.argmin(sizes[small])]

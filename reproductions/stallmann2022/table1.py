@@ -6,11 +6,14 @@ Table 2) and each client alone (the paper's local range K = 2..5), on
 ``scenario:stallmann-motivational``; plus the knowledge gap (eq. 19) of the K = 5
 centres to the five generating centres.
 
-Writes to ``--out``: ``table1.parquet`` (long format, every seed), ``table1.md``
-(seed 0 beside the paper's numbers, choices over all seeds), ``plots/*.png``.
+Every (algorithm, seed) records one row per column (central, federated, client 1–3) in
+``results/table1.csv`` when it ends: the chosen K, the index at every K and, for the federated and central
+columns, the knowledge gap at K = 5 (resumable: a recorded (algorithm, seed) is skipped). ``--out`` gets
+``table1.parquet`` (long format), ``table1.md`` (seed 0 beside the paper's numbers) and ``plots/*.png``.
 
-    python experiments/stallmann_table1.py --out results/stallmann_table1
-    python experiments/stallmann_table1.py --quick
+    python -m reproductions run stallmann2022/table1-chosen-k --seeds 0 1 2 3 4 5 6 7 8 9
+    python -m reproductions.stallmann2022.table1 --out fedray-output/stallmann2022-table1
+    python -m reproductions.stallmann2022.table1 --quick
 """
 from __future__ import annotations
 
@@ -18,18 +21,20 @@ import argparse
 import logging
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from fedray.analysis.kselect import choose_k, local_index_curve, select_k
-from fedray.analysis.validation import federated_variance, knowledge_gap
-from fedray.api.session import Session
-from fedray.core import calls
-from fedray.core.contract import Task
-from fedray.data.scenarios import MOTIVATIONAL_CENTERS
+import fedray
+from fedray import Session, Task, choose_k, federated_variance, knowledge_gap, local_index_curve, select_k
+from reproductions.common import record_run, recorded
 
 log = logging.getLogger("stallmann_table1")
+
+PAPER_ID, RECORDS = "stallmann2022", "table1"
+SIZES = "3120 points, 3 natural clients; K = 2..8 (each client alone 2..5); ≤ 100 rounds; baselines best of 10 starts"
+SCENARIO = "scenario:stallmann-motivational"
 
 # Tables 1 and 2 of the paper: K -> (central, federated, client 1, client 2, client 3)
 PAPER = {
@@ -50,28 +55,36 @@ def _fmt(v: float) -> str:
 def _wide_local(session: Session, k_max: int) -> dict[str, dict[int, float]]:
     """Each client alone over K = 2..k_max (the paper stops at 5)."""
     payload = {"ks": list(range(2, k_max + 1)), "fuzzy": True, "m": 2.0, "q": 1.0, "p": 2.0, "tol": 1e-3}
-    res = session.call(calls.adhoc("local curves"), {c: Task(local_index_curve, payload, None) for c in range(session.info.n_clients)})
+    tasks = {c: Task(local_index_curve, payload, None) for c in range(session.info.n_clients)}
+    res = session.call(fedray.adhoc_call("local curves"), tasks)
     return {f"local:{session.descriptions[r.client_id]['name']}": dict(zip(r.update["ks"], r.update["index"]))
             for r in res.replies}
 
 
 def run(out: Path, seeds: list[int], k_max: int, algorithms: tuple[str, ...], max_rounds: int = 100,
-        n_init: int = 10) -> pd.DataFrame:
+        n_init: int = 10, record: bool = False, scale: str = "paper") -> pd.DataFrame:
+    """One (algorithm, seed) after another; with ``record``, each is recorded when it ends and skipped when
+    recorded already (its rows are then absent from the frame returned)."""
     rows = []
+    centres = np.asarray(fedray.load_dataset(SCENARIO).meta["true_centers"], dtype=np.float64)
+    done = recorded(PAPER_ID, RECORDS) if record else None
     for alg in algorithms:
         for seed in seeds:
+            if done is not None and len(done) and ((done["method"] == alg) & (done["seed"] == seed)).any():
+                log.info("%s seed %d: recorded already", alg, seed)
+                continue
             cfg = {"seed": seed, "algorithm": {"name": alg, "params": {"max_rounds": max_rounds}},
-                   "data": {"dataset": "scenario:stallmann-motivational"},
+                   "data": {"dataset": SCENARIO},
                    "runtime": {"backend": "local", "progress": False}}
             t0 = time.perf_counter()
             with Session(cfg) as s:
                 sel = select_k(session=s, k_min=2, k_max=k_max, n_init=n_init,
                                output=out / "k_selection" / f"{alg}-seed{seed}" if seed == seeds[0] else None)
-                gap = np.nan
+                gap = gap_c = np.nan
                 if 5 in sel.federated_centers:
                     var = federated_variance(s)
-                    gap = knowledge_gap(sel.federated_centers[5], MOTIVATIONAL_CENTERS, var)
-                    gap_c = knowledge_gap(sel.central_centers[5], MOTIVATIONAL_CENTERS, var)
+                    gap = knowledge_gap(sel.federated_centers[5], centres, var)
+                    gap_c = knowledge_gap(sel.central_centers[5], centres, var)
                 # the local-only baseline over the full range (not in the paper's table)
                 wide = _wide_local(s, k_max) if seed == seeds[0] else None
             for _, r in sel.table.iterrows():
@@ -90,8 +103,25 @@ def run(out: Path, seeds: list[int], k_max: int, algorithms: tuple[str, ...], ma
                                  "value": choose_k(list(curve), list(curve.values()))})
                     rows += [{"algorithm": alg, "seed": seed, "k": k, "curve": f"wide:{col}", "value": v}
                              for k, v in curve.items()]
-            log.info("%s seed %d: chosen %s, gap %.3f (%.1f s)", alg, seed, sel.chosen, gap, time.perf_counter() - t0)
+            wall = time.perf_counter() - t0
+            log.info("%s seed %d: chosen %s, gap %.3f (%.1f s)", alg, seed, sel.chosen, gap, wall)
+            if record:
+                _record(alg, seed, sel, {"federated": gap, "central": gap_c}, wall, scale,
+                        {"k_max": k_max, "max_rounds": max_rounds, "n_init": n_init})
     return pd.DataFrame(rows)
+
+
+def _record(alg: str, seed: int, sel: Any, gaps: dict[str, float], wall: float, scale: str,
+            config: dict[str, Any]) -> None:
+    """One record per column of the table (central, federated, client 1–3): chosen K, index per K, gap at K = 5."""
+    for col in ("central", "federated", *CLIENTS):
+        metrics: dict[str, Any] = {"chosen_k": sel.chosen.get(col)}
+        metrics.update({f"db_k{int(k)}": float(v) for k, v in zip(sel.table["k"], sel.table[col])
+                        if np.isfinite(v)})
+        if col in gaps:
+            metrics["gap_k5"] = float(gaps[col])
+        record_run(PAPER_ID, RECORDS, method=alg, variant=col.replace("local:", ""), seed=seed, scale=scale,
+                   sizes=SIZES, metrics=metrics, config=config, wall_s=wall)
 
 
 def markdown(df: pd.DataFrame, seeds: list[int]) -> str:
@@ -149,7 +179,7 @@ def plot_data(out: Path, seed: int) -> None:
     import matplotlib.pyplot as plt
 
     centres = np.load(out / "k_selection" / f"fedfcm-seed{seed}" / "centers.npz")["federated_k5"]
-    with Session({"seed": seed, "algorithm": {"name": "fedfcm"}, "data": {"dataset": "scenario:stallmann-motivational"},
+    with Session({"seed": seed, "algorithm": {"name": "fedfcm"}, "data": {"dataset": SCENARIO},
                   "runtime": {"backend": "local", "progress": False}}) as s:
         shards = s.executor.gather_data()
     fig, axes = plt.subplots(1, 4, figsize=(15, 3.8), sharex=True, sharey=True)
@@ -166,10 +196,22 @@ def plot_data(out: Path, seed: int) -> None:
     plt.close(fig)
 
 
+def run_claim(claim: Any, scale: str, seeds: list[int], quick: bool, data_dir: str | None) -> None:
+    """The lab's runner: both tables (FedFCM and ``fedfcm-avg``) for ``seeds``, recorded (algorithm, seed) by
+    (algorithm, seed); ``quick``: one seed, K up to 6, at most 20 rounds, 2 starts."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        if quick:
+            run(Path(tmp), seeds[:1], 6, ("fedfcm", "fedfcm-avg"), max_rounds=20, n_init=2, record=True, scale=scale)
+        else:
+            run(Path(tmp), seeds, 8, ("fedfcm", "fedfcm-avg"), record=True, scale=scale)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="one seed, K up to 6, at most 20 rounds")
-    ap.add_argument("--out", default="fedray-output/stallmann_table1")
+    ap.add_argument("--out", default="fedray-output/stallmann2022-table1")
     ap.add_argument("--data-dir", default=None, help="unused (the scenario is generated)")
     ap.add_argument("--seeds", type=int, default=10, help="number of seeds (full run)")
     ap.add_argument("--n-init", type=int, default=10, help="starts of the central and local baselines per K")

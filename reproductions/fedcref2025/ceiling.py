@@ -24,7 +24,7 @@ The gap between ``pooled clean`` and ``own clean`` is what federation could add
 to a client that had already repaired its own labels, which is what the
 no-federation ablation does from a simulated dirty start.
 
-    python experiments/fedcref_ceiling.py --data-dir ../shared/datasets --clients 10 --classes 2 5 \\
+    python -m reproductions.fedcref2025.ceiling --data-dir ../shared/datasets --clients 10 --classes 2 5 \\
         --samples-per-class 150 --seeds 0 1 2
 """
 from __future__ import annotations
@@ -37,13 +37,16 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+import fedray
+from fedray import acc_from_table, client_rng, contingency, data_rng
 from fedray.algorithms.fedcref_rules import refine_labels
-from fedray.core.metrics import acc_from_table, contingency
-from fedray.core.seeding import client_rng, data_rng
-from fedray.data.datasets import load_dataset
-from fedray.data.fedcref_federations import class_subsets_indices
-from fedray.nn.autoencoder import ae_for, errors_matrix, initial_ae_weights, train_autoencoder
-from fedray.nn.train import get_flat, set_flat, torch_threads
+from fedray.algorithms.fedcref_tools import (
+    class_subsets_indices,
+    cluster_errors,
+    n_weights,
+    one_thread,
+    train_cluster_model,
+)
 
 log = logging.getLogger("fedcref_ceiling")
 
@@ -52,33 +55,30 @@ def _acc(pred: np.ndarray, y: np.ndarray, n_classes: int) -> float:
     return acc_from_table(contingency(pred, y, int(pred.max()) + 1, n_classes))
 
 
-def _train(model, spec: dict, X: np.ndarray, epochs: int, rng: np.random.Generator) -> np.ndarray:
-    set_flat(model, initial_ae_weights(spec))
-    train_autoencoder(model, X, epochs=epochs, batch_size=32, lr=1e-3, rng=rng)
-    return get_flat(model)
+def _train(spec: dict, X: np.ndarray, epochs: int, rng: np.random.Generator) -> np.ndarray:
+    return train_cluster_model(spec, X, epochs=epochs, batch_size=32, lr=1e-3, rng=rng)
 
 
 def ceilings(args: argparse.Namespace, seed: int) -> list[dict]:
     """One row per client: the ACC of each oracle."""
-    ds = load_dataset(args.dataset, args.data_dir)
+    ds = fedray.load_dataset(args.dataset, args.data_dir)
     n_classes = int(ds.y.max()) + 1
     parts, chosen, repeats = class_subsets_indices(ds.y, args.clients, data_rng(seed, 11), args.classes,
                                                    args.samples_per_class)
     spec = {"n_features": ds.X.shape[1], "hidden": tuple(args.hidden), "output": "sigmoid", "seed": seed}
-    model = ae_for(spec, device="cpu")
-    pooled = np.zeros((n_classes, len(initial_ae_weights(spec))), dtype=np.float32)
+    pooled = np.zeros((n_classes, n_weights(spec)), dtype=np.float32)
     for c in range(n_classes):
         idx = np.unique(np.concatenate([p[ds.y[p] == c] for p in parts]))
         if idx.size:
-            pooled[c] = _train(model, spec, ds.X[idx].astype(np.float32), args.epochs, client_rng(seed, 10_000 + c, 0))
+            pooled[c] = _train(spec, ds.X[idx].astype(np.float32), args.epochs, client_rng(seed, 10_000 + c, 0))
     rows = []
     for cid, idx in enumerate(parts):
         X, y = ds.X[idx].astype(np.float32), ds.y[idx]
         held = sorted(set(y.tolist()))
-        own = np.stack([_train(model, spec, X[y == c], args.epochs, client_rng(seed, cid, 0, k))
+        own = np.stack([_train(spec, X[y == c], args.epochs, client_rng(seed, cid, 0, k))
                         for k, c in enumerate(held)])
-        E_own = errors_matrix(model, own, X)
-        E_pool = errors_matrix(model, pooled, X)
+        E_own = cluster_errors(spec, own, X)
+        E_pool = cluster_errors(spec, pooled, X)
         k = len(held)
         rows.append({
             "seed": seed, "client": cid, "classes": k, "samples": len(y), "repeats": repeats,
@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     rows: list[dict] = []
-    with torch_threads(1):
+    with one_thread():
         for seed in args.seeds:
             t0 = time.perf_counter()
             rows.extend(ceilings(args, seed))

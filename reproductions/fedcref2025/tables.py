@@ -8,21 +8,21 @@ Tables (``--tables``):
   communities from the true classes), and central k-means / DEC with the true K;
 * ``dirtiness`` — initial dirtiness 0 / 0.3 / 0.5 (Tables 5-6);
 * ``overlap``   — overlap fraction 0 / 0.3 / 0.5 at dirtiness 0.3 (Tables 8-9);
-* ``clients``   — 10 / 20 / 30 clients at dirtiness 0.3 (Tables 10-11).
+* ``clients``   — 20 / 30 / 40 clients at dirtiness 0.3 (Tables 10-11, the paper's sweep).
 
 Writes to ``--out``: ``runs.parquet`` (one row a run), ``tables.md`` (mean and
 standard deviation over seeds), ``plots/*.png`` (curves over iterations, the final
 community graph of the first seed).
 
-    python experiments/fedcref_tables.py --data-dir ../shared/datasets --tables main --seeds 0 1 2
-    python experiments/fedcref_tables.py --quick --out /tmp/fedcref-quick
+    python -m reproductions.fedcref2025.tables --data-dir ../shared/datasets --tables main --seeds 0 1 2
+    python -m reproductions.fedcref2025.tables --quick --out /tmp/fedcref-quick
 
 The runs use ``preset: paper`` (the paper's association test and rules) unless
-``--preset tuned`` or ``--params '{"preset": "tuned"}'`` asks for fedcref's defaults;
+``--preset authors`` (the authors' code as it runs), ``--preset tuned`` or ``--params '{"preset": "tuned"}'`` asks for fedcref's defaults;
 parameters in ``--params`` override the preset's values.
 
 Why clusters do or do not associate (true- and false-pair distributions of the
-association statistic, evaluation only): ``experiments/fedcref_association_diagnostic.py``.
+association statistic, evaluation only): ``reproductions/fedcref2025/association_diagnostic.py``.
 """
 from __future__ import annotations
 
@@ -36,15 +36,14 @@ from typing import Any
 
 import pandas as pd
 
+from fedray import Session, SharedSamplesWarning
 from fedray.algorithms.fedcref_report import central_baseline, plot_community_graph, plot_curves
-from fedray.api.session import Session
-from fedray.core.errors import SharedSamplesWarning
 
 log = logging.getLogger("fedcref_tables")
 
 VARIANTS = {"fedcref": {}, "no-federation": {"association": "none"}, "perfect-association": {"association": "oracle"}}
 SWEEPS = {"dirtiness": ("dirtiness", [0.0, 0.3, 0.5]), "overlap": ("overlap", [0.0, 0.3, 0.5]),
-          "clients": ("n_clients", [10, 20, 30])}
+          "clients": ("n_clients", [20, 30, 40])}
 KEYS = ("acc_start", "acc_end", "communities_start", "communities_end", "wrong_associations_start",
         "wrong_associations_end", "isolated_clusters_start", "isolated_clusters_end", "classes_covered_start",
         "classes_covered_end", "pure_communities_end", "iterations")
@@ -119,9 +118,14 @@ def run_setting(args: argparse.Namespace, table: str, setting: Any, seed: int, v
 def summarize(df: pd.DataFrame) -> str:
     lines = []
     for table, d in df.groupby("table", sort=False):
-        lines += [f"### {table}", "", "| setting | variant | seeds | ACC start | ACC end | communities start → end | "
-                  "wrong assoc. % start → end | isolated start → end | classes covered start → end | pure communities (end) |",
-                  "|---|---|---|---|---|---|---|---|---|---|"]
+        lines += [
+            f"### {table}",
+            "",
+            "| setting | variant | seeds | ACC start | ACC end | communities start → end | "
+            "wrong assoc. % start → end | isolated start → end | classes covered start → end | "
+            "pure communities (end) |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+        ]
         for (setting, variant), g in d.groupby(["setting", "variant"], sort=False):
             def ms(col: str, fmt: str = "{:.3f}", g: pd.DataFrame = g) -> str:
                 v = pd.to_numeric(g[col], errors="coerce").dropna() if col in g else pd.Series(dtype=float)
@@ -155,9 +159,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--classes", nargs=2, type=int, default=[2, 4])
     ap.add_argument("--variants", nargs="+", default=None, choices=list(VARIANTS))
     ap.add_argument("--params", default="{}", help="JSON of FedCRef parameters, e.g. '{\"link\": \"mutual-best\"}'")
-    ap.add_argument("--preset", default="paper", choices=["paper", "tuned"],
-                    help="FedCRef preset under --params (paper: the paper's test and rules, as every table of "
-                         "docs/reproductions.md was run; tuned: fedcref's defaults)")
+    ap.add_argument("--preset", default="paper", choices=["paper", "authors", "tuned"],
+                    help="FedCRef preset under --params (paper: the paper's test and rules; authors: the authors' "
+                         "code as it runs; tuned: fedcref's defaults)")
     ap.add_argument("--no-central", action="store_true")
     ap.add_argument("--out", default="results/fedcref")
     ap.add_argument("--quick", action="store_true", help="tiny settings on sklearn:digits (for tests)")

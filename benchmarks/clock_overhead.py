@@ -1,0 +1,86 @@
+"""What the simulated clock adds to a round (docs/clock.md): seconds per round with and without it.
+
+Workload: ``blobs``, 10^5 clients (``--clients``) of 20 points x 2 features (``--points``), k-means
+with 3 clusters from a random start (no k-FED round), every client every round, on the local runtime.
+One session holds the clients; the same round loop then runs ``--rounds`` rounds without a clock and
+with one (devices drawn from a log-normal spread; then a deadline that makes some clients late; and, in the
+last variant, a diurnal availability that keeps everyone online, so the cohorts stay the same), alternating
+``--repeats`` times so that all variants see the same load. ``devices`` times the clients only; with the
+deadline about a quarter of them are late, each a row of the failures table as any straggler. Printed: the median seconds of a round of each variant (the first round of each run left out),
+the overhead in percent against the unclocked rounds, and the machine's load (``os.getloadavg``)
+before and after.
+
+Usage::
+
+    python benchmarks/clock_overhead.py                     # 10^5 clients
+    python benchmarks/clock_overhead.py --clients 20000 --rounds 4 --repeats 2
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+import numpy as np
+
+from fedray.api.config import make_config
+from fedray.api.federation_config import build_clock
+from fedray.api.session import Session
+from fedray.loop.server import Server
+from fedray.loop.settings import ServerSettings
+
+DEVICES = {"speed": 1e6, "up": 1e5, "down": 1e5, "spread": 1.0}
+DEADLINE = 0.004  # simulated seconds: about a quarter of the clients are late
+
+
+def _rounds(session: Session, clock, rounds: int) -> list[float]:
+    """Seconds of each round of one run (the first left out) with ``clock`` (None: without)."""
+    alg = session.make_algorithm("kmeans", {"n_clusters": 3, "init": "random-box", "max_rounds": rounds,
+                                            "tol": 1e-300})
+    server = Server(alg, session.layers, ServerSettings(seed=0, max_rounds=rounds, clock=clock))
+    out = []
+    while (row := server.step()) is not None:
+        out.append(row["wall_s"])
+    return out[1:]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--clients", type=int, default=100_000)
+    ap.add_argument("--points", type=int, default=20)
+    ap.add_argument("--rounds", type=int, default=6)
+    ap.add_argument("--repeats", type=int, default=3)
+    args = ap.parse_args()
+    load0 = os.getloadavg()
+    t0 = time.perf_counter()
+    fed = {"n_clients": args.clients, "devices": DEVICES, "deadline": DEADLINE}
+    session = Session(algorithm={"name": "kmeans", "params": {"n_clusters": 3}}, seed=0,
+                      data={"dataset": "blobs", "options": {"points_per_client": args.points}},
+                      federation=fed, runtime={"backend": "local", "progress": False})
+    startup = time.perf_counter() - t0
+    alg = session.make_algorithm()
+
+    def clock(*overrides: str):
+        return build_clock(make_config(session.config, overrides=list(overrides)), session.info, alg)
+
+    variants = {"no clock": None, "devices": clock("federation.deadline=null"), "devices + deadline": clock(),
+                # online all the time: the same cohorts, every availability check still runs
+                "+ diurnal availability": clock("federation.availability.generator=diurnal",
+                                                "federation.availability.online=1.0")}
+    times: dict[str, list[float]] = {name: [] for name in variants}
+    for _ in range(args.repeats):
+        for name, c in variants.items():
+            times[name] += _rounds(session, c, args.rounds)
+    base = float(np.median(times["no clock"]))
+    print(f"clock overhead: {args.clients} clients x {args.points} points, k-means, local runtime, "
+          f"{args.rounds - 1} rounds x {args.repeats} repeats a variant (start-up {startup:.1f} s)")
+    for name, values in times.items():
+        med = float(np.median(values))
+        print(f"  {name:<24} {med:8.4f} s a round (median of {len(values)})  {100 * (med / base - 1):+6.1f} %")
+    print(f"load (1, 5, 15 min) before {tuple(round(x, 2) for x in load0)}, after "
+          f"{tuple(round(x, 2) for x in os.getloadavg())}")
+    session.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Stallmann & Wilbik (2022), a framework for federated cluster analysis: FedFCM, FedFuzzDB, choosing K."""
