@@ -157,8 +157,8 @@ CLAIMS = [
           metric="accuracy", by="variant", methods=T_VARIANTS, order=("T=10", "T=5", "T=inf", "T=2"),
           records="robustness-rotated-mnist", verdict="reversed", sizes=SMALL,
           command=f"{RUN}table5-rotated-mnist --seeds 0 1 2", runner=ROBUST,
-          note="T = 10 best and T = 2 worst as in the paper, but T = 5 below T = ∞ (one seed). T = 25 is T = ∞ here, "
-               "bit for bit: the T = ∞ run separates at round 19, so no pair is ever older than 25 rounds."),
+          note="T = 10 best and T = 2 worst as in the paper, but T = 5 below T = ∞ (one seed). T = 25, not run, is "
+               "the T = ∞ run here: up to round 25 both remember every pair, and the T = ∞ run separates at round 19."),
     Claim(id="table5-rotated-mnist-clusters", where="Table V, rotated MNIST", quantity="clusters found by memory T",
           paper={"T=2": "3.8 ± 0.4", "T=5": "4 ± 0", "T=10": "4 ± 0", "T=25": "4 ± 0", "T=inf": "6.80 ± 0.98"},
           metric="n_clusters", by="variant", methods=T_VARIANTS, records="robustness-rotated-mnist",
