@@ -2,10 +2,11 @@
 
 Workload: ``blobs``, 10^5 clients (``--clients``) of 20 points x 2 features (``--points``), k-means
 with 3 clusters from a random start (no k-FED round), every client every round, on the local runtime.
-One session holds the clients; the same round loop then runs ``--rounds`` rounds without a clock and
+One session holds the clients; round loops then run ``--rounds`` rounds without a clock and
 with one (devices drawn from a log-normal spread; then a deadline that makes some clients late; and, in the
-last variant, a diurnal availability that keeps everyone online, so the cohorts stay the same), alternating
-``--repeats`` times so that all variants see the same load. ``devices`` times the clients only; with the
+last variant, a diurnal availability that keeps everyone online, so the cohorts stay the same), taking
+their rounds in turn (round r of every variant, then round r + 1), ``--repeats`` times, so that all variants
+see the same load. ``devices`` times the clients only; with the
 deadline about a quarter of them are late, each a row of the failures table as any straggler. Printed: the median seconds of a round of each variant (the first round of each run left out),
 the overhead in percent against the unclocked rounds, and the machine's load (``os.getloadavg``)
 before and after.
@@ -33,15 +34,25 @@ DEVICES = {"speed": 1e6, "up": 1e5, "down": 1e5, "spread": 1.0}
 DEADLINE = 0.004  # simulated seconds: about a quarter of the clients are late
 
 
-def _rounds(session: Session, clock, rounds: int) -> list[float]:
-    """Seconds of each round of one run (the first left out) with ``clock`` (None: without)."""
+def _server(session: Session, clock, rounds: int) -> Server:
+    """A round loop over the session's clients with ``clock`` (None: without)."""
     alg = session.make_algorithm("kmeans", {"n_clusters": 3, "init": "random-box", "max_rounds": rounds,
                                             "tol": 1e-300})
-    server = Server(alg, session.layers, ServerSettings(seed=0, max_rounds=rounds, clock=clock))
-    out = []
-    while (row := server.step()) is not None:
-        out.append(row["wall_s"])
-    return out[1:]
+    return Server(alg, session.layers, ServerSettings(seed=0, max_rounds=rounds, clock=clock))
+
+
+def _interleaved(session: Session, variants: dict, rounds: int) -> dict[str, list[float]]:
+    """Seconds of each round of every variant, their rounds taken in turn (round r of each variant, then
+    round r + 1), so that a change of the machine's load falls on all of them; the first round of each
+    left out."""
+    servers = {name: _server(session, c, rounds) for name, c in variants.items()}
+    out: dict[str, list[float]] = {name: [] for name in variants}
+    for r in range(rounds):
+        for name, server in servers.items():
+            row = server.step()
+            if row is not None and r > 0:
+                out[name].append(row["wall_s"])
+    return out
 
 
 def main() -> None:
@@ -67,10 +78,11 @@ def main() -> None:
                 # online all the time: the same cohorts, every availability check still runs
                 "+ diurnal availability": clock("federation.availability.generator=diurnal",
                                                 "federation.availability.online=1.0")}
+    _interleaved(session, {"warm-up": None}, 2)  # compiles the kernels
     times: dict[str, list[float]] = {name: [] for name in variants}
     for _ in range(args.repeats):
-        for name, c in variants.items():
-            times[name] += _rounds(session, c, args.rounds)
+        for name, values in _interleaved(session, variants, args.rounds).items():
+            times[name] += values
     base = float(np.median(times["no clock"]))
     print(f"clock overhead: {args.clients} clients x {args.points} points, k-means, local runtime, "
           f"{args.rounds - 1} rounds x {args.repeats} repeats a variant (start-up {startup:.1f} s)")

@@ -62,8 +62,8 @@ WORKLOADS = ("kmeans", "federated-fcm", "select-k")
 POPULATIONS = (1_000, 100_000, 1_000_000, 10_000_000)
 FRACTIONS = (1.0, 0.01)
 COLUMNS = [("workload", ""), ("population", ","), ("fraction", "g"), ("cohort", ","), ("startup_s", ".2f"),
-           ("round_s", ".4f"), ("updates_per_s", ",.0f"), ("updates", ","), ("k", ""), ("work_s", ".2f"), ("peak_mem_mb", ",.0f"),
-           ("error", "")]
+           ("round_s", ".4f"), ("updates_per_s", ",.0f"), ("updates", ","), ("k", ""), ("work_s", ".2f"),
+           ("peak_mem_mb", ",.0f"), ("error", "")]
 
 
 def config(spec: dict[str, Any]) -> dict[str, Any]:

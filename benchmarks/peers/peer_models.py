@@ -68,7 +68,8 @@ def pfl_cnn(input_shape: tuple[int, ...], n_classes: int) -> nn.Module:
     c, h, _ = _image(input_shape)
     flat = ((h - 4) // 2) ** 2 * 64
     model = nn.Sequential(
-        AsImages((c, h, h)), nn.Conv2d(c, 32, 3), nn.ReLU(), nn.Conv2d(32, 64, 3), nn.ReLU(), nn.MaxPool2d(2), nn.Dropout(0.25),
+        AsImages((c, h, h)), nn.Conv2d(c, 32, 3), nn.ReLU(), nn.Conv2d(32, 64, 3), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Dropout(0.25),
         nn.Flatten(), nn.Linear(flat, 128), nn.ReLU(), nn.Dropout(0.5), nn.Linear(128, n_classes))
     for m in model.modules():
         if isinstance(m, (nn.Conv2d, nn.Linear)):

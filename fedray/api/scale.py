@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from fedray.core.contract import Task
+from fedray.core.errors import ConfigError, DataError
 from fedray.core.seeding import CENTRAL_ROWS_STREAM, server_rng
 from fedray.core.stats import RunningTotal, Stats
 
@@ -46,6 +47,16 @@ def total_in_parts(run: Callable[[dict[int, Task]], Any], tasks: dict[int, Task]
     return acc.result()
 
 
+def all_answered(call: Any, tasks: dict[int, Task], res: Any) -> Any:
+    """The replies of ``res`` (an ExecResult of ``tasks`` run as ``call``); raises :class:`DataError` in one
+    line naming how many clients did not answer, and the first one's error."""
+    if len(res.replies) < len(tasks):
+        first = next(iter(res.errors.values()), "no reply").strip()
+        raise DataError(f"{call.label()}: {len(tasks) - len(res.replies)} of {len(tasks)} clients did not "
+                        f"answer: {(first.splitlines() or [''])[-1]}")
+    return res.replies
+
+
 def _nbytes(replies: Any) -> np.ndarray:
     cols = getattr(replies, "columns", None)
     if cols is not None:
@@ -72,3 +83,14 @@ def central_rows(n_samples: np.ndarray, max_rows: int, seed: int) -> dict[int, n
     owner = np.searchsorted(starts, chosen, side="right") - 1
     cut = np.flatnonzero(np.diff(owner)) + 1
     return {int(o[0]): c - starts[o[0]] for o, c in zip(np.split(owner, cut), np.split(chosen, cut))}
+
+
+def feature_box(bounds: list[tuple[float, float]], n_features: int) -> tuple[np.ndarray, np.ndarray]:
+    """``privacy.feature_bounds`` as the (low, high) arrays of the federation's box, one pair per feature."""
+    if len(bounds) != n_features:
+        raise ConfigError(f"privacy.feature_bounds: {len(bounds)} (low, high) pairs for {n_features} features; "
+                          "give one pair per feature")
+    b = np.asarray(bounds, dtype=np.float64)
+    return b[:, 0].copy(), b[:, 1].copy()
+
+

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
@@ -24,12 +25,12 @@ from fedray.api.federation_config import build_clock
 from fedray.api.outputs import prepare, release, run_id_of, write_partial
 from fedray.api.progress import Activity, Progress, startup_line
 from fedray.api.results import Result
-from fedray.api.scale import total_in_parts
+from fedray.api.scale import all_answered, feature_box, total_in_parts
 from fedray.api.tracking import Trackers
 from fedray.core import calls
 from fedray.core.calls import Call
 from fedray.core.contract import Algorithm, FederationInfo, Task
-from fedray.core.errors import ConfigError, DataError, OutputError
+from fedray.core.errors import DataError, OutputError
 from fedray.core.extras import requirements
 from fedray.core.registry import algorithm_reference, check_algorithm_class, get_algorithm, make_params
 from fedray.core.stats import Stats
@@ -135,7 +136,7 @@ class Session:
         self.fingerprint = join_federation([sp.name for sp in self.federation.specs], n, n_features, (s, ss),
                                            (find_layer(self.layers, PrivacyLayer), self._secure))
         if self.config.privacy.feature_bounds is not None:  # the user's box, also for random starts and plots
-            lo, hi = _bounds(self.config.privacy.feature_bounds, n_features)
+            lo, hi = feature_box(self.config.privacy.feature_bounds, n_features)
         if mode == "standard":
             mean = s / N
             std = np.sqrt(np.maximum(ss / N - mean ** 2, 0.0))
@@ -170,7 +171,7 @@ class Session:
             big = np.sqrt(ss)  # bounds every |x| of the union
         check_magnitude(-big, big, N, names)
         if p.feature_bounds is not None:
-            lo, hi = _bounds(p.feature_bounds, n_features)
+            lo, hi = feature_box(p.feature_bounds, n_features)
         else:
             mean = s / N
             std = np.sqrt(np.maximum(ss / N - mean ** 2, 0.0))
@@ -417,15 +418,7 @@ class Session:
                 raise DataError(f"{call.label()}: a secure sum needs at least privacy.min_cohort="
                                 f"{layer.cfg.min_cohort} clients; the federation has {len(tasks)}")
             return layer.secure_sum(call, tasks)
-        return total_in_parts(lambda part: self._all_answer(call, part), tasks)  # parts of clients: bounded memory
-
-    def _all_answer(self, call: Call, tasks: dict[int, Task]) -> Any:
-        res = self.call(call, tasks)
-        if len(res.replies) < len(tasks):
-            first = next(iter(res.errors.values()), "no reply").strip()
-            raise DataError(f"{call.label()}: {len(tasks) - len(res.replies)} of {len(tasks)} clients did not "
-                            f"answer: {(first.splitlines() or [''])[-1]}")
-        return res.replies
+        return total_in_parts(lambda part: all_answered(call, part, self.call(call, part)), tasks)  # bounded memory
 
     def _secure_layer(self) -> PrivacyLayer:
         if self._secure is None:
@@ -461,11 +454,9 @@ class Session:
         return ServerActor.options(runtime_env=self.runtime_env or None).remote()
 
     def _prestart_server(self) -> None:
-        """Start a run's server actor ahead: an empty :class:`ServerActor` whose process starts and
-        imports in the background (about 1 s on 2 CPUs). The session starts one for its first run
-        beside the client actors; a later run starts its own when it is asked for, so no actor is
-        started for a run that never comes. Each run gets a fresh actor; a failure here only means
-        the run starts its own."""
+        """Start a run's server actor ahead (its process starts and imports in the background, about 1 s):
+        for the first run beside the client actors, for a later run when it is asked for, so no actor is
+        started for a run that never comes. A failure here only means the run starts its own."""
         if self._spare_server is not None:
             return
         try:
@@ -476,17 +467,13 @@ class Session:
 
     def close(self) -> None:
         spare, self._spare_server = self._spare_server, None
-        if spare is not None:
-            try:
+        with suppress(Exception):  # Ray may be going down already
+            if spare is not None:
                 import ray
 
                 ray.kill(spare)
-            except Exception:  # noqa: BLE001
-                pass
-        try:
+        with suppress(Exception):
             self.executor.shutdown()
-        except Exception:  # noqa: BLE001
-            pass
         if self._started_ray:
             import ray
 
@@ -498,13 +485,4 @@ class Session:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
-
-
-def _bounds(bounds: list[tuple[float, float]], n_features: int) -> tuple[np.ndarray, np.ndarray]:
-    if len(bounds) != n_features:
-        raise ConfigError(f"privacy.feature_bounds: {len(bounds)} (low, high) pairs for {n_features} features; "
-                          "give one pair per feature")
-    b = np.asarray(bounds, dtype=np.float64)
-    return b[:, 0].copy(), b[:, 1].copy()
-
 

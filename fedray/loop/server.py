@@ -333,16 +333,15 @@ class Server:
     def _record_failures(self, call: Call, res: ExecResult) -> None:
         """One row of :attr:`failures` per client missing from this attempt; ``round`` is the
         call's stream round (the round, or -1 - stage for an evaluation pass)."""
-        spill = set(res.spillover)
-        rows = [(cid, "failed", (res.errors.get(cid, "").strip().splitlines() or [""])[-1]) for cid in res.failed]
+        spill, sim, r, a = set(res.spillover), self._sim_late, call.stream_round, call.attempt
         waited = f"no answer within runtime.round_timeout={self.settings.round_timeout}"
-        rows += [(cid, "late", self._sim_late.get(cid) or waited + (SPILLOVER if cid in spill else ""))
-                 for cid in res.late]
-        r, a = call.stream_round, call.attempt
-        self.failures.extend({"round": r, "attempt": a, "client_id": cid, "kind": kind, "error": err}
-                             for cid, kind, err in rows)
-        if res.failed:
-            log.warning("%s: client(s) %s failed: %s", call.label(), res.failed, rows[0][2])
+        failed = [{"round": r, "attempt": a, "client_id": cid, "kind": "failed",
+                   "error": (res.errors.get(cid, "").strip().splitlines() or [""])[-1]} for cid in res.failed]
+        self.failures += failed
+        self.failures += [{"round": r, "attempt": a, "client_id": cid, "kind": "late",
+                           "error": sim.get(cid) or waited + (SPILLOVER if cid in spill else "")} for cid in res.late]
+        if failed:
+            log.warning("%s: client(s) %s failed: %s", call.label(), res.failed, failed[0]["error"])
         if res.late:  # the simulated clock's late clients are expected: said at info level
             log.log(logging.INFO if set(res.late) <= set(self._sim_late) else logging.WARNING,
                     "%s: client(s) %s late", call.label(), res.late)

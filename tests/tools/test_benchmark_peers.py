@@ -74,7 +74,8 @@ def test_the_flower_side_trains_the_same_workload(peers, data_dir, tmp_path):
 
 def test_bad_options_fail_in_one_line(peers, data_dir, capsys):
     for argv, flag in ((["--workload", "pfl"], "--device cuda"), (["--systems", "fedray,nothing"], "--systems"),
-                       (["--rounds", "0"], "--rounds"), (["--data-dir", str(data_dir / "no-such-folder")], "--data-dir"),
+                       (["--rounds", "0"], "--rounds"),
+                       (["--data-dir", str(data_dir / "no-such-folder")], "--data-dir"),
                        (["--client-cpus", "0"], "--client-cpus")):
         with pytest.raises(SystemExit):
             peers.parse_args([*argv, "--data-dir", str(data_dir)] if flag != "--data-dir" else argv)
