@@ -58,9 +58,8 @@ def _gradient_at_start(payload: Mapping[str, Any], shared: Any, client: Any) -> 
         return risk_gradient(algorithm, model, ctx)
 
 
-def client_round_gradient_many(
-    payloads: list[Mapping[str, Any]], shared: list[Any], batch: Any
-) -> list[dict[str, Any]]:
+def client_round_gradient_many(payloads: list[Mapping[str, Any]], shared: list[Any],
+                               batch: Any) -> list[dict[str, Any]]:
     """The batched form of :func:`client_round_gradient`: :func:`client_round_many`, then each trained
     client's gradient."""
     outs = client_round_many(payloads, shared, batch)

@@ -45,13 +45,10 @@ class ScheduledFLACC(FLACC):
 
 
 def _run(memory: int | None) -> dict[str, Any]:
-    cfg = {
-        "seed": 0,
-        "algorithm": {"name": "flacc"},
-        "data": {"dataset": "sklearn:digits", "partition": {"name": "rotated", "samples": [20, 30]}},
-        "federation": {"n_clients": 6, "fraction": 0.5, "rounds": len(SCHEDULE)},
-        "runtime": {"backend": "local", "progress": False},
-    }
+    cfg = {"seed": 0, "algorithm": {"name": "flacc"},
+           "data": {"dataset": "sklearn:digits", "partition": {"name": "rotated", "samples": [20, 30]}},
+           "federation": {"n_clients": 6, "fraction": 0.5, "rounds": len(SCHEDULE)},
+           "runtime": {"backend": "local", "progress": False}}
     params = {"epochs": 1, "eval_every": 100, "n_merge": 1, "n_sep": 2, "memory": memory}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", SharedSamplesWarning)
