@@ -17,7 +17,9 @@ A state machine on the shared round loop (Algorithm 1 of the paper):
               skipped in the first ``local_refinements`` iterations (an option beyond
               the paper, default 0): there each client refines with its own models only;
 ``federate``  Phase 3: ``fed_rounds`` rounds of FedAvg, every community side by side,
-              each starting from the model of its lowest (client, cluster) node;
+              each starting from the model of its lowest (client, cluster) node (or a fresh
+              seeded model, ``fed_start="fresh"``); refinement uses the aggregate (or the first
+              member's locally trained copy, ``community_model="first-member"``);
 ``refine``    Phase 4 (Algorithm 2) on active clients; stability by Hungarian-matched
               agreement with the previous labels; stop when no client is active, when
               communities and isolated clusters change by <= ``stop_tol`` over

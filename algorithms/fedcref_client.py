@@ -208,7 +208,8 @@ def fc_federate(payload: list[tuple[int, int]], shared: dict, client: Any) -> di
 
     ``payload`` = ``[(community, own cluster), ...]``; returns the trained weights
     ``(J, P)`` and sample counts ``(J,)`` in that order. With ``shared["fresh"]`` (seeds, one per
-    community) each community starts from a fresh model of its seed instead of ``shared["community"]``. With ``shared["trim"]`` =
+    community) each community starts from a fresh model of its seed instead of ``shared["community"]``. With
+    ``shared["trim"]`` =
     q > 0 a client trains on the ``ceil((1 - q) n)`` samples of its cluster that the
     community model reconstructs best (ties in sample order) and counts only those.
     """

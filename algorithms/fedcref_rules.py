@@ -52,8 +52,9 @@ from scipy.sparse.csgraph import connected_components
 from fedray.core.errors import ConfigError
 from fedray.core.metrics import contingency
 
-__all__ = ["LINK_MODES", "LinkMode", "NORMALISATIONS", "Normalisation", "TAIL_REFERENCE", "association_quality", "association_statistic",
-           "align_labels", "communities", "global_stop", "link_clusters", "refine_labels", "stability"]
+__all__ = ["LINK_MODES", "LinkMode", "NORMALISATIONS", "Normalisation", "TAIL_REFERENCE", "association_quality",
+           "association_statistic", "align_labels", "communities", "global_stop", "link_clusters", "refine_labels",
+           "stability"]
 
 LinkMode = Literal["best", "first", "mutual-best", "first-scan"]
 LINK_MODES = ("best", "first", "mutual-best", "first-scan")

@@ -7,7 +7,8 @@ with one (devices drawn from a log-normal spread; then a deadline that makes som
 last variant, a diurnal availability that keeps everyone online, so the cohorts stay the same), taking
 their rounds in turn (round r of every variant, then round r + 1), ``--repeats`` times, so that all variants
 see the same load. ``devices`` times the clients only; with the
-deadline about a quarter of them are late, each a row of the failures table as any straggler. Printed: the median seconds of a round of each variant (the first round of each run left out),
+deadline about a quarter of them are late, each a row of the failures table as any straggler. Printed: the median
+seconds of a round of each variant (the first round of each run left out),
 the overhead in percent against the unclocked rounds, and the machine's load (``os.getloadavg``)
 before and after.
 

@@ -103,5 +103,6 @@ __all__ = [
     "Task", "available_algorithms", "batched", "from_arrays", "make_config", "register", "run", "total",
     "load_dataset", "assign", "lloyd", "fcm", "contingency", "ari_from_table", "acc_from_table",
     "best_permutation_distance", "client_rng", "data_rng", "SharedSamplesWarning", "select_k", "choose_k",
-    "local_index_curve", "central_curve", "knowledge_gap", "federated_variance", "adhoc_call", "load_checkpoint", "CHECKPOINT_FILE",
+    "local_index_curve", "central_curve", "knowledge_gap", "federated_variance", "adhoc_call", "load_checkpoint",
+    "CHECKPOINT_FILE",
 ]

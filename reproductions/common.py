@@ -331,6 +331,8 @@ def summarise(paper: str, claim: Claim) -> Row:
             if len(vals):
                 ours[method] = (float(vals.mean()), float(vals.std(ddof=1)) if len(vals) > 1 else 0.0, len(vals))
     derived = _derive(claim, ours)
+    if claim.methods and len(df):  # the runs column speaks of the runs shown, where claims share a file
+        df = df[df[claim.by].astype(str).isin(claim.methods)]
     seeds = _ranges(sorted({int(s) for s in df["seed"]})) if len(df) else ""
     devices = sorted(set(df["device"])) if len(df) else []
     wall = ""

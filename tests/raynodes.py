@@ -54,6 +54,9 @@ class RayNodes:
         # Ray 2.60 turns token authentication on when ~/.ray/auth_token exists, and a driver that
         # names an address explicitly does not send it: keep these test clusters without tokens.
         self.env["RAY_AUTH_MODE"] = "disabled"
+        # A node's raylet waits this long for its dashboard agent to start (30 s by default); a worker node's
+        # agent imports Ray's dashboard stack and takes longer than that on a loaded 2-core machine.
+        self.env["RAY_agent_register_timeout_ms"] = "180000"
 
     @property
     def address(self) -> str:

@@ -88,7 +88,9 @@ class Replies(MutableSequence):
         """These replies less those of clients ``drop`` (column-wise where they are columns)."""
         drop = np.asarray(sorted(drop), dtype=np.int64)
         if self.summed_total is not None:
-            raise FedrayError("these replies hold only their sum (Task(summed=True)): no client's reply can be taken out")
+            raise FedrayError(
+                "these replies hold only their sum (Task(summed=True)): no client's reply can be taken out"
+            )
         out = Replies()
         if self._list is not None:
             gone = set(drop.tolist())

@@ -86,7 +86,9 @@ def test_a_resumed_run_refuses_a_folder_with_a_hard_link(tmp_path):
     run_id = outputs.run_id_of(out)
     (out / "summary.json").unlink()
     (out / "summary.json").hardlink_to(victim)
-    with pytest.raises(ConfigError, match=r"--resume: .* holds links fedray did not make \(summary.json \(hard link\)\)"):
+    with pytest.raises(
+        ConfigError, match=r"--resume: .* holds links fedray did not make \(summary.json \(hard link\)\)"
+    ):
         outputs.prepare(out, resuming=True, run_id=run_id)
     assert victim.read_text() == "precious"
 

@@ -58,7 +58,9 @@ class _Small:
         return _RECONSTRUCT, (np.ndarray, (20_000,), b"B")
 
 
-@pytest.mark.parametrize("payload, declared", [(_CallsNdarray(), 2_000_000_000), ([_Small() for _ in range(200)], 20_000)])
+@pytest.mark.parametrize(
+    "payload, declared", [(_CallsNdarray(), 2_000_000_000), ([_Small() for _ in range(200)], 20_000)]
+)
 def test_every_array_the_reader_builds_is_capped_also_a_direct_ndarray_call(tmp_path, payload, declared):
     """`numpy.ndarray` is an admitted global (a subtype argument), so a batch could call it to allocate
     any size (a 4 MB file declared 6.14 GB); and many arrays each under the cap could add up far

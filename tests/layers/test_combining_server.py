@@ -89,9 +89,12 @@ def test_random_cohorts_without_dp_stop_before_a_client_is_isolated_naming_the_f
     """privacy.cohorts='random', 20 clients: the rule refuses the round whose sum would let a combination
     single out fewer than min_cohort clients, at once (ReleaseRefusedError, no retry); what was released
     up to then isolates nobody (the set-up-minus-round-0 case included)."""
-    with pytest.raises(ReleaseRefusedError, match=r"^run .*CuriousKMeans \(seed 5\): round \d+.*single out \d+ client.*fewer than "
-                                                  r"privacy.min_cohort=3; fixes: privacy.cohorts='blocks'.*"
-                                                  r"release_rule='count'"):
+    with pytest.raises(
+        ReleaseRefusedError,
+        match=r"^run .*CuriousKMeans \(seed 5\): round \d+.*single out \d+ client.*fewer than "
+        r"privacy.min_cohort=3; fixes: privacy.cohorts='blocks'.*"
+        r"release_rule='count'",
+    ):
         _attack(20, cohorts="random")
     rows = [np.ones(20)] + [np.isin(np.arange(20), c).astype(float) for c, _ in CuriousKMeans.seen]
     assert len(rows) > 1 and not any(_in_row_space(np.array(rows), i) for i in range(20))

@@ -147,7 +147,10 @@ def test_a_cohort_or_survivor_set_below_the_threshold_is_refused_never_unmasked(
         assert "secure aggregation refused" in res.errors[3]
         assert layer.account["refused_rounds"] == 2
     with pytest.raises(ConfigError, match=r"privacy.min_cohort: .*samples 2"):
-        fedray.make_config(federation={"n_clients": 4, "fraction": 0.5}, privacy={"secure_aggregation": True})
+        fedray.make_config(federation={"n_clients": 4, "fraction": 0.5},
+                           privacy={"secure_aggregation": True, "cohorts": "random"})
+    # whole blocks (the default without DP): one block of all 4 clients a round, which is enough
+    fedray.make_config(federation={"n_clients": 4, "fraction": 0.5}, privacy={"secure_aggregation": True})
 
 
 def test_dp_noise_cannot_be_removed_with_the_seed_unless_the_debugging_option_says_so():

@@ -56,7 +56,9 @@ def test_secure_aggregation_gives_the_same_centres_and_the_server_sees_only_mask
     for rnd in rounds:
         keys = sorted(k for k, v in seen.items() if k[0] == rnd and isinstance(v, MaskedStats))
         # (crisp per-cluster sums travel with their contributor indicators: per-cluster support)
-        total_true = sum((with_contributors(true[k]) for k in keys), start=with_contributors(true[keys[0]]).zero()).flat()
+        total_true = sum(
+            (with_contributors(true[k]) for k in keys), start=with_contributors(true[keys[0]]).zero()
+        ).flat()
         acc = [0] * len(total_true)
         for k in keys:
             ints = seen[k].ints()

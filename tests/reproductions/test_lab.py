@@ -196,8 +196,10 @@ def _check_command(paper: str, claim: Claim, tmp_path: Path) -> None:
     elif argv[:2] == ["fedray", "run"]:
         make_config(None, overrides=[argv[i + 1] for i, a in enumerate(argv) if a == "--set"])
     else:
-        raise AssertionError(f"{paper}/{claim.id}: a command is `python -m reproductions run ...`, "
-                             f"`python -m reproductions.{paper}.<script> ...` or `fedray run ...`; got {claim.command!r}")
+        raise AssertionError(
+            f"{paper}/{claim.id}: a command is `python -m reproductions run ...`, "
+            f"`python -m reproductions.{paper}.<script> ...` or `fedray run ...`; got {claim.command!r}"
+        )
 
 
 @pytest.mark.parametrize("paper,claim", _claims(), ids=[f"{p}/{c.id}" for p, c in _claims()])

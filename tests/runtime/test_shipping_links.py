@@ -65,7 +65,7 @@ def test_a_link_inside_the_package_to_an_excluded_file_ships_nothing(tmp_path):
     (pkg / ".gitignore").write_text("alias.txt\nprivate.csv\n")
     (pkg / "data").mkdir()
     (pkg / "data" / "rows.csv").write_text("3,4\n")
-    for name, target in (("settings.py", ".env"), ("helpers.py", "id_rsa"), ("table.txt", "private.csv"),
+    for name, target in (("settings.py", ".env"), ("utils.py", "id_rsa"), ("table.txt", "private.csv"),
                          ("rows.txt", "data/rows.csv"), ("same.txt", "keep.txt")):
         (pkg / name).symlink_to(pkg / target)
     files = plugin_files(pkg)

@@ -5,9 +5,9 @@ A server that lives longer than one run keeps every sum it was ever given, so th
 same clients (a seed loop, a sweep, K selection, Tune trials) and against the sums a resumed run
 released after its checkpoint. Two stores keep them:
 
-* **in this process**: :func:`~fedray.layers.privacy.release.shared_log` hands every privacy layer of a federation (its
-  :func:`federation_fingerprint`) the same :class:`~fedray.layers.privacy.release.ReleaseLog`,
-  whichever session built the layer;
+* **in this process**: :func:`~fedray.layers.privacy.release.shared_log` hands every privacy layer
+  of a federation (its :func:`federation_fingerprint`) the same
+  :class:`~fedray.layers.privacy.release.ReleaseLog`, whichever session built the layer;
 * **on disk**: a :class:`Journal`, ``releases-<fingerprint>.jsonl`` in the run's release-log folder
   (``privacy.release_log``, by default ``release_log/`` inside the run's output folder). A run reads
   it when it starts, writes into it what the process already knew, and appends each sum *before* it
