@@ -213,7 +213,7 @@ def record_run(paper: str, claim: str, *, method: str, seed: int, scale: str, me
         raise LabError(f"{paper}/{claim}: a record needs at least one metric")
     row = {
         "claim": claim, "method": method, "variant": variant, "seed": int(seed), "scale": scale, "sizes": sizes,
-        "metrics": _json(metrics), "config": _json(config or {}), "wall_s": round(float(wall_s), 1),
+        "metrics": _json(metrics), "config": _json(config or {}).replace(str(REPO.parent), ".."),  # no local paths "wall_s": round(float(wall_s), 1),
         "load": load if isinstance(load, str) else f"{(os.getloadavg()[0] if load is None else load):.1f}",
         "device": device or device_name(), "commit": _commit() if source == "run" else source.split("@")[-1],
         "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d"), "source": source,
