@@ -212,7 +212,7 @@ def summarise(scale: str = "paper") -> pd.DataFrame:
             record_run(PAPER, QUANTILES, method=method, variant=stat, seed=int(reps[0]), scale=scale, sizes=sizes,
                        metrics=m, config={"from": f"results/{RECORDS}.csv", "repeats": [int(r) for r in reps],
                                           "dims": [int(x) for x in dims]},
-                       wall_s=float(d["wall_s"].sum()), load=_load_range(d["load"]), device="; ".join(
+                       wall_s=float(pd.to_numeric(d["wall_s"], errors="coerce").sum()), load=_load_range(d["load"]), device="; ".join(
                            sorted(set(d["device"]))))
     return pd.DataFrame(rows)
 
