@@ -200,18 +200,7 @@ def _child(spec: dict[str, Any], timeout: float, niceness: int | None = None,
             "points": spec.get("points", 1000), "clients_per_actor": spec["clients_per_actor"]}
     if "fraction" in spec:
         base.update(population_columns(spec, None))
-    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=err, text=True, env=env, start_new_session=True)
-        stopped = _watch(proc, timeout, min_free_mb)
-        out.seek(0), err.seek(0)
-        stdout, stderr = out.read(), err.read()
-    if stopped:
-        return {**base, "error": stopped}
-    for line in reversed(stdout.splitlines()):
-        if line.startswith("{"):
-            return json.loads(line)
-    tail = (stderr or stdout).strip().splitlines()[-1:] or [""]
-    return {**base, "error": f"exit {proc.returncode}: {tail[0]}"}
+    return run_child(cmd, env, base, timeout, min_free_mb)
 
 
 def available_mb(total: bool = False) -> float:
@@ -553,6 +542,24 @@ def main(argv: list[str] | None = None) -> int:
         write_report(Path(args.out), "round_overhead", rows, COLUMNS, argv, before, after, ref_line,
                      f"Ray worker niceness: {nice}\n\n")
     return 0 if not any(r.get("error") for r in rows) else 1
+
+
+def run_child(cmd: list[str], env: dict[str, str], base: dict[str, Any], timeout: float, min_free_mb: float
+              ) -> dict[str, Any]:
+    """Run one measurement in a process of its own (watched for time and free memory); its last JSON line,
+    or ``base`` with the reason it gave none."""
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, text=True, env=env, start_new_session=True)
+        stopped = _watch(proc, timeout, min_free_mb)
+        out.seek(0), err.seek(0)
+        stdout, stderr = out.read(), err.read()
+    if stopped:
+        return {**base, "error": stopped}
+    for line in reversed(stdout.splitlines()):
+        if line.startswith("{"):
+            return json.loads(line)
+    tail = (stderr or stdout).strip().splitlines()[-1:] or [""]
+    return {**base, "error": f"exit {proc.returncode}: {tail[0]}"}
 
 
 if __name__ == "__main__":

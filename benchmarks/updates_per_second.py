@@ -33,9 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -50,11 +48,11 @@ from harness import markdown  # noqa: E402
 from round_overhead import (  # noqa: E402  (the same configuration, checks and load line)
     POPULATION_POINTS,
     _numbers,
-    _watch,
     available_mb,
     load,
     one_line,
     precheck,
+    run_child,
     workload,
 )
 
@@ -150,18 +148,7 @@ def child(spec: dict[str, Any], timeout: float, min_free_mb: float) -> dict[str,
     env = dict(os.environ)
     env.pop("RAY_ADDRESS", None)
     base = {k: spec[k] for k in ("workload", "population", "fraction")}
-    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=err, text=True, env=env, start_new_session=True)
-        stopped = _watch(proc, timeout, min_free_mb)
-        out.seek(0), err.seek(0)
-        stdout, stderr = out.read(), err.read()
-    if stopped:
-        return {**base, "error": stopped}
-    for line in reversed(stdout.splitlines()):
-        if line.startswith("{"):
-            return json.loads(line)
-    tail = (stderr or stdout).strip().splitlines()[-1:] or [""]
-    return {**base, "error": f"exit {proc.returncode}: {tail[0]}"}
+    return run_child(cmd, env, base, timeout, min_free_mb)
 
 
 def _one(spec: dict[str, Any]) -> dict[str, Any]:
