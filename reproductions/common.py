@@ -196,6 +196,21 @@ def _plain(value: Any) -> Any:
     raise TypeError(f"cannot record a value of type {type(value).__name__}")
 
 
+def _local_paths_relative(text: str) -> str:
+    """``text`` with the folder holding the checkout written as ``..`` (a record names no local path)."""
+    return text.replace(str(REPO.parent) + os.sep, ".." + os.sep)
+
+
+def _wall(wall_s: float | None) -> str:
+    """A wall time in seconds to one decimal, or ``nan`` where it is not known (a transcribed number)."""
+    if wall_s is None or (isinstance(wall_s, float) and math.isnan(wall_s)):
+        return "nan"
+    wall = float(wall_s)
+    if wall < 0 or math.isinf(wall):
+        raise LabError(f"wall time {wall_s!r} must be a finite number of seconds >= 0")
+    return f"{wall:.1f}"
+
+
 def record_run(paper: str, claim: str, *, method: str, seed: int, scale: str, metrics: dict[str, Any],
                config: dict[str, Any] | None = None, wall_s: float, sizes: str = "", variant: str = "",
                load: float | str | None = None, device: str | None = None, source: str = "run") -> dict[str, Any]:
@@ -213,7 +228,7 @@ def record_run(paper: str, claim: str, *, method: str, seed: int, scale: str, me
         raise LabError(f"{paper}/{claim}: a record needs at least one metric")
     row = {
         "claim": claim, "method": method, "variant": variant, "seed": int(seed), "scale": scale, "sizes": sizes,
-        "metrics": _json(metrics), "config": _json(config or {}).replace(str(REPO.parent), ".."),  # no local paths "wall_s": round(float(wall_s), 1),
+        "metrics": _json(metrics), "config": _local_paths_relative(_json(config or {})), "wall_s": _wall(wall_s),
         "load": load if isinstance(load, str) else f"{(os.getloadavg()[0] if load is None else load):.1f}",
         "device": device or device_name(), "commit": _commit() if source == "run" else source.split("@")[-1],
         "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d"), "source": source,

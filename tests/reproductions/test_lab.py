@@ -2,9 +2,12 @@
 from __future__ import annotations
 
 import ast
+import json
 import math
+import os
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from reproductions import common
@@ -101,6 +104,23 @@ def test_records_round_trip_and_resume(tmp_path):
                                                           for s in range(3)])
         assert todo == [{"method": "a", "seed": 2, "scale": "reduced"}]
     assert not (common.ROOT / "barcena2021" / "results" / "t-claim.csv").exists()
+
+
+def test_a_record_keeps_its_wall_time_and_names_no_local_folder(tmp_path):
+    """The wall time given is the one read back (unknown is NaN), and the checkout's parent folder becomes ``..``."""
+    with common.scratch_results(tmp_path):
+        data = common.REPO.parent / "datasets" / "mnist"
+        common.record_run("barcena2021", "t-claim", method="a", seed=0, scale="reduced", metrics={"acc": 1.0},
+                          wall_s=12.34, config={"data_dir": str(data)})
+        common.record_run("barcena2021", "t-claim", method="a", seed=1, scale="reduced", metrics={"acc": 1.0},
+                          wall_s=float("nan"))
+        df = common.recorded("barcena2021", "t-claim")
+        wall = pd.to_numeric(df["wall_s"], errors="coerce")
+        assert wall.iloc[0] == pytest.approx(12.3) and math.isnan(wall.iloc[1])
+        assert json.loads(df["config"].iloc[0]) == {"data_dir": os.path.join("..", "datasets", "mnist")}
+        with pytest.raises(LabError, match="wall time"):
+            common.record_run("barcena2021", "t-claim", method="a", seed=2, scale="reduced", metrics={"acc": 1.0},
+                              wall_s=-1.0)
 
 
 def test_the_verdict_is_derived_from_the_records(tmp_path):
