@@ -22,7 +22,8 @@ OVERRIDES = {
     "quickstart": 'N_CLIENTS = 4\nBACKEND = "local"\nALPHA = 5.0',
     # one Ray run per comparison keeps this test short; the committed notebook has the full grids
     "scaling_study": ('CLIENTS = [3]\nBACKENDS = ["local", "ray"]\nLAYOUT_CLIENTS = [2]\nLAYOUTS = [1]\n'
-                      "POINTS, FEATURES, CLUSTERS = 60, 2, 2\nROUNDS = 2\nNUM_CPUS = 2\n"),
+                      "POINTS, FEATURES, CLUSTERS = 60, 2, 2\nROUNDS = 2\nNUM_CPUS = 2\n"
+                      "CLOCK_CLIENTS = 20\nCLOCK_ROUNDS = 3\nDEADLINES = [None, 60]\n"),
 }
 
 
