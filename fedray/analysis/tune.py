@@ -44,7 +44,11 @@
   ``storage_path`` (local or cloud): keep that storage as private as the data. Local copies
   are made owner-only (files 0600, folders 0700), and so is the trial's whole folder (fedray's outputs
   and checkpoints, Tune's own files): the trial's process creates files owner-only (umask 077) and
-  the tree is made so again when the run ends; a cloud bucket's access is yours to set.
+  the tree is made so again when the run ends. That folder is Tune's staging copy: Tune's driver
+  copies the experiment's staging folder (every trial's folder, the release journal) into
+  ``storage_path`` with its own umask (files 0644 in folders 0755), so every trial closes the
+  experiment's folder there (0700) when it starts and again when it ends: nothing in it can then be
+  reached by another user, whatever the modes of the copies. A cloud bucket's access is yours to set.
 * **Secure aggregation.** Under ``privacy.secure_aggregation`` the trials of one experiment share
   one release journal, ``release_log/`` in the experiment's folder (unless ``privacy.release_log``
   names another), so the release rule weighs every trial's sums over the same clients together
@@ -161,6 +165,8 @@ def run_trial(config: Mapping[str, Any], *, base: Any, checkpoint_every: int = 5
     # copies Tune syncs into storage_path) is owner-only: files 0600, folders 0700.
     os.umask(0o077)
     trial_dir = Path(tune.get_context().get_trial_dir())
+    storage = storage_folder()
+    closed(storage)  # the experiment's folder in storage_path, before anything of this trial is copied there
     owner_only(trial_dir)
     out = trial_dir / OUTPUT
     reporter = Reporter(out, int(checkpoint_every), metrics)
@@ -175,6 +181,7 @@ def run_trial(config: Mapping[str, Any], *, base: Any, checkpoint_every: int = 5
                                      load(folder, bound=False)["config"])
             result = resume(folder, output=out, progress=False, on_round=hooks, algorithm_params=params, adopt=True)
     owner_only(trial_dir)
+    closed(storage)
     tune.report(final_report(reporter.last, numeric_items(result.final)))
     return result
 
@@ -187,6 +194,33 @@ def shared_release_log(cfg: ExperimentConfig, experiment: Path) -> ExperimentCon
     if not p.secure_aggregation or p.release_log is not None:
         return cfg
     return cfg.model_copy(update={"privacy": p.model_copy(update={"release_log": str(experiment / "release_log")})})
+
+
+def storage_folder() -> Path | None:
+    """The experiment's folder in Tune's ``storage_path`` where that is a local folder (None: a bucket, or a Ray
+    without the storage context). A trial writes into its staging folder (``get_trial_dir``); Tune's driver copies
+    the experiment's staging folder (every trial's folder, fedray's outputs, the release journal) there."""
+    from ray import tune
+
+    try:
+        storage = tune.get_context().get_storage()
+        local = getattr(storage.storage_filesystem, "type_name", "") == "local"
+        return Path(storage.experiment_fs_path) if local else None
+    except Exception:  # noqa: BLE001 - a developer API of Ray's: an older or newer Ray may lack it
+        return None
+
+
+def closed(folder: Path | None) -> None:
+    """Make ``folder`` (the experiment's folder in Tune's storage) 0700, so that nothing in it can be reached by
+    another user whatever the modes of the copies Tune's driver makes (its umask: files 0644 in folders 0755);
+    a folder that is a link or is not there is left alone, and one that cannot be changed is logged."""
+    if folder is None or not folder.is_dir() or folder.is_symlink():
+        return
+    try:
+        os.chmod(folder, 0o700)
+    except OSError as exc:
+        log.warning("Tune's experiment folder %s could not be made owner-only (%s): files Tune's driver wrote "
+                    "in it may be readable by other users", folder, exc.strerror or exc)
 
 
 def owner_only(tree: Path) -> None:

@@ -27,7 +27,7 @@ import gzip
 import os
 import struct
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -53,6 +53,9 @@ class Dataset:
     sample_shape : tuple of int
         Shape of one sample before flattening (``(1, 8, 8)`` for digits images).
     name : str
+    pixel_scale : float or None
+        Where set, ``X`` holds 8-bit pixel codes (uint8, a byte a value) whose values are ``X / pixel_scale``:
+        read them with :meth:`rows` (image sets are kept so, and shards are cut from them row by row).
     """
 
     X: np.ndarray
@@ -64,6 +67,12 @@ class Dataset:
     meta: dict[str, Any] = field(default_factory=dict)
     #: Rows that are their writer's test rows in the distributed split (``femnist``), else None.
     is_test: np.ndarray | None = None
+    pixel_scale: float | None = None
+
+    def rows(self, idx: Any = slice(None)) -> np.ndarray:
+        """Rows ``idx`` of ``X`` as values: float64 pixel values where ``X`` holds codes (the same bits as
+        converting the whole array first), else ``X[idx]`` as it is."""
+        return self.X[idx] if self.pixel_scale is None else self.X[idx].astype(np.float64) / self.pixel_scale
 
     @property
     def n_samples(self) -> int:
@@ -234,7 +243,14 @@ def check_dataset_name(name: str) -> None:
 
 
 def load_dataset(name: str, data_dir: str | None = None, seed: int = 0, **options: Any) -> Dataset:
-    """Load a pooled data set by its ``data.dataset`` string (cached per process)."""
+    """Load a pooled data set by its ``data.dataset`` string, ``X`` as float64 values (images in [0, 1])."""
+    ds = load_pooled(name, data_dir, seed, **options)
+    return ds if ds.pixel_scale is None else replace(ds, X=ds.rows(), pixel_scale=None)
+
+
+def load_pooled(name: str, data_dir: str | None = None, seed: int = 0, **options: Any) -> Dataset:
+    """:func:`load_dataset` as cached per process: image pixels stay 8-bit codes (:attr:`Dataset.pixel_scale`),
+    the form federations are built from and each client's shard is cut from (:meth:`Dataset.rows`)."""
     key = tuple(sorted((k, _hashable(v)) for k, v in options.items()))
     return _load_cached(name, str(resolve_data_dir(data_dir) or ""), int(seed), key)
 
@@ -260,21 +276,6 @@ def _load_cached(name: str, data_dir: str, seed: int, key: tuple) -> Dataset:
     if src.seeded:
         return src.load(rest, ddir, options, seed=seed)
     return src.load(rest, ddir, options)
-
-
-def load_sklearn(name: str) -> Dataset:
-    from sklearn import datasets as skd
-
-    if name not in SKLEARN_SETS:
-        raise ConfigError(f"data.dataset: unknown scikit-learn data set {name!r}; choose one of "
-                          f"{', '.join(SKLEARN_SETS)}")
-    bunch = getattr(skd, f"load_{name}")()
-    X = np.asarray(bunch.data, dtype=np.float64)
-    names = tuple(str(n) for n in getattr(bunch, "feature_names", [f"x{i}" for i in range(X.shape[1])]))
-    shape = (1, 8, 8) if name == "digits" else (X.shape[1],)
-    if name == "digits":
-        X = X / 16.0
-    return Dataset(X, np.asarray(bunch.target, dtype=np.int64), names, shape, f"sklearn:{name}")
 
 
 def require_dir(ddir: Path | None, what: str) -> Path:
@@ -357,9 +358,10 @@ def load_mnist(ddir: Path | None, options: dict[str, Any] | None = None) -> Data
                                     f"shape {img.shape}")
                 images.append(img)
                 labels.append(lab)
-            X = np.concatenate(images).reshape(sum(i.shape[0] for i in images), -1).astype(np.float64) / 255.0
+            X = np.concatenate(images).reshape(sum(i.shape[0] for i in images), -1)  # uint8 codes of X / 255
             names = tuple(f"px{i}" for i in range(X.shape[1]))
-            return Dataset(X, np.concatenate(labels), names, (1, images[0].shape[1], images[0].shape[2]), "mnist")
+            return Dataset(X, np.concatenate(labels), names, (1, images[0].shape[1], images[0].shape[2]), "mnist",
+                           pixel_scale=255.0)
     probe = ", ".join(f"{p}-images-idx3-ubyte.gz" for p in prefixes)
     raise DataError(f"data.dataset: no MNIST IDX files ({probe}, part {part!r}) under {str(root)!r}")
 

@@ -34,6 +34,7 @@ from fedray.data.datasets import (
     data_source,
     is_numeric,
     load_dataset,
+    load_pooled,
     load_table,
     read_table,
     resolve_data_dir,
@@ -135,15 +136,18 @@ def build_federation(data: Any, n_clients: int | None, seed: int) -> Federation:
     rng = data_rng(seed, PARTITION_STREAM)
     ddir = str(resolve_data_dir(data.data_dir) or "") or None
     if pname in FEDERATION_BUILDERS:
-        ds = load_dataset(name, ddir, seed=seed, **options)
-        return FEDERATION_BUILDERS[pname](ds, data, n_clients, seed, **part)
+        builder = FEDERATION_BUILDERS[pname]
+        # fedray's builders read labels and shapes only: they get the pooled set as cached (pixels as 8-bit
+        # codes); a user's builder gets X as values, as load_dataset gives them
+        load = load_pooled if str(getattr(builder, "__module__", "")).startswith("fedray.") else load_dataset
+        return builder(load(name, ddir, seed=seed, **options), data, n_clients, seed, **part)
     if src.federation is not None:
         built = src.federation(rest, data, n_clients, seed, pname, part)
         if built is not None:
             return built
     if src.data_options is not None:
         options.update(src.data_options(data))
-    ds = load_dataset(name, ddir, seed=seed, **options)
+    ds = load_pooled(name, ddir, seed=seed, **options)  # labels and shapes: the rows stay as cached
     if pname is None:
         pname = "by_column" if ds.groups is not None else "iid"
     if pname == "by_column":
@@ -335,10 +339,10 @@ def _materialize_raw(spec: ClientSpec, table: Any = None) -> tuple[np.ndarray, n
     if kind == "pooled":
         if "module" in src and src["dataset"].partition(":")[0] not in DATA_SOURCES:
             importlib.import_module(src["module"])
-        ds = load_dataset(src["dataset"], src["data_dir"], seed=src["seed"], **src["options"])
+        ds = load_pooled(src["dataset"], src["data_dir"], seed=src["seed"], **src["options"])
         idx = spec.indices if spec.indices is not None else np.arange(ds.n_samples)
         y = ds.y[idx] if ds.y is not None else None
-        return ds.X[idx], y, ds.feature_names
+        return ds.rows(idx), y, ds.feature_names  # this shard's rows as values (image pixels: 8-bit codes / 255)
     if kind == "arrays":
         shard = src["shard"]
         if not isinstance(shard, tuple):  # a reference into Ray's object store (see put_shards)

@@ -2,8 +2,9 @@
 
 Each loader reads a folder under ``data.data_dir`` (or ``$FEDRAY_DATA_DIR``) and
 never downloads; each gives the same :class:`~fedray.data.datasets.Dataset` as
-``mnist``: images flattened to float64 in [0, 1], ``sample_shape`` ``(C, H, W)``,
-integer labels, and ``meta["class_names"]``.
+``mnist``: images flattened to values in [0, 1] (kept as 8-bit codes until a client's shard is cut,
+``Dataset.pixel_scale``; :func:`~fedray.data.datasets.load_dataset` gives float64 values), ``sample_shape``
+``(C, H, W)``, integer labels, and ``meta["class_names"]``.
 
 ==================  ==========================================================================
 ``femnist``         LEAF's FEMNIST JSON shards (``train/``, ``test/``); writers are the clients
@@ -57,12 +58,14 @@ def _verify(options: dict[str, Any]) -> bool:
 
 def _images(images: np.ndarray, labels: np.ndarray, name: str, class_names: tuple[str, ...],
             meta: dict[str, Any] | None = None) -> Dataset:
-    """A Dataset of uint8 images (n, H, W) or (n, C, H, W) scaled to [0, 1]."""
+    """A Dataset of uint8 images (n, H, W) or (n, C, H, W) with values in [0, 1]: the pixels stay 8-bit codes
+    (a byte a value; :meth:`~fedray.data.datasets.Dataset.rows` gives values), so that the pooled set costs
+    what its files hold, not eight times that, in the driver and in each process that cuts shards from it."""
     shape = tuple(int(s) for s in images.shape[1:])
     shape = (1, *shape) if len(shape) == 2 else shape
-    X = images.reshape(images.shape[0], -1).astype(np.float64) / 255.0
+    X = np.ascontiguousarray(images, dtype=np.uint8).reshape(images.shape[0], -1)
     return Dataset(X, np.asarray(labels, dtype=np.int64), _names(X.shape[1]), shape, name,
-                   meta={"class_names": list(class_names), **(meta or {})})
+                   meta={"class_names": list(class_names), **(meta or {})}, pixel_scale=255.0)
 
 
 def _sub(root: Path, names: tuple[str, ...], probe: str, what: str, hint: str) -> Path:

@@ -6,6 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from fedray.core.errors import ConfigError
 from fedray.data.datasets import (
     DATA_SOURCES,
@@ -16,8 +18,22 @@ from fedray.data.datasets import (
     DataSource,
     load_benchmark,
     load_mnist,
-    load_sklearn,
 )
+
+
+def load_sklearn(name: str) -> Dataset:
+    from sklearn import datasets as skd
+
+    if name not in SKLEARN_SETS:
+        raise ConfigError(f"data.dataset: unknown scikit-learn data set {name!r}; choose one of "
+                          f"{', '.join(SKLEARN_SETS)}")
+    bunch = getattr(skd, f"load_{name}")()
+    X = np.asarray(bunch.data, dtype=np.float64)
+    names = tuple(str(n) for n in getattr(bunch, "feature_names", [f"x{i}" for i in range(X.shape[1])]))
+    shape = (1, 8, 8) if name == "digits" else (X.shape[1],)
+    if name == "digits":
+        X = X / 16.0
+    return Dataset(X, np.asarray(bunch.target, dtype=np.int64), names, shape, f"sklearn:{name}")
 
 
 def _check_sklearn(rest: str) -> None:

@@ -16,6 +16,7 @@ The split is computed once per client and cached in ``client.state["_split"]``.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,10 +34,14 @@ class Split:
 
     Attributes
     ----------
-    X_train : ndarray of shape (n_train, n_features)
+    X_train : ndarray of shape (n_train, *sample_shape)
     y_train : ndarray of shape (n_train,)
-    X_test : ndarray of shape (n_test, n_features)
+    X_test : ndarray of shape (n_test, *sample_shape)
     y_test : ndarray of shape (n_test,)
+
+    The rows have the shape of one sample (``(C, H, W)`` for images, ``(d,)`` for tables), as a
+    model ``(input_shape, n_classes)`` of :mod:`fedray.nn` takes them: the training loops, the
+    evaluation and a user's model see batches ``(b, *sample_shape)``.
     """
 
     X_train: np.ndarray
@@ -93,7 +98,7 @@ def client_split(client: Any, test_fraction: float = DEFAULT_TEST_FRACTION) -> S
     y = data.y if data.y is not None else client.labels
     if y is None:
         raise DataError("supervised training needs labels; this client's data have none (set data.label_column)")
-    X = np.asarray(data.X)
+    X = as_samples(np.asarray(data.X), getattr(data, "sample_shape", None), client.id)
     n = X.shape[0]
     if fixed is not None:
         n_test = int(fixed)
@@ -109,4 +114,21 @@ def client_split(client: Any, test_fraction: float = DEFAULT_TEST_FRACTION) -> S
     return split
 
 
-__all__ = ["DEFAULT_TEST_FRACTION", "Split", "client_split", "split_rows"]
+def as_samples(X: np.ndarray, sample_shape: Any, client_id: int) -> np.ndarray:
+    """The rows ``X`` (n, n_features), flat as a shard holds them, as samples (n, *sample_shape) (a view);
+    ``X`` as it is when ``sample_shape`` is None or already its rows' shape.
+
+    Raises
+    ------
+    DataError
+        When a sample of ``sample_shape`` does not hold the shard's number of features.
+    """
+    shape = X.shape[1:] if sample_shape is None else tuple(int(s) for s in sample_shape)
+    if X.shape[1:] == shape:
+        return X
+    if math.prod(X.shape[1:]) != math.prod(shape):
+        raise DataError(f"client {client_id}: rows of shape {X.shape[1:]} do not hold samples of shape {shape}")
+    return X.reshape(X.shape[0], *shape)
+
+
+__all__ = ["DEFAULT_TEST_FRACTION", "Split", "as_samples", "client_split", "split_rows"]

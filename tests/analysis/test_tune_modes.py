@@ -34,6 +34,45 @@ def test_tune_storage_checkpoints_are_mode_0600(ray_session, tmp_path):
     assert loose == []
 
 
+def _reachable_by_others(root: Path) -> list[str]:
+    """Paths under ``root`` another user can read (a file) or list and enter (a folder): the path grants
+    group or others that access, and every folder between ``root`` and it lets them pass (x)."""
+    out = []
+    for entry in sorted(root.iterdir()):
+        mode = stat.S_IMODE(entry.lstat().st_mode)
+        if entry.is_dir() and not entry.is_symlink():
+            if mode & 0o055:
+                out.append(f"{entry.relative_to(root)} {oct(mode)}")
+            if mode & 0o011:  # others may pass: what is inside is theirs to reach
+                out += [f"{entry.name}/{p}" for p in _reachable_by_others(entry)]
+        elif mode & 0o044:
+            out.append(f"{entry.relative_to(root)} {oct(mode)}")
+    return out
+
+
+def test_nothing_in_tunes_storage_is_reachable_by_others_under_secure_aggregation(ray_session, tmp_path):
+    """Property: after a Tune search with secure aggregation, no file under storage_path (checkpoints, the
+    shared release journal, fedray's outputs, Tune's own state and results) can be read, and no folder
+    listed, by group or others (on today's main Tune's driver left the experiment's folder 0755 and its
+    files 0644)."""
+    from ray import tune
+
+    from fedray.tune import trainable
+
+    secure = {**BASE, "privacy": {"secure_aggregation": True}}
+    storage = tmp_path / "tune"
+    tuner = tune.Tuner(trainable(secure, checkpoint_every=3, driver_cpus=1),
+                       param_space={"algorithm.params.n_clusters": tune.grid_search([3])},
+                       tune_config=tune.TuneConfig(metric="objective", mode="min"),
+                       run_config=tune.RunConfig(name="private", storage_path=str(storage), verbose=0))
+    results = tuner.fit()
+    assert not results.errors
+    tree = list(storage.rglob("*"))
+    assert any(p.name.startswith("releases-") for p in tree)  # the journal is there: the test saw it
+    assert any(p.name == "summary.json" for p in tree)
+    assert any(p.name.startswith("experiment_state") for p in tree)  # and Tune's driver's own files
+    assert _reachable_by_others(storage) == []
+
 
 def test_a_trials_own_output_tree_is_owner_only(tmp_path, monkeypatch):
     """run_trial (Tune's context stood in for): the trial's folder, fedray's outputs and its checkpoint
