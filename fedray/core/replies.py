@@ -86,7 +86,8 @@ class Replies(MutableSequence):
 
     def without(self, drop: Any) -> Replies:
         """These replies less those of clients ``drop`` (column-wise where they are columns)."""
-        drop = np.asarray(sorted(drop), dtype=np.int64)
+        drop = np.unique(np.asarray(drop if isinstance(drop, (np.ndarray, list, tuple)) else list(drop),
+                                    dtype=np.int64))
         if self.summed_total is not None:
             raise FedrayError(
                 "these replies hold only their sum (Task(summed=True)): no client's reply can be taken out"
