@@ -180,15 +180,35 @@ def _plusplus(X3: np.ndarray, k: int, gens: list[np.random.Generator]) -> tuple[
     return C, done
 
 
-def _d2_each(X3: np.ndarray, C: np.ndarray) -> np.ndarray:
-    """Squared distances (clients, n, k) of each client's rows to its own centres, the features added in
-    order (as :mod:`fedray.core.kernels` adds them)."""
-    A = np.zeros((X3.shape[0], X3.shape[1], C.shape[1]))
-    for f in range(X3.shape[2]):
-        t = X3[:, :, f, None] - C[:, None, :, f]
-        np.multiply(t, t, out=t)
-        A += t
-    return A
+def _nearest(XT: np.ndarray, C: np.ndarray) -> np.ndarray:
+    """Each row's nearest centre (clients, n) among its own client's centres ``C`` (clients, k, d), the rows
+    given feature-major ``XT`` (clients, d, n): distances add ``(x_d - c_d)^2`` over the features in order
+    (as :mod:`fedray.core.kernels` adds them), and the first of equal distances wins (``argmin``'s choice)."""
+    m, d, n = XT.shape
+    best = lab = None
+    for j in range(C.shape[1]):
+        a = None
+        for f in range(d):
+            t = XT[:, f, :] - C[:, j, f, None]
+            np.multiply(t, t, out=t)
+            a = t if a is None else np.add(a, t, out=a)  # 0 + t0^2 is t0^2: the kernels' sum from zero
+        if best is None:
+            best, lab = a, np.zeros((m, n), dtype=np.intp)
+        else:
+            closer = a < best  # strictly: the first nearest stays
+            lab[closer] = j
+            np.minimum(best, a, out=best)
+    if not np.isfinite(best).all():  # NaN distances: argmin's choice over the whole row
+        return np.argmin(np.stack([_d2_one(XT, C, j) for j in range(C.shape[1])], axis=2), axis=2)
+    return lab
+
+
+def _d2_one(XT: np.ndarray, C: np.ndarray, j: int) -> np.ndarray:
+    a = np.zeros(XT.shape[::2])
+    for f in range(XT.shape[1]):
+        t = XT[:, f, :] - C[:, j, f, None]
+        a += t * t
+    return a
 
 
 def _lloyd(X3: np.ndarray, C0: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -197,13 +217,14 @@ def _lloyd(X3: np.ndarray, C0: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     m, n, d = X3.shape
     k = C0.shape[1]
     C = np.array(C0, dtype=np.float64, copy=True)
-    active, Xa, Ca = np.arange(m), X3, C.copy()
+    XT = np.ascontiguousarray(X3.transpose(0, 2, 1))  # (clients, d, n): each feature's rows contiguous
+    active, Xa, Ca = np.arange(m), XT, C.copy()
     for _ in range(MAX_ITER):
         ma = len(active)
-        cell = (np.arange(ma)[:, None] * k + np.argmin(_d2_each(Xa, Ca), axis=2)).ravel()
+        cell = (np.arange(ma)[:, None] * k + _nearest(Xa, Ca)).ravel()
         sums = np.empty((ma * k, d))
         for f in range(d):
-            sums[:, f] = np.bincount(cell, weights=Xa[:, :, f].ravel(), minlength=ma * k)
+            sums[:, f] = np.bincount(cell, weights=Xa[:, f, :].ravel(), minlength=ma * k)
         cnt = np.bincount(cell, minlength=ma * k).astype(np.float64)
         new = Ca.reshape(ma * k, d).copy()
         nz = cnt > 0
@@ -219,7 +240,7 @@ def _lloyd(X3: np.ndarray, C0: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             if not len(active):
                 break
     C[active] = Ca
-    labels = np.argmin(_d2_each(X3, C), axis=2)
+    labels = _nearest(XT, C)
     counts = np.bincount((np.arange(m)[:, None] * k + labels).ravel(), minlength=m * k).astype(np.float64)
     return C, counts.reshape(m, k)
 
