@@ -152,6 +152,9 @@ class LateSet:
     def add(self, ids: np.ndarray, codes: np.ndarray) -> None:
         """Clients ``ids`` are late for ``codes``; one late before in this round (a retry) takes its new code."""
         ids, codes = np.asarray(ids, dtype=np.int64), np.asarray(codes, dtype=np.int32)
+        if not len(self.ids) and (ids.size < 2 or np.all(ids[1:] > ids[:-1])):  # the round's first, in order
+            self.ids, self.codes = ids, codes
+            return
         kept = ~np.isin(self.ids, ids)
         all_ids = np.concatenate([self.ids[kept], ids])
         order = np.argsort(all_ids, kind="stable")

@@ -220,7 +220,7 @@ class Server:
             self._sim_late.add(gone, why)
             out = None if hasattr(res.replies, "without") else set(gone.tolist())
             res.replies = res.replies.without(gone) if out is None else [r for r in res.replies if r.client_id not in out]
-            res.late = np.union1d(_ids(res.late), gone).tolist()
+            res.late = (np.union1d(_ids(res.late), gone) if len(res.late) else np.sort(gone)).tolist()
 
     def _advance_clock(self, wait: float) -> dict[str, float]:
         """Move the simulated clock past this round; its history columns."""
