@@ -28,6 +28,7 @@ from fedray.core.contract import (
     Task,
 )
 from fedray.core.errors import ConfigError, DataError
+from fedray.core.local_start import gathered, n_distinct
 from fedray.core.ops import kmeans
 from fedray.core.registry import register
 
@@ -85,13 +86,11 @@ class KFed(CenterAlgorithm):
         return ctx.each(task)
 
     def aggregate(self, ctx: RoundContext, replies: list[Reply]) -> dict[str, float]:
-        sent = [r.update for r in replies if len(r.update["centers"])]
-        if not sent:
+        C, w = gathered(replies)
+        if not len(C):
             raise DataError("kfed: no client returned local centres")
-        C = np.vstack([u["centers"] for u in sent])
-        w = np.concatenate([u["counts"] for u in sent])
         k = self.params.n_clusters
-        distinct = np.unique(C, axis=0).shape[0]
+        distinct = n_distinct(C, k)
         if distinct < k:
             raise DataError(f"kfed: only {distinct} distinct local centres for n_clusters={k}; "
                             "raise algorithm.params.local_clusters or lower n_clusters")

@@ -18,6 +18,8 @@ from typing import Any
 
 import pandas as pd
 
+from fedray.layers.failure_log import FailureLog
+
 
 def accuracy_account(history: pd.DataFrame, clients: pd.DataFrame) -> dict[str, Any]:
     """``accuracy_measured_on`` (clients and test rows of the final accuracy) and
@@ -54,7 +56,7 @@ def accuracy_lines(summary: dict[str, Any]) -> list[str]:
     return lines
 
 
-def simulated_account(history: pd.DataFrame, federation: Any, failures: list[dict[str, Any]]) -> dict[str, Any]:
+def simulated_account(history: pd.DataFrame, federation: Any, failures: Any) -> dict[str, Any]:
     """``summary["simulated"]``: the simulated clock at the end of the run, its rounds' durations, the clients the
     clock made late (past the deadline or gone offline), and the simulated time at which
     ``federation.target`` was first reached (None: never; ``target_note`` says why)."""
@@ -63,8 +65,8 @@ def simulated_account(history: pd.DataFrame, federation: Any, failures: list[dic
     out: dict[str, Any] = {
         "time_s": float(t[-1]) if len(t) else 0.0,
         "round_s": {"mean": float(rounds.mean()), "max": float(rounds.max())} if len(rounds) else {},
-        "late_deadline": sum(1 for f in failures if "federation.deadline" in f.get("error", "")),
-        "late_offline": sum(1 for f in failures if "went offline" in f.get("error", "")),
+        "late_deadline": FailureLog.of(failures).count(contains="federation.deadline"),
+        "late_offline": FailureLog.of(failures).count(contains="went offline"),
         "deadline_s": federation.deadline,
     }
     target = federation.target

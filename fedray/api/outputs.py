@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from fedray.core.errors import ConfigError, OutputError
+from fedray.layers.failure_log import FailureLog
 from fedray.layers.privacy.accountant import privacy_summary
 
 log = logging.getLogger(__name__)
@@ -377,7 +378,10 @@ def write_partial(directory: str | Path, cfg: Any, state: dict[str, Any] | None,
             pd.DataFrame(history).to_parquet(tmp, index=False)
     if failures:
         with atomic_path(out / "failures.parquet") as tmp:
-            pd.DataFrame(failures).to_parquet(tmp, index=False)
+            log_ = FailureLog.of(failures)
+            cols = log_.columns()
+            pd.DataFrame({**cols, "kind": cols["kind"].tolist(), "error": cols["error"].tolist()}).to_parquet(
+                tmp, index=False)
     text = str(error).strip()
     summary = {"status": "failed", "error": f"{type(error).__name__}: {text.splitlines()[0] if text else ''}",
                "rounds": len(history), "algorithm": cfg.algorithm.name, "dataset": str(cfg.data.dataset),

@@ -38,6 +38,7 @@ from fedray.core.contract import Algorithm
 from fedray.core.metrics import best_permutation_distance
 from fedray.core.ops import assign
 from fedray.core.registry import make_params
+from fedray.layers.failure_log import FailureLog
 from fedray.layers.faults import failures_table
 from fedray.layers.messages import messages_table
 from fedray.layers.privacy.accountant import privacy_summary
@@ -111,11 +112,10 @@ class Result:
         clients = _with_client_results(rows, model, final, session.info.extras or {})
         # Counted from the same rows as failures.parquet: every attempt of every round, and
         # the evaluation passes (negative rounds).
-        fail_rows = state.get("failures", [])
-        failures = sum(1 for f in fail_rows if f["kind"] == "failed")
-        late = sum(1 for f in fail_rows if f["kind"] == "late")
-        in_eval = sum(1 for f in fail_rows if f["round"] < 0)
-        spill = sum(1 for f in fail_rows if f["kind"] == "late" and "spill-over" in f.get("error", ""))
+        fail_rows = FailureLog.of(state.get("failures"))
+        failures, late = fail_rows.count("failed"), fail_rows.count("late")
+        in_eval = fail_rows.count(evaluation=True)
+        spill = fail_rows.count("late", contains="spill-over")
         summary = {
             "algorithm": alg.name,
             "dataset": str(cfg.data.dataset),  # arrays from Python: their description

@@ -23,6 +23,7 @@ from pydantic import Field, field_validator
 
 from fedray.core.contract import Algorithm, Params, Reply, RoundContext, Task, batched
 from fedray.core.errors import ConfigError, DataError
+from fedray.core.local_start import gathered, local_centers, n_distinct
 from fedray.core.metrics import (
     acc_from_table,
     ari_from_table,
@@ -34,8 +35,6 @@ from fedray.core.ops import (
     cluster_sums,
     fcm_memberships,
     kmeans,
-    kmeans_plusplus,
-    lloyd,
     memberships_from_d2,
     sq_distances,
 )
@@ -62,23 +61,7 @@ class CenterParams(Params):
         return v
 
 
-# --- client functions -------------------------------------------------------
-def local_centers(payload: dict, shared: Any, client: Any) -> dict[str, np.ndarray]:
-    """k-means++ and Lloyd on the client's shard; returns local centres and their sizes."""
-    X = client.data.X
-    k = min(int(payload["k"]), _n_distinct_upto(X, int(payload["k"])))
-    if k == 0:
-        return {"centers": np.zeros((0, X.shape[1])), "counts": np.zeros(0)}
-    C, labels, _ = lloyd(X, kmeans_plusplus(X, k, client.rng), max_iter=100)
-    return {"centers": C, "counts": np.bincount(labels, minlength=k).astype(float)}
-
-
-def _n_distinct_upto(X: np.ndarray, k: int) -> int:
-    if X.shape[0] == 0:
-        return 0
-    return int(min(k, np.unique(X[: max(10 * k, 1000)], axis=0).shape[0] if X.shape[0] > 0 else 0)) or 1
-
-
+# --- client functions (the k-FED local start, local_centers, is in fedray.core.local_start) ---------------
 def _same_payload(payloads: list[Any]) -> Any:
     first = payloads[0]
     if any(p != first for p in payloads):
@@ -252,15 +235,13 @@ class CenterAlgorithm(Algorithm):
         return self.params.init_retries if self.phase == "init" else 0
 
     def aggregate_init(self, ctx: RoundContext, replies: list[Reply]) -> dict[str, float]:
-        cents = [r.update["centers"] for r in replies if len(r.update["centers"])]
-        counts = [r.update["counts"] for r in replies if len(r.update["centers"])]
+        C, w = gathered(replies)
         k = self.params.n_clusters
-        if not cents:
+        if not len(C):
             raise DataError("init 'kfed': no client returned local centres")
-        C = np.vstack(cents)
-        w = np.concatenate(counts)
-        if np.unique(C, axis=0).shape[0] < k:
-            raise DataError(f"init 'kfed': only {np.unique(C, axis=0).shape[0]} distinct local centres for "
+        distinct = n_distinct(C, k)
+        if distinct < k:
+            raise DataError(f"init 'kfed': only {distinct} distinct local centres for "
                             f"n_clusters={k}; use init='random-box' or fewer clusters")
         missing = sorted(set(ctx.failed) | set(ctx.late))
         if missing:

@@ -86,7 +86,9 @@ class Replies(MutableSequence):
 
     def without(self, drop: Any) -> Replies:
         """These replies less those of clients ``drop`` (column-wise where they are columns)."""
-        drop = np.asarray(sorted(drop), dtype=np.int64)
+        drop = np.asarray(drop if isinstance(drop, (np.ndarray, list, tuple)) else list(drop), dtype=np.int64)
+        if drop.size > 1 and not np.all(drop[1:] > drop[:-1]):  # sorted and distinct already: as it is
+            drop = np.unique(drop)
         if self.summed_total is not None:
             raise FedrayError(
                 "these replies hold only their sum (Task(summed=True)): no client's reply can be taken out"

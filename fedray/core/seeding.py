@@ -85,14 +85,38 @@ def data_seed_words(seed: int, key_prefix: tuple[int, ...], ids: np.ndarray) -> 
     ``ids`` are integers (negative ones are mapped as :func:`data_rng` maps them); ids of different
     sizes in 32-bit words are hashed in groups of one size.
     """
+    return _seed_words((_u(seed), _DATA, *map(_u, key_prefix)), ids, ())
+
+
+def client_rng_many(seed: int, ids: np.ndarray, round_: int, *stream: int) -> list[np.random.Generator]:
+    """The generators ``client_rng(seed, i, round_, *stream)`` for every client ``i`` in ``ids``, in order.
+
+    Bit for bit those of :func:`client_rng` (the same PCG64 state, hence the same draws); the seed
+    hashing runs once over all ids (:func:`client_seed_words`), as :func:`data_rng_many`'s does.
+    """
+    words = client_seed_words(seed, ids, round_, *stream)
+    return [np.random.Generator(np.random.PCG64(SeedWords(row))) for row in words]
+
+
+def client_seed_words(seed: int, ids: np.ndarray, round_: int, *stream: int) -> np.ndarray:
+    """PCG64 seed words (n, 4) uint64: row ``j`` is what ``client_rng(seed, ids[j], round_, *stream)``
+    hands its PCG64, hashed for all ids at once."""
+    return _seed_words((_u(seed), _CLIENT), ids, (_u(round_), *map(_u, stream)))
+
+
+def _seed_words(before: tuple[int, ...], ids: np.ndarray, after: tuple[int, ...]) -> np.ndarray:
+    """Seed words (n, 4) uint64 of ``SeedSequence([*before, _u(id), *after])`` for every id (non-negative
+    ints ``before`` and ``after``), hashed column-wise."""
     key = _ids_as_keys(ids)
-    prefix = [w for v in (_u(seed), _DATA, *map(_u, key_prefix)) for w in _words32(v)]
+    head = [w for v in before for w in _words32(v)]
+    tail = [w for v in after for w in _words32(v)]
     out = np.empty((key.size, 4), dtype=np.uint64)
     n_words = np.where(key >> np.uint64(32) == 0, 1, 2)  # a uint64 is one or two words
     for n in np.unique(n_words):
         sel = np.flatnonzero(n_words == n)
-        cols = [np.full(sel.size, w, dtype=np.uint32) for w in prefix]
+        cols = [np.full(sel.size, w, dtype=np.uint32) for w in head]
         cols += [((key[sel] >> np.uint64(32 * i)) & np.uint64(_MASK32)).astype(np.uint32) for i in range(int(n))]
+        cols += [np.full(sel.size, w, dtype=np.uint32) for w in tail]
         out[sel] = _generate_state(_mix_entropy(cols))
     return out
 

@@ -41,6 +41,7 @@ from typing import Any
 from fedray.core.calls import Call
 from fedray.core.contract import Task
 from fedray.core.seeding import FAULT_STREAM, server_rng
+from fedray.layers.failure_log import FailureLog
 from fedray.runtime.executor import ExecResult, Executor, ExecutorWrapper
 
 log = logging.getLogger(__name__)
@@ -162,19 +163,10 @@ class FaultInjector(ExecutorWrapper):
         self.events = list(report.get("faults", []))
 
 
-def failures_table(failures: list[dict[str, Any]], events: list[dict[str, Any]]) -> Any:
+def failures_table(failures: Any, events: list[dict[str, Any]]) -> Any:
     """The ``failures`` table: one row per client that failed or was late in an attempt of a round.
 
+    ``failures``: a :class:`~fedray.layers.failure_log.FailureLog`, or its rows as dictionaries.
     Columns: round, attempt, client_id, kind (``failed`` / ``late``), injected (bool), error.
     """
-    import pandas as pd
-
-    cols = ["round", "attempt", "client_id", "kind", "injected", "error"]
-    if not failures:
-        return pd.DataFrame({c: pd.Series(dtype=t) for c, t in zip(
-            cols, ["int64", "int64", "int64", "object", "bool", "object"])})
-    planned = {(e["round"], e["attempt"], e["client_id"]) for e in events}
-    rows = [{**{k: f[k] for k in ("round", "attempt", "client_id", "kind", "error")},
-             "injected": (f["round"], f["attempt"], f["client_id"]) in planned} for f in failures]
-    return pd.DataFrame(rows, columns=cols)
-
+    return FailureLog.of(failures).table(events)

@@ -16,7 +16,8 @@ online (:class:`fedray.data.deployment.Availability`), and a round's deadline. T
    reply's as the message log counts them;
 3. which clients are late: ``t_c`` past the deadline, or past the end of the client's online spell.
    They leave the round through the same path as injected stragglers (``clients_late``, one row each
-   in ``failures.parquet``).
+   in ``failures.parquet``). The loop keeps them as arrays (:class:`LateSet`: ids and a code each into
+   :meth:`Clock.reasons`), and the failures log takes them as columns, never one record per client.
 
 A round lasts until its last kept client finished, or its deadline when someone was late (plus any
 wait for a client to come online). Nothing here reads the real clock: the same seed gives the same
@@ -107,21 +108,25 @@ class Clock:
         work = self.n_samples[ids] * float(self.epochs) * cost
         return work / d.speed[ids] + down / d.down[ids] + np.asarray(bytes_up, dtype=np.float64) / d.up[ids]
 
-    def late(self, ids: np.ndarray, t: np.ndarray, start: float) -> tuple[np.ndarray, list[str]]:
-        """Which of clients ``ids`` with simulated times ``t`` (a round started at ``start``) are late, and
-        why (one text per late client)."""
+    def reasons(self) -> tuple[str, str]:
+        """Why a client is late, by code (:meth:`late`): 0 past the deadline, 1 gone offline."""
+        deadline = f"{self.deadline:g}" if self.deadline is not None else "none"
+        return (f"not finished by federation.deadline={deadline} s (simulated)",
+                "went offline before it finished (federation.availability)")
+
+    def late(self, ids: np.ndarray, t: np.ndarray, start: float) -> tuple[np.ndarray, np.ndarray]:
+        """Which of clients ``ids`` with simulated times ``t`` (a round started at ``start``) are late (bool
+        per client), and why: a code per late client into :meth:`reasons`."""
         late = np.zeros(len(ids), dtype=bool)
-        why = np.full(len(ids), "", dtype=object)
+        why = np.zeros(len(ids), dtype=np.int32)
         if self.deadline is not None:
-            past = t > self.deadline
-            late |= past
-            why[past] = f"not finished by federation.deadline={self.deadline:g} s (simulated)"
+            late |= t > self.deadline  # code 0
         if self.availability is not None and self.availability.kind != "always" and len(ids):
             until = self.availability.online_until(ids, start)
             gone = ~late & (start + t > until)
             late |= gone
-            why[gone] = "went offline before it finished (federation.availability)"
-        return late, why[late].tolist()
+            why[gone] = 1
+        return late, why[late]
 
     def round_seconds(self, kept: np.ndarray, any_late: bool) -> float:
         """A round's simulated duration (without waiting): its deadline when someone was late, else the
@@ -129,6 +134,40 @@ class Clock:
         if any_late and self.deadline is not None:
             return float(self.deadline)
         return float(kept.max()) if len(kept) else 0.0
+
+
+class LateSet:
+    """The clients the clock made late in the current round: their ids (sorted) and a code each into
+    :meth:`Clock.reasons`. Kept as arrays: a deadline may make many thousands late a round."""
+
+    __slots__ = ("ids", "codes")
+
+    def __init__(self) -> None:
+        self.ids = np.zeros(0, dtype=np.int64)
+        self.codes = np.zeros(0, dtype=np.int32)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def add(self, ids: np.ndarray, codes: np.ndarray) -> None:
+        """Clients ``ids`` are late for ``codes``; one late before in this round (a retry) takes its new code."""
+        ids, codes = np.asarray(ids, dtype=np.int64), np.asarray(codes, dtype=np.int32)
+        if not len(self.ids) and (ids.size < 2 or np.all(ids[1:] > ids[:-1])):  # the round's first, in order
+            self.ids, self.codes = ids, codes
+            return
+        kept = ~np.isin(self.ids, ids)
+        all_ids = np.concatenate([self.ids[kept], ids])
+        order = np.argsort(all_ids, kind="stable")
+        self.ids, self.codes = all_ids[order], np.concatenate([self.codes[kept], codes])[order]
+
+    def lookup(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """For clients ``ids``: whether the clock made each late, and its code (0 where it did not)."""
+        ids = np.asarray(ids, dtype=np.int64)
+        if not len(self.ids):
+            return np.zeros(len(ids), dtype=bool), np.zeros(len(ids), dtype=np.int32)
+        pos = np.minimum(np.searchsorted(self.ids, ids), len(self.ids) - 1)
+        hit = self.ids[pos] == ids
+        return hit, np.where(hit, self.codes[pos], 0).astype(np.int32)
 
 
 def trained(tasks: dict[int, Task], ids: np.ndarray) -> np.ndarray:

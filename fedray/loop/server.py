@@ -23,7 +23,8 @@ from fedray.core.errors import DataError, FedrayError, PluginError, RoundFailedE
 from fedray.core.replies import reply_columns
 from fedray.core.seeding import sample_blocks, sample_clients
 from fedray.core.sizes import nbytes_of
-from fedray.loop.clock import trained, unsummed
+from fedray.layers.failure_log import FailureLog, last_line
+from fedray.loop.clock import LateSet, trained, unsummed
 from fedray.loop.settings import ServerSettings
 from fedray.runtime.executor import ExecResult, Executor
 
@@ -31,9 +32,6 @@ log = logging.getLogger(__name__)
 
 #: The round cap when neither ``federation.rounds`` nor the algorithm's budget sets one.
 DEFAULT_ROUNDS = 100
-
-#: Added to the error of a late client whose actor was still busy with an earlier late task.
-SPILLOVER = " (its actor was still busy with an earlier round's late task: spill-over)"
 
 
 class Server:
@@ -65,7 +63,7 @@ class Server:
         self.max_rounds = round_cap(settings.max_rounds, self.budget)  # a resumed run's cap replaces it
         self.round = 0
         self.history: list[dict[str, Any]] = []
-        self.failures: list[dict[str, Any]] = []  # one row per client that failed or was late
+        self.failures = FailureLog()  # one row per client that failed or was late (column-wise)
         info = getattr(algorithm, "info", None)
         n = int(getattr(info, "n_clients", 0) or 0)
         # Per client: rounds answered, bytes sent up, compute seconds (arrays: one vectorised update a round).
@@ -80,11 +78,12 @@ class Server:
         self.stop_reason = ""
         self.notes: list[str] = []  # warnings for the user, logged where the run was started
         # The simulated clock (federation.devices / availability / deadline): seconds since the run began,
-        # and this round's clients timed by it (id -> seconds) and those it made late (id -> why).
+        # and this round's clients timed by it (seconds) and those it made late (ids, sorted, and a code each
+        # into the clock's reasons).
         self.clock = settings.clock
         self.sim_time = 0.0
         self._timed: list[np.ndarray] = []
-        self._sim_late: dict[int, str] = {}
+        self._sim_late = LateSet()
         self._wait = 0.0
 
     def step(self) -> dict[str, Any] | None:
@@ -177,7 +176,8 @@ class Server:
             # Under secure aggregation a sum that will be asked again is held back (quorum: everyone).
             res = self._execute(call.with_quorum(len(tasks) if whole and ask_missing else need), tasks)
             for k in range(ask_missing):
-                missing = sorted((set(res.failed) | set(res.late)) - set(self._sim_late))  # the clock's: late again
+                missing = np.setdiff1d(np.union1d(_ids(res.failed), _ids(res.late)),
+                                       self._sim_late.ids).tolist()  # the clock's late clients would be late again
                 if not missing or _past(call):
                     break
                 call = call.again()
@@ -216,18 +216,18 @@ class Server:
         late, why = self.clock.late(ids, t, self.sim_time + self._wait)
         self._timed.append(t[~late])
         if late.any():
-            gone = ids[late].tolist()
-            self._sim_late.update(zip(gone, why))
-            drop = getattr(res.replies, "without", None)
-            res.replies = drop(gone) if drop is not None else [r for r in res.replies if r.client_id not in set(gone)]
-            res.late = sorted(set(res.late) | set(gone))
+            gone = ids[late]
+            self._sim_late.add(gone, why)
+            out = None if hasattr(res.replies, "without") else set(gone.tolist())
+            res.replies = res.replies.without(gone) if out is None else [r for r in res.replies if r.client_id not in out]
+            res.late = (np.union1d(_ids(res.late), gone) if len(res.late) else np.sort(gone)).tolist()
 
     def _advance_clock(self, wait: float) -> dict[str, float]:
         """Move the simulated clock past this round; its history columns."""
         kept = np.concatenate(self._timed) if self._timed else np.zeros(0)
-        seconds = wait + self.clock.round_seconds(kept, bool(self._sim_late))
+        seconds = wait + self.clock.round_seconds(kept, bool(len(self._sim_late)))
         self.sim_time += seconds
-        self._timed, self._sim_late, self._wait = [], {}, 0.0
+        self._timed, self._sim_late, self._wait = [], LateSet(), 0.0
         return {"sim_round_s": seconds, "sim_time_s": self.sim_time}
 
     def _deadline(self) -> float | None:
@@ -331,20 +331,17 @@ class Server:
             self._evaluated[c] = v.get("evaluated", 0)
 
     def _record_failures(self, call: Call, res: ExecResult) -> None:
-        """One row of :attr:`failures` per client missing from this attempt; ``round`` is the
-        call's stream round (the round, or -1 - stage for an evaluation pass)."""
-        spill, sim, r, a = set(res.spillover), self._sim_late, call.stream_round, call.attempt
-        waited = f"no answer within runtime.round_timeout={self.settings.round_timeout}"
-        failed = [{"round": r, "attempt": a, "client_id": cid, "kind": "failed",
-                   "error": (res.errors.get(cid, "").strip().splitlines() or [""])[-1]} for cid in res.failed]
-        self.failures += failed
-        self.failures += [{"round": r, "attempt": a, "client_id": cid, "kind": "late",
-                           "error": sim.get(cid) or waited + (SPILLOVER if cid in spill else "")} for cid in res.late]
-        if failed:
-            log.warning("%s: client(s) %s failed: %s", call.label(), res.failed, failed[0]["error"])
+        """Rows of :attr:`failures` for the clients missing from this attempt, added column-wise; ``round`` is
+        the call's stream round (the round, or -1 - stage for an evaluation pass)."""
+        reasons = self.clock.reasons() if self.clock is not None else ()
+        expected = self.failures.add_attempt(call.stream_round, call.attempt, res, self.settings.round_timeout,
+                                             self._sim_late, reasons)
+        if res.failed:
+            log.warning("%s: client(s) %s failed: %s", call.label(), _some(res.failed),
+                        last_line(res.errors.get(res.failed[0], "")))
         if res.late:  # the simulated clock's late clients are expected: said at info level
-            log.log(logging.INFO if set(res.late) <= set(self._sim_late) else logging.WARNING,
-                    "%s: client(s) %s late", call.label(), res.late)
+            log.log(logging.INFO if expected else logging.WARNING, "%s: client(s) %s late", call.label(),
+                    _some(res.late))
 
     def run(self) -> list[dict[str, Any]]:
         while self.step() is not None:
@@ -444,12 +441,22 @@ class Server:
         self.history = list(snap["history"])
         self.client_rows = {int(k): dict(v) for k, v in snap["client_rows"].items()}
         self.finished = bool(snap["finished"])
-        self.failures = list(snap["failures"])
+        self.failures = FailureLog.of(snap["failures"])
         self.algorithm = snap["algorithm"]
         self.budget = snap.get("budget", self.budget)
         self.max_rounds = int(snap.get("max_rounds", self.max_rounds))
         self.sim_time = float(snap.get("sim_time", 0.0))
         self.executor.restore(snap["report"])
+
+
+def _ids(values: Any) -> np.ndarray:  # client ids as an int64 array (an empty list too)
+    return np.asarray(values, dtype=np.int64).ravel()
+
+
+def _some(ids: Any, first: int = 20) -> str:
+    """Client ids for a log line: the first ``first`` of them, and how many more there are."""
+    ids = list(ids)
+    return str(ids) if len(ids) <= first else f"{ids[:first]} and {len(ids) - first} more"
 
 
 def _past(call: Call) -> bool:

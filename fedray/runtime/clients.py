@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from fedray.core.contract import Reply
-from fedray.core.seeding import client_rng
+from fedray.core.seeding import client_rng, client_rng_many
 from fedray.core.sizes import nbytes_of
 from fedray.core.stats import Stats, StatsBlock
 
@@ -263,15 +263,26 @@ class ClientBatch:
     offsets : ndarray of int, shape (n_clients + 1,)
     labels : ndarray or None
         The rows' labels, where the task may read them (evaluation or supervised tasks).
+    seed, round : int or None
+        The experiment seed and the round of the call, which key the clients' streams (:meth:`rngs`);
+        None when unknown (the streams then come from the views).
     """
 
-    __slots__ = ("ids", "_clients", "X", "offsets", "labels", "_owner")
+    __slots__ = ("ids", "_clients", "X", "offsets", "labels", "_owner", "seed", "round")
 
     def __init__(self, ids: np.ndarray, clients: Any, X: np.ndarray, offsets: np.ndarray,
-                 labels: np.ndarray | None) -> None:
+                 labels: np.ndarray | None, seed: int | None = None, round_: int | None = None) -> None:
         # ``clients`` is a list, or a function that builds it (the views are built only when asked for).
         self.ids, self._clients, self.X, self.offsets, self.labels = ids, clients, X, offsets, labels
         self._owner: np.ndarray | None = None
+        self.seed, self.round = seed, round_
+
+    def rngs(self) -> list[np.random.Generator]:
+        """Each client's generator for the round, fresh: what ``client.rng`` of its view would be
+        (``client_rng(seed, client, round)``), seeded for all the clients at once without building views."""
+        if self.seed is None or self.round is None:
+            return [client_rng(c.seed, c.id, c.round) for c in self.clients]
+        return client_rng_many(self.seed, np.asarray(self.ids), self.round)
 
     def __len__(self) -> int:
         return len(self.ids)

@@ -261,7 +261,7 @@ class ClientHost:
                 out.append(c if see_labels else TrainingView(c))
             return out
 
-        return ClientBatch(ids, views, X, offsets, y if see_labels else None)
+        return ClientBatch(ids, views, X, offsets, y if see_labels else None, self.seed, round_)
 
     def _run_batch(self, round_: int, batch: Batch, shared: tuple[Any, ...]) -> list[Outcome | PackedOutcomes]:
         """Run a batched form over the clients of ``batch``. A call over many clients of a form that

@@ -84,8 +84,17 @@ def test_clock_times_follow_the_formula():
     # 6 FLOPs a value x 2 values x 2 epochs x n / speed + 16 / 16 + up / up-bandwidth
     assert t.tolist() == [24 * 10 / 100 + 1 + 1, 24 * 20 / 200 + 1 + 1, 24 * 30 / 400 + 1 + 2]
     late, why = clock.late(np.array([0, 1, 2]), t, 0.0)
-    assert late.tolist() == [True, True, True] and len(why) == 3
+    assert late.tolist() == [True, True, True]  # a reason code per late client, into the clock's reasons
+    assert [clock.reasons()[c] for c in why.tolist()] == ["not finished by federation.deadline=3 s (simulated)"] * 3
     assert clock.round_seconds(np.zeros(0), True) == 3.0
+    # client 1 goes offline at 1 s, client 2 is past a 4.5 s deadline: a code each, in client order
+    spells = Availability("trace", 3, intervals=np.array([[0, 0.0, 100.0], [1, 0.0, 1.0], [2, 0.0, 100.0]]))
+    mixed = Clock(n_samples=n, devices=dev, availability=spells, deadline=4.5, epochs=2)
+    late, why = mixed.late(np.array([0, 1, 2]), t, 0.0)
+    assert late.tolist() == [False, True, True]
+    assert [mixed.reasons()[c] for c in why.tolist()] == [
+        "went offline before it finished (federation.availability)",
+        "not finished by federation.deadline=4.5 s (simulated)"]
 
 
 def test_an_offline_client_never_gets_a_training_task(tmp_path):
