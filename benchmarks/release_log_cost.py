@@ -32,6 +32,7 @@ import numpy as np
 from fedray.algorithms.kmeans import lloyd_stats
 from fedray.api.config import make_config
 from fedray.api.session import Session
+from fedray.api.settings import privacy_settings
 from fedray.core.calls import train
 from fedray.core.contract import Task
 from fedray.core.seeding import client_blocks, sample_blocks
@@ -68,7 +69,7 @@ def main() -> None:
     logging.getLogger("fedray").setLevel(logging.ERROR)
     _instrument()
     print(f"load average before: {os.getloadavg()}  (n={n}, {args.rounds} rounds each, alternating)")
-    privacy = make_config(privacy={"secure_aggregation": True, "mask_neighbors": 4}).privacy
+    privacy = privacy_settings(make_config(privacy={"secure_aggregation": True, "mask_neighbors": 4}))
     blocks = client_blocks(0, n, privacy.min_cohort)
     C = np.array([[-5.0, 0.0], [0.0, 5.0], [5.0, 0.0]])
     times: dict[str, list[float]] = {"without": [], "with": []}

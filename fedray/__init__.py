@@ -50,6 +50,7 @@ _LAZY = {
     "resume": "fedray.api.run",
     "run": "fedray.api.run",
     "Session": "fedray.api.session",
+    "Layer": "fedray.layers.base",  # a user's own layer between the server and the clients (docs/extending.md)
     "SupervisedAlgorithm": "fedray.nn.supervised",
     "SupervisedParams": "fedray.nn.supervised",
     "from_arrays": "fedray.data.arrays",
@@ -104,5 +105,5 @@ __all__ = [
     "load_dataset", "assign", "lloyd", "fcm", "contingency", "ari_from_table", "acc_from_table",
     "best_permutation_distance", "client_rng", "data_rng", "SharedSamplesWarning", "select_k", "choose_k",
     "local_index_curve", "central_curve", "knowledge_gap", "federated_variance", "adhoc_call", "load_checkpoint",
-    "CHECKPOINT_FILE",
+    "CHECKPOINT_FILE", "Layer",
 ]

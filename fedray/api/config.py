@@ -22,16 +22,13 @@ from pydantic import (
     field_validator,
 )
 
-from fedray.api.federation_config import FederationConfig, check_clock
+from fedray.api.config_checks import validate_static
+from fedray.api.config_files import MAX_CONFIG_BYTES, MAX_CONFIG_NODES, load_yaml, parse_yaml  # noqa: F401 - here too
+from fedray.api.federation_config import FederationConfig
 from fedray.api.overrides import nest_kwargs, parse_override, set_dotted
-from fedray.api.tracking import check_available as check_trackers
 from fedray.api.uris import redact_config
 from fedray.core.errors import ConfigError, format_validation_error
-from fedray.core.extras import check_requirements, missing
-from fedray.core.registry import get_algorithm, make_params
-from fedray.core.seeding import block_cohorts, n_sampled
 from fedray.data.arrays import ArrayData
-from fedray.data.datasets import check_dataset_name
 
 
 class _Section(BaseModel):
@@ -258,6 +255,27 @@ class PrivacyConfig(_Section):
         return bool(self.secure_aggregation or self.dp is not None or self.min_samples_guard or self.min_cluster_count)
 
 
+class LayerConfig(_Section):
+    """A user's own layer of the stack (:mod:`fedray.layers.base`): its class and the arguments it is made with."""
+
+    name: str = Field(description="package.module:ClassName of a class with the two halves of a fedray layer "
+                      "(wrap_tasks, finish) and a name")
+    params: dict[str, Any] = Field(default_factory=dict, description="keyword arguments of the class")
+
+
+def _layer_entry(i: int, v: Any) -> Any:
+    """A layer entry: a reference string, a mapping (LayerConfig), or a layer object given from Python."""
+    if isinstance(v, str):
+        v = {"name": v}
+    if isinstance(v, dict):
+        name, params = v.get("name"), v.get("params", {})
+        if set(v) - {"name", "params"} or not isinstance(name, str) or not isinstance(params, dict):
+            raise ValueError(f"entry {i}: expected package.module:ClassName or {{name: package.module:ClassName, "
+                             f"params: {{...}}}}; got {v!r:.80}")
+        return LayerConfig(**v)
+    return v
+
+
 class CheckpointConfig(_Section):
     """Checkpoints to continue an interrupted run (`fedray run --resume DIR`)."""
 
@@ -282,8 +300,23 @@ class ExperimentConfig(_Section):
                                    description="secure aggregation, differential privacy, guards")
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig,
                                          description="periodic checkpoints for --resume")
+    layers: list[LayerConfig | Any] = Field(default_factory=list, description="the user's own layers between the "
+                                            "server and the clients, above the message log and below privacy: "
+                                            "package.module:ClassName, {name, params}, or layer objects from Python")
     extra: dict[str, Any] = Field(default_factory=dict, description="free-form notes kept in config.yaml and "
                                   "summary.json; fedray does not read them")
+
+    @field_validator("layers", mode="before")
+    @classmethod
+    def _layer_entries(cls, v: Any) -> Any:
+        if not isinstance(v, (list, tuple)):
+            raise ValueError("expected a list of layers")
+        return [_layer_entry(i, e) for i, e in enumerate(v)]
+
+    @field_serializer("layers")
+    def _layers_text(self, v: list[Any]) -> list[Any]:  # an object from Python is written as its class
+        return [e.model_dump() if isinstance(e, LayerConfig) else
+                {"name": f"{type(e).__module__}:{type(e).__qualname__}", "params": {}} for e in v]
 
     @field_validator("data", mode="before")
     @classmethod
@@ -295,63 +328,6 @@ class ExperimentConfig(_Section):
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.to_dict(), sort_keys=False)
-
-
-#: Largest config file read, and most nodes its YAML may expand to (aliases counted each time
-#: they are used), so that an alias "bomb" of a few hundred bytes fails at once.
-MAX_CONFIG_BYTES = 1 << 20
-MAX_CONFIG_NODES = 100_000
-
-
-def load_yaml(path: str | Path) -> dict[str, Any]:
-    """Read a YAML config file (one-line errors for every way it can be unusable)."""
-    p = Path(path)
-    if not p.exists():
-        raise ConfigError(f"config file {str(p)!r} does not exist")
-    if not p.is_file():
-        raise ConfigError(f"config file {str(p)!r} is not a file (a directory?)")
-    size = p.stat().st_size
-    if size > MAX_CONFIG_BYTES:
-        raise ConfigError(f"config file {str(p)!r} has {size} bytes; a config is at most {MAX_CONFIG_BYTES}")
-    try:
-        text = p.read_bytes().decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"config file {str(p)!r} is not UTF-8 text (byte {exc.start}); save it as UTF-8") from None
-    except OSError as exc:
-        raise ConfigError(f"config file {str(p)!r} cannot be read: {exc.strerror}") from None
-    return parse_yaml(text, f"config file {str(p)!r}")
-
-
-def parse_yaml(text: str, what: str) -> dict[str, Any]:
-    """Parse YAML text holding a mapping, refusing documents that expand beyond MAX_CONFIG_NODES."""
-    try:
-        raw = yaml.safe_load(text) or {}
-    except yaml.YAMLError as exc:
-        first = str(exc).strip().splitlines()
-        raise ConfigError(f"{what} is not valid YAML: {' '.join(ln.strip() for ln in first[:3])}") from None
-    if _expanded_nodes(raw, MAX_CONFIG_NODES) > MAX_CONFIG_NODES:
-        raise ConfigError(f"{what} expands to more than {MAX_CONFIG_NODES} values (nested YAML aliases?); "
-                          "refusing to read it")
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{what} must hold a mapping at the top level")
-    return raw
-
-
-def _expanded_nodes(obj: Any, limit: int) -> int:
-    """Nodes of ``obj`` counting shared sub-trees each time they appear; stops past ``limit``."""
-    count = 0
-    stack = [obj]
-    while stack:
-        cur = stack.pop()
-        count += 1
-        if count > limit:
-            return count
-        if isinstance(cur, dict):
-            stack.extend(cur.keys())
-            stack.extend(cur.values())
-        elif isinstance(cur, (list, tuple)):
-            stack.extend(cur)
-    return count
 
 
 def make_config(config: ExperimentConfig | dict | str | Path | None = None,
@@ -375,6 +351,7 @@ def make_config(config: ExperimentConfig | dict | str | Path | None = None,
         raw = config.to_dict()
         if isinstance(config.data.dataset, ArrayData):  # to_dict writes its description; keep the arrays
             raw["data"]["dataset"] = config.data.dataset
+        raw["layers"] = list(config.layers)  # to_dict writes a layer object as its class; keep the objects
     elif isinstance(config, (str, Path)):
         raw = load_yaml(config)
     elif config is None:
@@ -405,85 +382,3 @@ def make_config(config: ExperimentConfig | dict | str | Path | None = None,
     return cfg
 
 
-def validate_static(cfg: ExperimentConfig) -> None:
-    """Checks that need no data: algorithm and its parameters, dataset name, runtime."""
-
-    cls = get_algorithm(cfg.algorithm.name)
-
-    check_requirements(cls)
-    check_trackers(cfg.output.trackers)
-    make_params(cls, cfg.algorithm.params)
-    if isinstance(cfg.data.dataset, ArrayData):
-        _check_arrays(cfg)
-    else:
-        check_dataset_name(cfg.data.dataset)
-    fed = cfg.federation
-    if fed.n_clients is not None and fed.min_clients > fed.n_clients:
-        raise ConfigError(
-            f"federation.min_clients: {fed.min_clients} is more than federation.n_clients={fed.n_clients}")
-    _check_reliability(cfg)
-    check_clock(cfg)
-    cls.check_config(cfg)
-
-
-def _check_arrays(cfg: ExperimentConfig) -> None:
-    """``data`` keys that apply to files only are unset; ``federation.n_clients`` agrees with the arrays' split."""
-    d = cfg.data
-    for key, arg in (("data_dir", None), ("feature_columns", "select the columns of X"),
-                     ("label_column", "y="), ("client_column", "clients="), ("options", None),
-                     ("partition", "partition=")):
-        value = getattr(d, key)
-        if value:
-            how = f"pass {arg} to fedray.from_arrays instead" if arg else "remove it"
-            raise ConfigError(f"data.{key}: {value!r} applies to files, not to data.dataset from fedray.from_arrays; "
-                              + how)
-    arrays, fed = d.dataset, cfg.federation
-    if arrays.n_clients is not None:
-        if "n_clients" in fed.model_fields_set and fed.n_clients not in (None, arrays.n_clients):
-            raise ConfigError(f"federation.n_clients: {fed.n_clients}, but the arrays from fedray.from_arrays are "
-                              f"split over {arrays.n_clients} clients; leave federation.n_clients unset")
-        fed.n_clients = arrays.n_clients
-
-
-def _check_reliability(cfg: ExperimentConfig) -> None:
-    """Cross-section checks of ``faults``, ``privacy`` and ``checkpoint``."""
-    f, rt = cfg.faults, cfg.runtime
-    if f.crash_scope == "actor" and (f.crash_probability or f.crashes):
-        if rt.backend != "ray":
-            raise ConfigError("faults.crash_scope: 'actor' kills a Ray actor process and needs runtime.backend='ray'; "
-                              f"got runtime.backend={rt.backend!r} (use crash_scope='client')")
-        if rt.max_restarts == 0:
-            raise ConfigError("faults.crash_scope: 'actor' needs runtime.max_restarts > 0 or -1 so that crashed actors "
-                              "are restarted; got runtime.max_restarts=0")
-    if f.delay_mode == "sleep" and f.delay_probability and rt.backend != "ray":
-        raise ConfigError("faults.delay_mode: 'sleep' needs runtime.backend='ray' (the local runtime has no deadline); "
-                          "use delay_mode='virtual'")
-    if f.delay_probability and f.delay_seconds and rt.round_timeout is None:
-        raise ConfigError("faults.delay_probability: delays only matter with a deadline; set runtime.round_timeout")
-    _check_privacy(cfg)
-    for r, c in f.crashes:
-        if r < 0 or c < 0 or (cfg.federation.n_clients is not None and c >= cfg.federation.n_clients):
-            raise ConfigError(f"faults.crashes: ({r}, {c}) must be (round >= 0, client id in "
-                              f"[0, federation.n_clients))")
-
-
-def _check_privacy(cfg: ExperimentConfig) -> None:
-    """Privacy settings that cannot hold: min-max scaling from clients' extremes, cohorts below the minimum."""
-    p = cfg.privacy
-    if p.dp is not None and missing(("dp_accounting",)):
-        raise ConfigError("privacy.dp: the epsilon of the guarantee is computed with dp-accounting, which is not "
-                          "installed; install it with: pip install \"fedray[privacy]\"")
-    if p.active and cfg.data.scale == "minmax" and p.feature_bounds is None:
-        raise ConfigError("data.scale: 'minmax' uses each client's minimum and maximum (which can be rows) and is "
-                          "refused under privacy; use data.scale='standard' (securely summed moments) or give "
-                          "privacy.feature_bounds")
-    for k, (lo, hi) in enumerate(p.feature_bounds or ()):
-        if not (lo < hi):
-            raise ConfigError(f"privacy.feature_bounds[{k}]: ({lo}, {hi}) must have low < high")
-    n = cfg.federation.n_clients
-    if p.secure_aggregation and n is not None:
-        m = n if block_cohorts(p, cfg.federation.fraction) else n_sampled(cfg.federation.fraction, n)
-        if m < p.min_cohort:
-            raise ConfigError(f"privacy.min_cohort: secure aggregation needs cohorts of at least {p.min_cohort} "
-                              f"clients; federation.n_clients={n} with fraction={cfg.federation.fraction} samples "
-                              f"{m}")

@@ -406,6 +406,8 @@ def _reliability_extras(state: dict[str, Any], summary: dict[str, Any]) -> dict[
         extras["releases"] = list(report["privacy"].get("releases", []))  # the sums the server held
     if report.get("faults"):
         summary["failures"]["injected"] = len(report["faults"])
+    if report.get("layers"):  # what the user's layers reported (fedray.layers.base), by layer name
+        extras["layers"] = dict(report["layers"])
     return extras
 
 

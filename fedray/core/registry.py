@@ -311,13 +311,17 @@ def load_entry_point(name: str, key: str = "algorithm.name") -> type:
 def plugin_modules(cfg: Any) -> list[str]:
     """Top-level modules, other than fedray, that the configuration's code comes from.
 
-    The algorithm's class (by reference, entry point or registration) and a model
-    factory reference in ``algorithm.params.model``. The runtime ships these to the
+    The algorithm's class (by reference, entry point or registration), a model
+    factory reference in ``algorithm.params.model`` and the user's layers (``layers``). The runtime ships these to the
     processes that host clients and the server.
     """
     names: list[str] = [get_algorithm(cfg.algorithm.name).__module__]
     model = (cfg.algorithm.params or {}).get("model")
     if is_reference(model):
         names.append(model.partition(":")[0])
+    for layer in getattr(cfg, "layers", ()):  # the user's layers: by reference, or objects from Python
+        ref = getattr(layer, "name", None)
+        by_ref = hasattr(layer, "params") and is_reference(ref)
+        names.append(ref.partition(":")[0] if by_ref else type(layer).__module__)
     tops = (n.split(".")[0] for n in names)
     return list(dict.fromkeys(t for t in tops if t not in ("fedray", "__main__")))

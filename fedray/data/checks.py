@@ -16,7 +16,7 @@ def describe_shard(client_id: int, name: str, X: np.ndarray, y: np.ndarray | Non
     """What :meth:`ClientHost.describe` reports for one shard ``X`` (n, d) with labels ``y`` (n,) or None.
 
     With ``moments=False`` only size, dimension and the first non-finite value (what
-    :func:`fedray.api.session.check_descriptions` checks) are computed.
+    :func:`check_descriptions` checks) are computed.
     """
     d: dict[str, Any] = {"client_id": client_id, "name": name, "n": int(X.shape[0]),
                          "n_features": int(X.shape[1]) if X.ndim == 2 else -1}

@@ -42,6 +42,7 @@ from fedray.core.calls import Call
 from fedray.core.contract import Task
 from fedray.core.seeding import FAULT_STREAM, server_rng
 from fedray.layers.failure_log import FailureLog
+from fedray.layers.settings import FaultSettings
 from fedray.runtime.executor import ExecResult, Executor, ExecutorWrapper
 
 log = logging.getLogger(__name__)
@@ -72,13 +73,14 @@ def delayed(payload: dict[str, Any], shared: Any, client: Any) -> Any:
 
 
 # --- the plan -------------------------------------------------------------------------
-def fault_plan(faults: Any, seed: int, round_: int, attempt: int,
+def fault_plan(faults: FaultSettings, seed: int, round_: int, attempt: int,
                client_ids: list[int]) -> tuple[set[int], dict[int, float]]:
     """Clients that crash and clients that are delayed (with their delay) in one attempt of a round.
 
     Parameters
     ----------
-    faults : FaultsConfig
+    faults : FaultSettings
+        Built from ``faults`` by :func:`fedray.api.settings.fault_settings`.
     seed, round_, attempt : int
     client_ids : list of int
         The clients that received a task.
@@ -113,11 +115,12 @@ class FaultInjector(ExecutorWrapper):
     Parameters
     ----------
     inner : Executor
-    faults : FaultsConfig
+    faults : FaultSettings
+        Built from ``faults`` by :func:`fedray.api.settings.fault_settings`.
     seed : int
     """
 
-    def __init__(self, inner: Executor, faults: Any, seed: int) -> None:
+    def __init__(self, inner: Executor, faults: FaultSettings, seed: int) -> None:
         super().__init__(inner)
         self.faults = faults
         self.seed = int(seed)

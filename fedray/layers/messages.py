@@ -76,8 +76,14 @@ def _fn_name(fn: Any) -> str:
     return f"{fn.__module__}:{fn.__qualname__}"
 
 
+def _task_fn(t: Task) -> str:
+    """The algorithm's client function of task ``t`` (inside a layer's envelope, if wrapped)."""
+    return _fn_name(t.payload.fn) if isinstance(t.payload, Envelope) else t.fn_name
+
+
 class MessageLog(ExecutorWrapper):
-    """Executor layer recording every message of every round.
+    """Executor layer recording every message of every round; its two halves are those of a
+    :class:`fedray.layers.base.Layer` (``wrap_tasks``: the ``down`` rows; ``finish``: the ``up`` rows).
 
     Parameters
     ----------
@@ -85,6 +91,8 @@ class MessageLog(ExecutorWrapper):
     keep_payloads : bool
         Also keep the received replies (``(round, attempt, client_id, update)``).
     """
+
+    name = "messages"
 
     def __init__(self, inner: Executor, keep_payloads: bool = False) -> None:
         super().__init__(inner)
@@ -97,31 +105,35 @@ class MessageLog(ExecutorWrapper):
         self.inner.reset_records()
 
     def execute(self, call: Call, tasks: dict[int, Task], timeout: float | None = None) -> ExecResult:
-        round_, attempt = call.stream_round, call.attempt
+        sent = self.wrap_tasks(call, tasks)
+        return self.finish(call, sent, self.inner.execute(call, sent, timeout))
+
+    def wrap_tasks(self, call: Call, tasks: dict[int, Task]) -> dict[int, Task]:
+        """The client half (:class:`fedray.layers.base.Layer`): one ``down`` row per task; the tasks go unchanged."""
         shared_rows: dict[int, list] = {}
-        fn_of: dict[int, str] = {}
         for cid in sorted(tasks):
             t = tasks[cid]
             if isinstance(t.payload, Envelope):
-                fn = _fn_name(t.payload.fn)
                 leaves = describe_message(t.payload.payload, "payload") + describe_message(t.payload.extra, "layer")
             else:
-                fn = t.fn_name
                 leaves = describe_message(t.payload, "payload")
             if t.shared is not None:
                 key = id(t.shared)
                 if key not in shared_rows:
                     shared_rows[key] = describe_message(t.shared, "shared")
                 leaves = leaves + shared_rows[key]
-            fn_of[cid] = fn
-            self.rows.append(_row(call, cid, "down", fn, "task", leaves))
-        res = self.inner.execute(call, tasks, timeout)
-        for r in res.replies:
-            self.rows.append(_row(call, r.client_id, "up", fn_of.get(r.client_id, ""),
+            self.rows.append(_row(call, cid, "down", _task_fn(t), "task", leaves))
+        return tasks
+
+    def finish(self, call: Call, tasks: dict[int, Task], result: ExecResult) -> ExecResult:
+        """The server half: one ``up`` row per reply that reached the server (and its payload, if kept)."""
+        for r in result.replies:
+            t = tasks.get(r.client_id)
+            self.rows.append(_row(call, r.client_id, "up", "" if t is None else _task_fn(t),
                                   _kind(r.update), describe_message(r.update, "update")))
             if self.keep_payloads:
-                self.payloads.append((round_, attempt, r.client_id, r.update))
-        return res
+                self.payloads.append((call.stream_round, call.attempt, r.client_id, r.update))
+        return result
 
     def report(self) -> dict[str, Any]:
         out = {**self.inner.report(), "messages": list(self.rows)}

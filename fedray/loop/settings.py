@@ -1,6 +1,6 @@
 """The round loop's settings, typed from the configuration to the :class:`~fedray.loop.server.Server`.
 
-A session reads them from its configuration by name (:meth:`fedray.api.session.Session.run`
+A session reads them from its configuration by name (:meth:`fedray.api.runner.Runner.run_config`
 builds one :class:`ServerSettings` per run) and hands the frozen object to the server, in this
 process or, on Ray, through the server actor (:class:`fedray.actors.server_actor.ServerActor`):
 

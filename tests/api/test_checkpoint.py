@@ -15,6 +15,7 @@ import fedray
 from fedray.algorithms.kmeans import FederatedKMeans, lloyd_stats
 from fedray.api import checkpoint
 from fedray.api import run as run_api
+from fedray.api.runner import Runner
 from fedray.api.session import Session
 from fedray.core.contract import Task
 from fedray.core.errors import ConfigError
@@ -151,7 +152,7 @@ def test_a_checkpoint_whose_config_names_another_algorithm_takes_the_run_algorit
     """Checkpoints written before the run's config named the algorithm it ran: on resume with new
     parameters, the saved section is replaced by the algorithm in the checkpoint's state."""
     cfg = fedray.make_config(runtime={"backend": "local"}, **BASE)
-    with mock.patch.object(Session, "_algorithm_entry", lambda self, alg: self.config.algorithm), \
+    with mock.patch.object(Runner, "algorithm_entry", lambda self, alg: self.session.config.algorithm), \
             _interrupt_after(3), pytest.raises(KeyboardInterrupt), Session(cfg) as s:
         s.run("federated-fcm", FCM, output=tmp_path / "old")
     assert checkpoint.load(tmp_path / "old")["config"]["algorithm"]["name"] == "kmeans"

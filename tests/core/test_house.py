@@ -80,7 +80,7 @@ LAZY_FEDRAY_IMPORTS: dict[tuple[str, str], str] = {
     ("fedray.algorithms.fedcref_report", "fedray.nn.autoencoder"): "fedcref's report: " + _TORCH_FREE,
     ("fedray.runtime.startup", "fedray.actors.client_actor"): "the Ray actor class: ray only when the ray "
                                                                      "backend starts",
-    ("fedray.api.session", "fedray.actors.server_actor"): "the Ray actor class: ray only when the ray backend runs",
+    ("fedray.api.runner", "fedray.actors.server_actor"): "the Ray actor class: ray only when the ray backend runs",
 }
 
 

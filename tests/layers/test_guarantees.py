@@ -13,6 +13,7 @@ import pytest
 
 import fedray
 from fedray.api.session import Session
+from fedray.api.settings import privacy_settings
 from fedray.core.calls import evaluate, train
 from fedray.core.contract import Task
 from fedray.core.errors import DataError, ReleaseRefusedError, RoundFailedError
@@ -65,7 +66,7 @@ def test_an_evaluation_over_everyone_cannot_be_differenced_with_a_training_sum_o
     give client 1's statistics by subtraction (exactly, for the same statistics). The layer narrows the
     second sum to the released cohort: the difference is zero, never client 1's statistics."""
     with _session() as s:
-        layer = PrivacyLayer(s.executor, s.config.privacy, s.config.seed)
+        layer = PrivacyLayer(s.executor, privacy_settings(s.config), s.config.seed)
         five = [0, 2, 3, 4, 5]
         first = layer.execute(train(1), {c: Task(_sums, None, None) for c in five})
         second = layer.execute(evaluate(0), {c: Task(_sums, None, None) for c in range(6)})
@@ -162,7 +163,7 @@ def test_evaluation_retries_stay_inside_the_protocol_and_a_sum_short_of_someone_
     from fedray.loop.server import Server
 
     with _session() as s:
-        layer = PrivacyLayer(s.executor, s.config.privacy, s.config.seed)
+        layer = PrivacyLayer(s.executor, privacy_settings(s.config), s.config.seed)
         server = Server(s.make_algorithm(), layer, seed=5)
         tasks = {c: Task(_crash, {"crash": (4,)}, None) for c in range(6)}
         with pytest.raises(RoundFailedError):
@@ -300,7 +301,7 @@ def test_a_statistic_too_small_for_the_fixed_point_is_refused_in_one_line_naming
     """Fixed point keeps 2^-64 absolute: 3e-22 would become 0 without a word. The secure sum
     refuses it with a one-line error naming the statistic; exact zeros and normal values pass."""
     with _session() as s:
-        layer = PrivacyLayer(s.executor, s.config.privacy, s.config.seed)
+        layer = PrivacyLayer(s.executor, privacy_settings(s.config), s.config.seed)
         with pytest.raises(DataError, match=r"statistic 'tiny' .* at most 3e-22.*data.scale") as err:
             layer.secure_sum(train(0), {c: Task(_tiny, None, None) for c in range(6)})
         assert "\n" not in str(err.value)

@@ -14,6 +14,7 @@ import pytest
 
 import fedray
 from fedray.api.session import Session
+from fedray.api.settings import privacy_settings
 from fedray.core.calls import train
 from fedray.core.contract import Task
 from fedray.core.errors import ConfigError, RoundFailedError
@@ -80,7 +81,7 @@ def test_the_server_cannot_compute_a_surviving_clients_mask():
     from fedray.layers.privacy import pair_seed, prg
 
     with _session() as s:
-        layer = PrivacyLayer(s.executor, s.config.privacy, s.config.seed)
+        layer = PrivacyLayer(s.executor, privacy_settings(s.config), s.config.seed)
         cohort = list(range(6))
         res = layer.execute(train(3), {c: Task(_column_sums, None, None) for c in cohort})
         truth = {cid: _column_sums(None, None, c).flat() for cid, c in s.executor.host.clients.items()}
@@ -122,7 +123,7 @@ def test_dropout_after_key_sharing_is_recovered_exactly_from_shares():
     """Acceptance: two clients drop after sharing their keys; the survivors' shares rebuild the
     dropped clients' keys and the total of the survivors is exact to 1e-9."""
     with _session() as s:
-        layer = PrivacyLayer(s.executor, s.config.privacy, s.config.seed)
+        layer = PrivacyLayer(s.executor, privacy_settings(s.config), s.config.seed)
         tasks = {c: Task(_crash_some, {"crash": (1, 4)}, None) for c in range(6)}
         res = layer.execute(train(0), tasks)
         assert res.failed == [1, 4]
@@ -139,7 +140,7 @@ def test_a_cohort_or_survivor_set_below_the_threshold_is_refused_never_unmasked(
     """Acceptance: too small a cohort is refused before anything is sent; too few survivors means
     the masked vectors are discarded (reported), never unmasked; config catches it up front."""
     with _session(min_cohort=4) as s:
-        layer = PrivacyLayer(s.executor, s.config.privacy, s.config.seed)
+        layer = PrivacyLayer(s.executor, privacy_settings(s.config), s.config.seed)
         with pytest.raises(RoundFailedError, match=r"cohort of 3 client\(s\) is below privacy.min_cohort=4"):
             layer.execute(train(0), {c: Task(_column_sums, None, None) for c in (0, 1, 2)})
         res = layer.execute(train(1), {c: Task(_crash_some, {"crash": (0, 1, 2)}, None) for c in range(6)})
@@ -295,7 +296,7 @@ def test_the_kfed_start_is_an_unprotected_message_and_is_counted(tmp_path):
 
 def test_privacy_account_is_json_and_holds_no_secret():
     with _session() as s:
-        layer = PrivacyLayer(s.executor, s.config.privacy, s.config.seed)
+        layer = PrivacyLayer(s.executor, privacy_settings(s.config), s.config.seed)
         layer.execute(train(0), {c: Task(_crash_some, {"crash": (2,)}, None) for c in range(6)})
         rep = layer.report()["privacy"]
         text = json.dumps(rep)

@@ -74,7 +74,7 @@ def test_the_session_hands_the_server_a_frozen_settings_object_read_by_name():
     with Session(algorithm={"name": "kmeans", "params": {"n_clusters": 2}}, data={"dataset": "sklearn:iris"},
                  federation={"n_clients": 4, "fraction": 0.5, "min_clients": 2, "round_retries": 3},
                  runtime={"backend": "local", "round_timeout": 7.5, "progress": False}) as s:
-        _, settings, cap, _ = s._run_config(s.make_algorithm(), None)
+        _, settings, cap, _ = s.runner.run_config(s.make_algorithm(), None)
     assert settings == ServerSettings(seed=s.config.seed, fraction=0.5, max_rounds=cap, min_clients=2,
                                       round_timeout=7.5, round_retries=3)
     with pytest.raises(AttributeError):

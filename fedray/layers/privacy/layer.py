@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -35,6 +36,7 @@ from fedray.layers.privacy.release import (
     shared_log,
 )
 from fedray.layers.privacy.shamir import shamir_combine, threshold
+from fedray.layers.settings import PrivacySettings
 from fedray.runtime.executor import ExecResult, Executor, ExecutorWrapper
 
 log = logging.getLogger(__name__)
@@ -55,7 +57,8 @@ class PrivacyLayer(ExecutorWrapper):
     Parameters
     ----------
     inner : Executor
-    privacy : PrivacyConfig
+    privacy : PrivacySettings
+        Built from ``privacy`` by :func:`fedray.api.settings.privacy_settings`.
     seed : int
         The experiment seed: it picks the public mask graph only; no secret derives from it.
     disclosures : dict of str to int, optional
@@ -63,7 +66,8 @@ class PrivacyLayer(ExecutorWrapper):
         (and into every new account, see :meth:`reset_records`).
     """
 
-    def __init__(self, inner: Executor, privacy: Any, seed: int, disclosures: dict[str, int] | None = None) -> None:
+    def __init__(self, inner: Executor, privacy: PrivacySettings, seed: int,
+                 disclosures: dict[str, int] | None = None) -> None:
         super().__init__(inner)
         self.cfg = privacy
         self.seed = int(seed)
@@ -156,8 +160,7 @@ class PrivacyLayer(ExecutorWrapper):
         Returns the exact total (2^-64 per client). Raises :class:`DataError` (a client's function raised
         one: the first client's message) or :class:`RoundFailedError` (the call is refused, or a client did
         not answer)."""
-        cfg = self.cfg.model_copy(update={"dp": None, "min_samples_guard": False, "min_cluster_count": 0,
-                                          "secure_aggregation": True})
+        cfg = replace(self.cfg, dp=None, min_samples_guard=False, min_cluster_count=0, secure_aggregation=True)
         res = self._execute(cfg, call, tasks, timeout)
         if res.user_errors:
             raise DataError(res.user_errors[min(res.user_errors)])
@@ -167,7 +170,7 @@ class PrivacyLayer(ExecutorWrapper):
                                    f"answer: {first.strip().splitlines()[-1] if first.strip() else first}")
         return sum((r.update for r in res.replies[1:]), start=res.replies[0].update)
 
-    def _execute(self, cfg: Any, call: Call, tasks: dict[int, Task], timeout: float | None) -> ExecResult:
+    def _execute(self, cfg: PrivacySettings, call: Call, tasks: dict[int, Task], timeout: float | None) -> ExecResult:
         """One call under ``cfg``: key sharing, the wrapped tasks, then unmasking, guards and the DP account."""
         cohort = sorted(tasks)
         training = call.training
@@ -209,7 +212,7 @@ class PrivacyLayer(ExecutorWrapper):
                                            "z": round_multiplier(dp, answered, len(cohort), sa)})
         return res
 
-    def _check_cohort(self, cfg: Any, call: Call, cohort: list[int]) -> None:
+    def _check_cohort(self, cfg: PrivacySettings, call: Call, cohort: list[int]) -> None:
         """Refuse a cohort below ``privacy.min_cohort`` before anything is sent."""
         if len(cohort) < cfg.min_cohort:
             self.account["refused_rounds"] += 1
@@ -231,7 +234,7 @@ class PrivacyLayer(ExecutorWrapper):
                          inbox_ct=_stack([c for _, c in inbox], CT_BYTES))
         return Task(private_call, Envelope(t.fn, t.payload, extra), t.shared, t.evaluation)
 
-    def _count_replies(self, cfg: Any, res: ExecResult, call: Call, noised: bool) -> int:
+    def _count_replies(self, cfg: PrivacySettings, res: ExecResult, call: Call, noised: bool) -> int:
         """Count withheld, unprotected and (in the clear, unguarded) small-cluster replies, and the
         per-client statistics released in the clear (no secure aggregation); returns the statistics."""
         acc = self.account
@@ -269,7 +272,7 @@ class PrivacyLayer(ExecutorWrapper):
                     dropped[c] = f"client {c}: no answer to secure-aggregation registration"
         return dropped
 
-    def _share_keys(self, cfg: Any, call: Call, cohort: list[int], timeout: float | None
+    def _share_keys(self, cfg: PrivacySettings, call: Call, cohort: list[int], timeout: float | None
                     ) -> tuple[dict[int, list[int]], Keys, dict[int, str]]:
         """Steps 0 and 1 of instance ``self._instance``: the peers, the clients' keys and who dropped out."""
         dropped = self._register(call, cohort, timeout)
@@ -301,7 +304,7 @@ class PrivacyLayer(ExecutorWrapper):
         return peers, keys, dropped
 
     # --- SecAgg step 3 --------------------------------------------------------------------
-    def _unmask(self, cfg: Any, res: ExecResult, keys: Keys, call: Call, timeout: float | None,
+    def _unmask(self, cfg: PrivacySettings, res: ExecResult, keys: Keys, call: Call, timeout: float | None,
                 noised: bool = False) -> None:
         """Replace the masked replies by the unmasked total (first reply) and zeros, or refuse the round
         (too few survivors, the release rule or the call's quorum)."""
@@ -353,8 +356,8 @@ class PrivacyLayer(ExecutorWrapper):
         for n, (k, r) in enumerate(masked):
             res.replies[k] = Reply(r.client_id, summed if n == 0 else tmpl, r.seconds, r.nbytes)
 
-    def _decide(self, cfg: Any, res: ExecResult, masked: list[tuple[int, Reply]], call: Call, release: Release,
-                layout: str, noised: bool) -> tuple[str, Release, list[tuple[int, Reply]]]:
+    def _decide(self, cfg: PrivacySettings, res: ExecResult, masked: list[tuple[int, Reply]], call: Call,
+                release: Release, layout: str, noised: bool) -> tuple[str, Release, list[tuple[int, Reply]]]:
         """The release rule on the sum over ``release.clients``: the verdict, the release to make and the
         masked replies in it; raises :class:`ReleaseRefusedError` when it refuses."""
         key = (self.run_key, call.kind.value, call.stream_round, call.attempt) if self.run_key else None
@@ -404,7 +407,7 @@ class PrivacyLayer(ExecutorWrapper):
             res.errors[c] = why
         res.failed.sort()
 
-    def _reveal(self, cfg: Any, keys: Keys, survivors: list[int], dropped: list[int], call: Call,
+    def _reveal(self, cfg: PrivacySettings, keys: Keys, survivors: list[int], dropped: list[int], call: Call,
                 timeout: float | None, holders: list[int] | None = None
                 ) -> tuple[dict[str, dict[int, dict[int, int]]], str | None]:
         """Ask the share ``holders`` (default: the survivors; clients left out of the sum hold shares too, and
@@ -482,7 +485,7 @@ class PrivacyLayer(ExecutorWrapper):
                          "min_cohort": cfg.min_cohort, "secagg_threshold": cfg.secagg_threshold,
                          "release_rule": cfg.release_rule,
                          "min_samples_guard": cfg.min_samples_guard, "min_cluster_count": cfg.min_cluster_count,
-                         "dp": None if cfg.dp is None else cfg.dp.model_dump()}
+                         "dp": None if cfg.dp is None else cfg.dp.to_dict()}
         return {**self.inner.report(), "privacy": acc}
 
     def restore(self, report: dict[str, Any]) -> None:
