@@ -33,7 +33,7 @@ import numpy as np
 
 from fedray.core.contract import batched
 from fedray.core.ops import kmeans_plusplus, lloyd
-from fedray.core.stats import Stats, StatsBlock
+from fedray.core.stats import StatsBlock
 
 #: Lloyd's iterations and tolerance of the local start.
 MAX_ITER = 100
@@ -44,7 +44,7 @@ _BLOCK = 1 << 22
 _PAIRWISE_K = 32
 
 
-def _local_many(payloads: list[dict], shared: Any, batch: Any) -> StatsBlock | list[Stats]:
+def _local_many(payloads: list[dict], shared: Any, batch: Any) -> StatsBlock | list[dict[str, np.ndarray]]:
     """:func:`local_centers` for every client of ``batch`` (the same bits); a
     :class:`~fedray.core.stats.StatsBlock` when every client sends k centres."""
     first = payloads[0]
@@ -78,11 +78,11 @@ def _local_many(payloads: list[dict], shared: Any, batch: Any) -> StatsBlock | l
                     stacked[part] = True
     if stacked.all():
         return StatsBlock(centers=centers, counts=counts)
-    out: list[Stats] = []
+    out: list[dict[str, np.ndarray]] = []
     fresh = None
     for i in range(m):
         if stacked[i]:
-            out.append(Stats(centers=centers[i].copy(), counts=counts[i].copy()))
+            out.append({"centers": centers[i].copy(), "counts": counts[i].copy()})
             continue
         if fresh is None:
             fresh = batch.rngs()  # streams not drawn from yet
@@ -92,15 +92,14 @@ def _local_many(payloads: list[dict], shared: Any, batch: Any) -> StatsBlock | l
 
 
 @batched(_local_many)
-def local_centers(payload: dict, shared: Any, client: Any) -> Stats:
-    """k-means++ and Lloyd on the client's shard; returns local centres (k, d) and their sizes (k,) (k is
-    cut to the client's distinct rows; 0 for an empty shard)."""
+def local_centers(payload: dict, shared: Any, client: Any) -> dict[str, np.ndarray]:
+    """k-means++ and Lloyd on the client's shard; returns local centres (k, d) and their sizes (k,)."""
     X = client.data.X
     k = min(int(payload["k"]), _n_distinct_upto(X, int(payload["k"])))
     if k == 0:
-        return Stats(centers=np.zeros((0, X.shape[1])), counts=np.zeros(0))
+        return {"centers": np.zeros((0, X.shape[1])), "counts": np.zeros(0)}
     C, labels, _ = lloyd(X, kmeans_plusplus(X, k, client.rng), max_iter=MAX_ITER, tol=TOL)
-    return Stats(centers=C, counts=np.bincount(labels, minlength=k).astype(float))
+    return {"centers": C, "counts": np.bincount(labels, minlength=k).astype(float)}
 
 
 def _n_distinct_upto(X: np.ndarray, k: int) -> int:
