@@ -33,7 +33,6 @@ import numpy as np
 
 from fedray.core.contract import batched
 from fedray.core.ops import kmeans_plusplus, lloyd
-from fedray.core.stats import StatsBlock
 
 #: Lloyd's iterations and tolerance of the local start.
 MAX_ITER = 100
@@ -44,9 +43,8 @@ _BLOCK = 1 << 22
 _PAIRWISE_K = 32
 
 
-def _local_many(payloads: list[dict], shared: Any, batch: Any) -> StatsBlock | list[dict[str, np.ndarray]]:
-    """:func:`local_centers` for every client of ``batch`` (the same bits); a
-    :class:`~fedray.core.stats.StatsBlock` when every client sends k centres."""
+def _local_many(payloads: list[dict], shared: Any, batch: Any) -> list[dict[str, np.ndarray]]:
+    """:func:`local_centers` for every client of ``batch`` (the same bits and the same replies)."""
     first = payloads[0]
     if any(p != first for p in payloads):
         raise ValueError("clients with different payloads")  # the host runs them client by client
@@ -76,8 +74,8 @@ def _local_many(payloads: list[dict], shared: Any, batch: Any) -> StatsBlock | l
                 if len(part):
                     centers[part], counts[part] = _lloyd(X3, C)
                     stacked[part] = True
-    if stacked.all():
-        return StatsBlock(centers=centers, counts=counts)
+    # plain dicts, as one client alone sends them: local centres are each client's own (k-FED's one disclosure),
+    # never statistics to be summed, masked or logged as such
     out: list[dict[str, np.ndarray]] = []
     fresh = None
     for i in range(m):

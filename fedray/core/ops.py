@@ -91,9 +91,17 @@ def memberships_from_d2(d2: np.ndarray, m: float) -> np.ndarray:
 
 
 def kmeans_plusplus(X: np.ndarray, k: int, rng: np.random.Generator, weights: np.ndarray | None = None) -> np.ndarray:
-    """k-means++ seeding (Arthur & Vassilvitskii), optionally weighted; shape (k, n_features)."""
+    """k-means++ seeding (Arthur & Vassilvitskii), optionally weighted; shape (k, n_features).
+
+    Weights that are negative or not finite (counts noised by differential privacy) count as 0; if none is
+    positive, every row weighs the same.
+    """
     n = X.shape[0]
     w = np.ones(n) if weights is None else np.asarray(weights, dtype=float)
+    if weights is not None and not (np.isfinite(w) & (w >= 0)).all():
+        w = np.where(np.isfinite(w) & (w > 0), w, 0.0)
+    if not w.sum() > 0:
+        w = np.ones(n)
     first = rng.choice(n, p=w / w.sum())
     centers = [X[first]]
     closest = sq_distances(X, X[first][None])[:, 0]

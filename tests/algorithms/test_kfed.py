@@ -52,3 +52,20 @@ def test_more_clusters_than_samples_is_a_data_error():
     with pytest.raises(DataError, match="n_clusters"):
         fedray.run(algorithm={"name": "kfed", "params": {"n_clusters": 200}},
                    data={"dataset": "sklearn:iris"}, federation={"n_clients": 3}, runtime={"backend": "local"})
+
+
+def test_weighted_kmeans_plusplus_reads_noised_counts_as_weights_it_can_draw_from():
+    """Counts noised by DP can be negative or not finite: such a row weighs 0 (never a centre while another
+    has weight), and a seeding without any positive weight falls back to equal weights instead of raising."""
+    import numpy as np
+
+    from fedray.core.ops import kmeans_plusplus
+
+    X = np.arange(12, dtype=float).reshape(6, 2)
+    w = np.array([-3.0, 5.0, np.nan, 2.0, -np.inf, 4.0])
+    for seed in range(20):
+        C = kmeans_plusplus(X, 3, np.random.default_rng(seed), weights=w)
+        rows = {int(r) for r in np.flatnonzero((X[:, None, :] == C[None]).all(axis=2).any(axis=1))}
+        assert rows <= {1, 3, 5}
+    C = kmeans_plusplus(X, 2, np.random.default_rng(0), weights=np.array([-1.0] * 6))
+    assert C.shape == (2, 2) and np.isfinite(C).all()
