@@ -36,19 +36,17 @@ class ExecResult:
     #: late clients whose actor was still busy with an earlier round's late task
     spillover: list[int] = field(default_factory=list)
 
+    def add_parts(self, parts: list[Any]) -> None:
+        """Add a host's reply parts (:class:`~fedray.runtime.clients.Outcome` or
+        :class:`~fedray.runtime.clients.PackedOutcomes`, see :func:`~fedray.runtime.clients.pack_parts`):
+        the column-wise replies first, then the per-client outcomes in order."""
+        rest = [o for p in parts for o in p.columns(self)]
+        for o in rest:
+            o.record(self)
 
-def sort_replies(result: ExecResult) -> None:
-    """Put a runtime's replies (a :class:`~fedray.core.replies.Replies`) in client-id order."""
-    result.replies.sort_by_client()
-
-
-def collect_outcomes(parts: list[Any], result: ExecResult) -> None:
-    """Add a host's reply parts (:class:`~fedray.runtime.clients.Outcome` or
-    :class:`~fedray.runtime.clients.PackedOutcomes`, see :func:`~fedray.runtime.clients.pack_parts`) to
-    ``result``: the column-wise replies first, then the per-client outcomes in order."""
-    rest = [o for p in parts for o in p.columns(result)]
-    for o in rest:
-        o.record(result)
+    def sort_replies(self) -> None:
+        """Put a runtime's replies (a :class:`~fedray.core.replies.Replies`) in client-id order."""
+        self.replies.sort_by_client()
 
 
 class Executor:

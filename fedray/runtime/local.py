@@ -10,7 +10,7 @@ from fedray.core.contract import Task
 from fedray.core.replies import Replies
 from fedray.data.checks import Descriptions
 from fedray.data.federation import ClientSpec
-from fedray.runtime.executor import ExecResult, Executor, collect_outcomes, sort_replies
+from fedray.runtime.executor import ExecResult, Executor
 from fedray.runtime.host import ClientHost
 from fedray.runtime.tasks import plan_shared, split_tasks
 
@@ -36,8 +36,8 @@ class LocalExecutor(Executor):
         shared, which = plan_shared(tasks)
         per_host, _ = split_tasks(tasks, which)  # one host: its items, or none
         result = ExecResult(Replies())
-        collect_outcomes(self.host.run_parts(call.stream_round, per_host.get(0, []), *shared), result)
-        sort_replies(result)
+        result.add_parts(self.host.run_parts(call.stream_round, per_host.get(0, []), *shared))
+        result.sort_replies()
         return result
 
     def accounting(self) -> dict[str, int]:

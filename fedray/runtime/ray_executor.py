@@ -32,7 +32,7 @@ from fedray.data.checks import Descriptions
 from fedray.data.federation import ClientSpec, put_shards
 from fedray.runtime import summed as summed_calls
 from fedray.runtime.connect import connect
-from fedray.runtime.executor import ExecResult, Executor, collect_outcomes, sort_replies
+from fedray.runtime.executor import ExecResult, Executor
 from fedray.runtime.messages import HostFailure, HostTask
 from fedray.runtime.placement import Placement, layout_for, reserve
 from fedray.runtime.pool import ClientPool
@@ -206,7 +206,7 @@ class RayExecutor(Executor):
         if not not_ready and call.training:
             self._round_s.append(time.monotonic() - t0)
         result.spillover.sort()
-        sort_replies(result)
+        result.sort_replies()
         result.failed.sort()
         result.late.sort()
         return result
@@ -225,7 +225,7 @@ class RayExecutor(Executor):
         if not out.ok:
             _fail(out, a, items, result)
             return a if out.restarted else None
-        collect_outcomes(_fetch_parts(out.parts), result)
+        result.add_parts(_fetch_parts(out.parts))
         return None
 
     def _wait(self, call: Call, futures: list[Any], timeout: float | None) -> tuple[list[Any], list[Any]]:

@@ -23,7 +23,7 @@ from fedray.core.calls import Call
 from fedray.core.errors import RoundFailedError
 from fedray.core.replies import Replies
 from fedray.core.stats import Stats
-from fedray.runtime.executor import ExecResult, collect_outcomes, sort_replies
+from fedray.runtime.executor import ExecResult
 from fedray.runtime.messages import HostReply, HostTask
 from fedray.runtime.pool import ClientPool
 
@@ -83,7 +83,7 @@ def _per_client(pool: ClientPool, order: list[int], outs: list[HostReply], call:
     fetched = dict(zip(kept, get([pool.actors[a].take_kept.remote() for a in kept], call.label())))
     result = ExecResult(Replies())
     for a, o in zip(order, outs):
-        collect_outcomes(fetch((fetched[a] if a in fetched else o).parts), result)
-    sort_replies(result)
+        result.add_parts(fetch((fetched[a] if a in fetched else o).parts))
+    result.sort_replies()
     result.failed.sort()
     return result
