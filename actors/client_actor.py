@@ -9,7 +9,7 @@ from typing import Any
 import ray
 
 from fedray.core.extras import preload
-from fedray.runtime.clients import PackedOutcomes, pack_parts
+from fedray.runtime.clients import pack_parts
 from fedray.runtime.host import ClientHost
 from fedray.runtime.messages import HostFailure, HostReply, HostTask
 
@@ -55,7 +55,7 @@ def _lean_serialization() -> None:
 def _store(part: Any) -> Any:
     """A chunk's replies, put in the object store as soon as they are computed (the actor's own copy
     is dropped before the next chunk runs); the executor fetches them."""
-    return ray.put(part.narrowed()) if isinstance(part, PackedOutcomes) else part
+    return ray.put(part.narrowed()) if part.column_wise else part
 
 
 @ray.remote

@@ -2,6 +2,7 @@
 that would start an embedded Ray of its own joins (:func:`_one_embedded_ray`)."""
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from pathlib import Path
@@ -124,3 +125,22 @@ def _fresh_release_logs():
     forget_releases()
     yield
     forget_releases()
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "quiet_log(level): fedray's log at this level during the test (default "
+                                       "CRITICAL); for tests that provoke failures on purpose")
+
+
+@pytest.fixture(autouse=True)
+def _quiet_log(request):
+    """A test marked ``quiet_log(level)`` (a module marks all of its tests with ``pytestmark``) runs with
+    fedray's log at ``level``; after it the level is NOTSET again."""
+    mark = request.node.get_closest_marker("quiet_log")
+    if mark is None:
+        yield
+        return
+    log = logging.getLogger("fedray")
+    log.setLevel(mark.args[0] if mark.args else logging.CRITICAL)
+    yield
+    log.setLevel(logging.NOTSET)

@@ -5,12 +5,19 @@ shipped) has to live in a file outside fedray; :data:`MEAN` is the source of the
 method that sums each client's rows for ``last`` rounds and returns their mean, and
 :func:`write_module` puts it (with extra classes) in a folder. :func:`installed_distribution`
 makes a folder look like an installed package declaring entry points; :class:`Interrupt` stops a
-run as Ctrl-C would; :func:`assert_same_training` compares two supervised runs bit for bit.
+run as Ctrl-C would, :func:`interrupt_after_checkpoint` right after a checkpoint is written;
+:func:`assert_same_training` compares two supervised runs bit for bit. :func:`column_sums` and
+:func:`crash_listed` are client functions for tests that call the clients themselves.
 """
 from __future__ import annotations
 
 import sys
 from pathlib import Path
+from unittest import mock
+
+import numpy as np
+
+from fedray.core.stats import Stats
 
 #: ``Mean``: the mean of the union of the clients' rows, from summed statistics (``fn`` gives them)
 #: for ``last`` rounds; subclasses change ``fn``, ``last`` or a hook to misbehave on purpose.
@@ -75,6 +82,36 @@ class Interrupt:
     def __call__(self, row: dict) -> None:
         if row["round"] == self.at:
             raise KeyboardInterrupt
+
+
+def interrupt_after_checkpoint(round_: int):
+    """A patch (use it with ``with``) that stops the driver right after the checkpoint of ``round_`` was
+    written (KeyboardInterrupt, as a kill would); the checkpoint must have been written."""
+    from fedray.api import checkpoint
+
+    orig = checkpoint.Checkpointer.after_round
+
+    def after_round(self, r, snapshot):
+        path = orig(self, r, snapshot)
+        if r == round_:
+            assert path is not None
+            raise KeyboardInterrupt
+        return path
+
+    return mock.patch.object(checkpoint.Checkpointer, "after_round", after_round)
+
+
+def column_sums(payload, shared, client) -> Stats:
+    """A client function: the client's column sums ``s`` and its number of rows ``n``."""
+    X = client.data.X
+    return Stats(s=X.sum(axis=0), n=np.array(float(X.shape[0])))
+
+
+def crash_listed(payload, shared, client) -> Stats:
+    """:func:`column_sums`, but the clients listed in ``payload["crash"]`` raise (they drop out)."""
+    if client.id in payload["crash"]:
+        raise RuntimeError(f"client {client.id} dropped out")
+    return column_sums(payload, shared, client)
 
 
 def installed_distribution(folder: Path, name: str, group: str, entries: str) -> None:

@@ -68,15 +68,12 @@ class FederatedCenters(ClusterMixin, TransformerMixin, BaseEstimator):
     _inits: tuple[str, ...] = ("kfed", "random-box")
 
     # --- parameters ----------------------------------------------------------------
-    def _federation_params(self, random_state: Any, n_clients: int | None, partition: Any, fraction: float,
-                           backend: str, address: str | None) -> None:
-        """Keep the parameters every estimator shares, as given (scikit-learn reads them back by name)."""
-        self.random_state = random_state
-        self.n_clients = n_clients
-        self.partition = partition
-        self.fraction = fraction
-        self.backend = backend
-        self.address = address
+    def _keep_params(self, given: dict[str, Any]) -> None:
+        """Keep the constructor's parameters as given, each under its own name (scikit-learn reads them
+        back by name and clones an estimator from them); ``given``: the constructor's ``locals()``."""
+        for name, value in given.items():
+            if name != "self":
+                setattr(self, name, value)
 
     def _check_params(self) -> None:
         check_param(self, "n_clusters", self.n_clusters, "int", 1)

@@ -85,11 +85,7 @@ class FederatedKMeans(FederatedCenters):
     def __init__(self, n_clusters: int = 8, *, init: Any = "kfed", max_iter: int = 300, tol: float = 1e-4,
                  random_state: Any = None, n_clients: int | None = None, partition: Any = None,
                  fraction: float = 1.0, backend: str = "local", address: str | None = None) -> None:
-        self.n_clusters = n_clusters
-        self.init = init
-        self.max_iter = max_iter
-        self.tol = tol
-        self._federation_params(random_state, n_clients, partition, fraction, backend, address)
+        self._keep_params(locals())
 
     def _algorithm_params(self, n_features: int) -> dict[str, Any]:
         return {"n_clusters": int(self.n_clusters), "init": self._init_param(n_features),
@@ -130,13 +126,7 @@ class FederatedFuzzyCMeans(FuzzyMemberships, FederatedCenters):
                  tol: float = 0.005, min_sample_guard: bool = False, random_state: Any = None,
                  n_clients: int | None = None, partition: Any = None, fraction: float = 1.0,
                  backend: str = "local", address: str | None = None) -> None:
-        self.n_clusters = n_clusters
-        self.m = m
-        self.init = init
-        self.max_iter = max_iter
-        self.tol = tol
-        self.min_sample_guard = min_sample_guard
-        self._federation_params(random_state, n_clients, partition, fraction, backend, address)
+        self._keep_params(locals())
 
     def _algorithm_params(self, n_features: int) -> dict[str, Any]:
         check_param(self, "tol", self.tol, "float", 0.0, lo_open=True)
@@ -176,15 +166,7 @@ class FedFCM(FuzzyMemberships, FederatedCenters):
                  tol: float = 0.001, local_tol: float = 0.001, local_max_iter: int = 1000, weighted: bool = False,
                  random_state: Any = None, n_clients: int | None = None, partition: Any = None,
                  fraction: float = 1.0, backend: str = "local", address: str | None = None) -> None:
-        self.n_clusters = n_clusters
-        self.m = m
-        self.init = init
-        self.max_iter = max_iter
-        self.tol = tol
-        self.local_tol = local_tol
-        self.local_max_iter = local_max_iter
-        self.weighted = weighted
-        self._federation_params(random_state, n_clients, partition, fraction, backend, address)
+        self._keep_params(locals())
 
     def _algorithm_params(self, n_features: int) -> dict[str, Any]:
         check_param(self, "tol", self.tol, "float", 0.0, lo_open=True)
@@ -227,16 +209,7 @@ class FederatedMiniBatchKMeans(FederatedCenters):
                  momentum: float = 0.0, random_state: Any = None, n_clients: int | None = None,
                  partition: Any = None, fraction: float = 1.0, backend: str = "local",
                  address: str | None = None) -> None:
-        self.n_clusters = n_clusters
-        self.init = init
-        self.max_iter = max_iter
-        self.tol = tol
-        self.batch_size = batch_size
-        self.epochs = epochs
-        self.alpha = alpha
-        self.beta = beta
-        self.momentum = momentum
-        self._federation_params(random_state, n_clients, partition, fraction, backend, address)
+        self._keep_params(locals())
 
     def _algorithm_params(self, n_features: int) -> dict[str, Any]:
         check_param(self, "batch_size", self.batch_size, "int", 1, none=True)
@@ -274,11 +247,7 @@ class KFED(FederatedCenters):
     def __init__(self, n_clusters: int = 8, *, local_clusters: int | None = None, weighted: bool = False,
                  n_init: int = 10, random_state: Any = None, n_clients: int | None = None, partition: Any = None,
                  fraction: float = 1.0, backend: str = "local", address: str | None = None) -> None:
-        self.n_clusters = n_clusters
-        self.local_clusters = local_clusters
-        self.weighted = weighted
-        self.n_init = n_init
-        self._federation_params(random_state, n_clients, partition, fraction, backend, address)
+        self._keep_params(locals())
 
     def _algorithm_params(self, n_features: int) -> dict[str, Any]:
         check_param(self, "local_clusters", self.local_clusters, "int", 1, none=True)

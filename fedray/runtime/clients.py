@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -141,9 +141,15 @@ class Outcome:
     error: str | None = None
     user_error: bool = False
 
-    # The interface a reply part offers the executor (here and in PackedOutcomes): ``columns`` adds
-    # what it holds column-wise to a result and returns the outcomes left to :meth:`record` one by one;
-    # ``outcomes`` gives every client's outcome.
+    # The interface a reply part offers the host and the executor (here and in PackedOutcomes):
+    # ``column_wise`` says which of the two it is; ``narrowed`` is the part as it is sent; ``columns``
+    # adds what it holds column-wise to a result and returns the outcomes left to :meth:`record` one by
+    # one; ``outcomes`` gives every client's outcome.
+    column_wise: ClassVar[bool] = False
+
+    def narrowed(self) -> Outcome:
+        return self
+
     def columns(self, result: Any) -> list[Outcome]:
         return [self]
 
@@ -178,6 +184,7 @@ class PackedOutcomes:
     arrays: dict[str, np.ndarray]
     others: list[Outcome]
     narrow: frozenset = frozenset()  # arrays sent as small integers (StatsBlock.narrowed)
+    column_wise: ClassVar[bool] = True
 
     def block(self) -> StatsBlock:
         b = StatsBlock.__new__(StatsBlock)
@@ -205,18 +212,21 @@ class PackedOutcomes:
         return sorted(out + self.others, key=lambda o: o.client_id) if self.others else out
 
 
-def pack_outcomes(outcomes: list[Outcome]) -> list[Outcome] | PackedOutcomes:
-    """Column-wise form of ``outcomes`` when there are many Stats updates of one layout."""
-    ok = [o for o in outcomes if o.error is None and isinstance(o.update, Stats)]
+def pack_outcomes(outcomes: list[Outcome]) -> list[Outcome | PackedOutcomes]:
+    """``outcomes`` as parts: one :class:`PackedOutcomes` when there are many Stats updates of one
+    layout, else the outcomes themselves."""
+    ok: list[Outcome] = []
+    others: list[Outcome] = []
+    for o in outcomes:
+        (ok if o.error is None and isinstance(o.update, Stats) else others).append(o)
     if len(ok) < 16:
         return outcomes
     layout = {k: v.shape for k, v in ok[0].update.items()}
     if any({k: v.shape for k, v in o.update.items()} != layout for o in ok):
         return outcomes
-    others = [o for o in outcomes if not (o.error is None and isinstance(o.update, Stats))]
     arrays = {k: np.stack([o.update[k] for o in ok]) for k in layout}
-    return PackedOutcomes(np.array([o.client_id for o in ok]), np.array([o.seconds for o in ok]),
-                          np.array([o.nbytes for o in ok]), arrays, others)
+    return [PackedOutcomes(np.array([o.client_id for o in ok]), np.array([o.seconds for o in ok]),
+                           np.array([o.nbytes for o in ok]), arrays, others)]
 
 
 def batch_outcomes(ids: np.ndarray, updates: Any, seconds: float) -> list[Outcome | PackedOutcomes]:
@@ -234,17 +244,18 @@ def pack_parts(parts: list[Outcome | PackedOutcomes]) -> list[Any]:
     """What an actor sends for :meth:`ClientHost.run_parts`: a list of parts, blocks as they are, the
     per-client outcomes packed where they can be; counts and tables travel as small integers
     (:meth:`PackedOutcomes.narrowed`)."""
-    packed = [p.narrowed() for p in parts if isinstance(p, PackedOutcomes)]
-    single = [p for p in parts if isinstance(p, Outcome)]
-    sent = [p for p in parts if not isinstance(p, (Outcome, PackedOutcomes))]  # parts stored already (sink)
-    rest = pack_outcomes(single)
-    return packed + sent + ([rest.narrowed()] if isinstance(rest, PackedOutcomes) else rest)
+    kinds: dict[type, list[Any]] = {PackedOutcomes: [], Outcome: []}
+    sent: list[Any] = []  # parts stored already (by the sink): anything else
+    for p in parts:
+        kinds.get(type(p), sent).append(p)
+    packed = [p.narrowed() for p in kinds[PackedOutcomes]]
+    return packed + sent + [p.narrowed() for p in pack_outcomes(kinds[Outcome])]
 
 
 def unpack_outcomes(parts: list[Outcome | PackedOutcomes]) -> list[Outcome]:
     """Outcomes of a host's parts (per client or column-wise), in client-id order where any part was
     column-wise (per-client parts alone keep their order)."""
-    if all(isinstance(p, Outcome) for p in parts):
+    if not any(p.column_wise for p in parts):
         return parts
     return sorted((o for p in parts for o in p.outcomes()), key=lambda o: o.client_id)
 

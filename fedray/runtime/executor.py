@@ -19,8 +19,7 @@ from typing import Any
 import numpy as np
 
 from fedray.core.calls import Call
-from fedray.core.contract import CohortTasks, Reply, Task, one_task
-from fedray.runtime.tasks import UniformTasks
+from fedray.core.contract import Reply, Task
 
 log = logging.getLogger(__name__)
 
@@ -37,63 +36,17 @@ class ExecResult:
     #: late clients whose actor was still busy with an earlier round's late task
     spillover: list[int] = field(default_factory=list)
 
+    def add_parts(self, parts: list[Any]) -> None:
+        """Add a host's reply parts (:class:`~fedray.runtime.clients.Outcome` or
+        :class:`~fedray.runtime.clients.PackedOutcomes`, see :func:`~fedray.runtime.clients.pack_parts`):
+        the column-wise replies first, then the per-client outcomes in order."""
+        rest = [o for p in parts for o in p.columns(self)]
+        for o in rest:
+            o.record(self)
 
-def plan_shared(tasks: dict[int, Task]) -> tuple[list[Any], dict[int, int]]:
-    """Distinct shared objects (by identity) and, per client, the index of its one."""
-    shared: list[Any] = []
-    index_of: dict[int, int] = {}
-    which: dict[int, int] = {}
-    first = one_task(tasks)
-    if first is not None:  # one task for every client: one index for all (no entry per client)
-        if first.shared is None:
-            return shared, _Everyone(-1)
-        return [first.shared], _Everyone(0)
-    for cid, task in tasks.items():
-        if task.shared is None:
-            which[cid] = -1
-            continue
-        key = id(task.shared)
-        if key not in index_of:
-            index_of[key] = len(shared)
-            shared.append(task.shared)
-        which[cid] = index_of[key]
-    return shared, which
-
-
-class _Everyone(dict):
-    """``which`` of :func:`plan_shared` when every client has the same shared index."""
-
-    def __init__(self, index: int) -> None:
-        super().__init__()
-        self.index = index
-
-    def __missing__(self, cid: int) -> int:
-        return self.index
-
-
-def host_items(ids: Any, tasks: dict[int, Task], which: dict[int, int]) -> Any:
-    """A host's items for ``ids``: :class:`~fedray.runtime.tasks.UniformTasks` when they all run one task."""
-    if isinstance(tasks, CohortTasks) and len(tasks) > 1:
-        return UniformTasks(tasks.ids, tasks.task, which[int(tasks.ids[0])])
-    ids = list(ids)
-    first = tasks[ids[0]] if ids else None
-    if first is not None and len(ids) > 1 and all(tasks[c] is first for c in ids):
-        return UniformTasks(np.asarray(ids, dtype=np.int64), first, which[ids[0]])
-    return [(cid, tasks[cid], which[cid]) for cid in ids]
-
-
-def sort_replies(result: ExecResult) -> None:
-    """Put a runtime's replies (a :class:`~fedray.core.replies.Replies`) in client-id order."""
-    result.replies.sort_by_client()
-
-
-def collect_outcomes(parts: list[Any], result: ExecResult) -> None:
-    """Add a host's reply parts (:class:`~fedray.runtime.clients.Outcome` or
-    :class:`~fedray.runtime.clients.PackedOutcomes`, see :func:`~fedray.runtime.clients.pack_parts`) to
-    ``result``: the column-wise replies first, then the per-client outcomes in order."""
-    rest = [o for p in parts for o in p.columns(result)]
-    for o in rest:
-        o.record(result)
+    def sort_replies(self) -> None:
+        """Put a runtime's replies (a :class:`~fedray.core.replies.Replies`) in client-id order."""
+        self.replies.sort_by_client()
 
 
 class Executor:
@@ -108,6 +61,11 @@ class Executor:
     #: True when no layer wraps this executor, so that hosts may add the replies of a
     #: ``Task(summed=True)`` call themselves (set by :func:`fedray.layers.stack.build_stack`).
     sums_in_hosts = False
+
+    @property
+    def base(self) -> Executor:
+        """The executor at the bottom of the stack (where the clients live): this one, unless a layer."""
+        return self
 
     def describe(self, private: bool = False) -> list[dict[str, Any]]:  # pragma: no cover - interface
         """Per-client facts; ``private`` leaves out per-client sums and extremes (see ClientHost.describe)."""
@@ -174,8 +132,7 @@ class ExecutorWrapper(Executor):
     @property
     def base(self) -> Executor:
         """The executor at the bottom of the stack (where the clients live)."""
-        inner = self.inner
-        return inner.base if isinstance(inner, ExecutorWrapper) else inner
+        return self.inner.base
 
     def describe(self, private: bool = False) -> list[dict[str, Any]]:
         return self.inner.describe(private)

@@ -61,7 +61,7 @@ _DICT_ENTRY = 100
 BATCH_ROWS = 1 << 18
 #: Rows described at once (bounds the temporary arrays of the set-up checks).
 DESCRIBE_ROWS = 1 << 21
-#: Bytes of replies a host keeps for a summed call (:meth:`ClientHost.run_kept`); past them it sends the
+#: Bytes of replies a host keeps for a summed call (:meth:`ClientHost.keep`); past them it sends the
 #: rest of the call's replies on as usual, so a call over more clients than fit never piles up here.
 KEEP_BYTES = 1 << 29
 
@@ -200,19 +200,22 @@ class ClientHost:
         When the replies are not all column-wise statistics, or take more than ``KEEP_BYTES``, the answer
         holds them (``parts``) instead: the parts past ``KEEP_BYTES`` went to ``store`` (the Ray actor's
         object store sink) as they were computed, as in :meth:`run_parts`."""
-        held = 0
+        held, stored = 0, False
 
-        def keep(part: Any) -> Any:
-            nonlocal held
-            if not isinstance(part, PackedOutcomes):
+        def keep(part: Outcome | PackedOutcomes) -> Any:
+            nonlocal held, stored
+            if not part.column_wise:
                 return part
             part = part.narrowed()  # counts and tables as small integers while they wait
             held += sum(a.nbytes for a in part.arrays.values())
-            return store(part) if store is not None and held > KEEP_BYTES else part
+            if store is None or held <= KEEP_BYTES:
+                return part
+            stored = True
+            return store(part)
 
         self._kept = None
         parts = self.run_parts(round_, tasks, *shared, sink=keep)
-        if not parts or not all(isinstance(p, PackedOutcomes) and not p.others for p in parts):
+        if stored or not parts or not all(p.column_wise and not p.others for p in parts):
             return HostReply(pack_parts(parts))
         self._kept = parts
         cat = np.concatenate
@@ -226,11 +229,6 @@ class ClientHost:
                 list(parts[0].arrays),
             )
         )
-
-    def run_kept(self, round_: int, tasks: Any, *shared: Any, store: Any = None) -> tuple[Any, ...]:
-        """:meth:`keep` in its earlier tuple form: ``("kept", *KeptSum)`` or ``("plain", parts)``."""
-        reply = self.keep(round_, tasks, *shared, store=store)
-        return ("kept", *reply.kept) if reply.kept is not None else ("plain", reply.parts)
 
     def fold_kept(self, acc: dict[str, np.ndarray] | None) -> dict[str, np.ndarray]:
         """Continue ``acc`` (the sum over the clients before this host's) with the kept replies, client

@@ -6,19 +6,13 @@ from typing import Any
 import numpy as np
 
 from fedray.core.calls import Call
-from fedray.core.contract import CohortTasks, Task
+from fedray.core.contract import Task
 from fedray.core.replies import Replies
 from fedray.data.checks import Descriptions
 from fedray.data.federation import ClientSpec
-from fedray.runtime.executor import (
-    ExecResult,
-    Executor,
-    collect_outcomes,
-    host_items,
-    plan_shared,
-    sort_replies,
-)
+from fedray.runtime.executor import ExecResult, Executor
 from fedray.runtime.host import ClientHost
+from fedray.runtime.tasks import plan_shared, split_tasks
 
 
 class LocalExecutor(Executor):
@@ -40,10 +34,10 @@ class LocalExecutor(Executor):
 
     def execute(self, call: Call, tasks: dict[int, Task], timeout: float | None = None) -> ExecResult:
         shared, which = plan_shared(tasks)
-        items = host_items(tasks.ids if isinstance(tasks, CohortTasks) else sorted(tasks), tasks, which)
+        per_host, _ = split_tasks(tasks, which)  # one host: its items, or none
         result = ExecResult(Replies())
-        collect_outcomes(self.host.run_parts(call.stream_round, items, *shared), result)
-        sort_replies(result)
+        result.add_parts(self.host.run_parts(call.stream_round, per_host.get(0, []), *shared))
+        result.sort_replies()
         return result
 
     def accounting(self) -> dict[str, int]:

@@ -8,11 +8,14 @@ one failure type.
   kept, their one-value statistics as columns (``kept``, a :class:`KeptSum`).
 * :class:`HostFailure` — the host ran nothing: a restarted incarnation not set up again, or (made by
   the executor) an actor that Ray reports failed. Every client of the task fails with its ``reason``.
+
+An answer says which of the two it is by ``ok`` (True for a reply), so that a reader branches on it
+rather than on the type.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 
@@ -64,6 +67,7 @@ class HostReply:
 
     parts: list[Any] = field(default_factory=list)
     kept: KeptSum | None = None
+    ok: ClassVar[bool] = True
 
 
 @dataclass(frozen=True)
@@ -77,3 +81,4 @@ class HostFailure:
 
     reason: str
     restarted: bool = False
+    ok: ClassVar[bool] = False

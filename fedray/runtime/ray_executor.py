@@ -32,13 +32,14 @@ from fedray.data.checks import Descriptions
 from fedray.data.federation import ClientSpec, put_shards
 from fedray.runtime import summed as summed_calls
 from fedray.runtime.connect import connect
-from fedray.runtime.executor import ExecResult, Executor, collect_outcomes, plan_shared, sort_replies
+from fedray.runtime.executor import ExecResult, Executor
 from fedray.runtime.messages import HostFailure, HostTask
 from fedray.runtime.placement import Placement, layout_for, reserve
 from fedray.runtime.pool import ClientPool
 from fedray.runtime.shipping import connect_for
 from fedray.runtime.startup import actor_options, set_up_again, start_actors
 from fedray.runtime.summed import execute_summed, hosts_sum
+from fedray.runtime.tasks import plan_shared
 
 log = logging.getLogger(__name__)
 
@@ -171,10 +172,10 @@ class RayExecutor(Executor):
         timeout = call.timeout(timeout)  # what is left of the round's deadline, if it has one
         shared, which = plan_shared(tasks)
         refs = [ray.put(s) for s in shared]
-        per_actor = self.pool.split(tasks, which)
+        per_actor, uniform = self.pool.split(tasks, which)
         first = one_task(tasks)
-        if (first is not None and first.summed and self.sums_in_hosts and timeout is None and not self.pool.dead
-                and not self.pool.late and hosts_sum(len(tasks), len(per_actor), self.sum_min_clients)):
+        if (uniform and first is not None and first.summed and self.sums_in_hosts and timeout is None
+                and self.pool.quiet() and hosts_sum(len(tasks), len(per_actor), self.sum_min_clients)):
             result = execute_summed(self.pool, call, per_actor, refs, self._get, _fetch_parts)
             if result is not None:
                 return result
@@ -184,10 +185,9 @@ class RayExecutor(Executor):
                        timeout: float | None) -> ExecResult:
         """One :class:`HostTask` per hosting actor; collect until ``timeout``, count the rest late."""
         result = ExecResult(Replies())
-        for a in (self.pool.dead.intersection(per_actor) if self.pool.dead else ()):
-            _fail(HostFailure("is dead (runtime.max_restarts exhausted)"), a, per_actor.pop(a), result)
-        self.pool.forget_finished()
-        busy = set(self.pool.late)
+        for a, items in self.pool.take_dead(per_actor).items():
+            _fail(HostFailure("is dead (runtime.max_restarts exhausted)"), a, items, result)
+        busy = self.pool.busy()
         t0 = time.monotonic()
         futures = self.pool.submit(lambda actor, items: actor.run.remote(HostTask(call.stream_round, items), *refs),
                                    per_actor)
@@ -195,7 +195,7 @@ class RayExecutor(Executor):
         broken = [a for a in (self._collect(fut, futures[fut], per_actor[futures[fut]], result) for fut in ready)
                   if a is not None]
         if broken:
-            self.pool.dead |= set_up_again(self.actors, sorted(broken), self._scaler, self._recipes, self._host_args)
+            self.pool.mark_dead(set_up_again(self.actors, sorted(broken), self._scaler, self._recipes, self._host_args))
         for fut in not_ready:
             a = futures[fut]
             ids = HostTask(call.stream_round, per_actor[a]).client_ids()
@@ -206,7 +206,7 @@ class RayExecutor(Executor):
         if not not_ready and call.training:
             self._round_s.append(time.monotonic() - t0)
         result.spillover.sort()
-        sort_replies(result)
+        result.sort_replies()
         result.failed.sort()
         result.late.sort()
         return result
@@ -218,13 +218,14 @@ class RayExecutor(Executor):
 
         try:
             out = ray.get(fut)
-        except (RayActorError, RayTaskError, GetTimeoutError, ObjectLostError) as exc:
-            out = HostFailure(f"failed: {type(exc).__name__}: {str(exc).splitlines()[0]}",
-                              restarted=isinstance(exc, RayActorError))
-        if isinstance(out, HostFailure):
+        except RayActorError as exc:  # Ray restarts the actor, or it is dead for good (set_up_again finds out)
+            out = _failure(exc, restarted=True)
+        except (RayTaskError, GetTimeoutError, ObjectLostError) as exc:
+            out = _failure(exc, restarted=False)
+        if not out.ok:
             _fail(out, a, items, result)
             return a if out.restarted else None
-        collect_outcomes(_fetch_parts(out.parts), result)
+        result.add_parts(_fetch_parts(out.parts))
         return None
 
     def _wait(self, call: Call, futures: list[Any], timeout: float | None) -> tuple[list[Any], list[Any]]:
@@ -283,6 +284,11 @@ class RayExecutor(Executor):
             self.placement = None
 
 
+def _failure(exc: Exception, restarted: bool) -> HostFailure:
+    """The :class:`HostFailure` of an actor whose answer Ray could not give (``exc``)."""
+    return HostFailure(f"failed: {type(exc).__name__}: {str(exc).splitlines()[0]}", restarted=restarted)
+
+
 def _fail(failure: HostFailure, a: int, items: Any, result: ExecResult) -> None:
     """Every client of ``items`` (actor ``a``'s) failed for ``failure``'s reason."""
     for cid, _, _ in items:
@@ -295,11 +301,11 @@ def _fetch_parts(out: list[Any]) -> list[Any]:
     :meth:`ClientActor.run`) fetched."""
     import ray
 
-    if not any(isinstance(p, ray.ObjectRef) for p in out):
-        return out
     refs = [p for p in out if isinstance(p, ray.ObjectRef)]
+    if not refs:
+        return out
     got = dict(zip(map(id, refs), ray.get(refs)))
-    return [got[id(p)] if isinstance(p, ray.ObjectRef) else p for p in out]
+    return [got.get(id(p), p) for p in out]
 
 
 #: Without runtime.round_timeout, a round that waits longer than runtime.stall_warning times the

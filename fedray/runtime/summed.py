@@ -23,10 +23,9 @@ from fedray.core.calls import Call
 from fedray.core.errors import RoundFailedError
 from fedray.core.replies import Replies
 from fedray.core.stats import Stats
-from fedray.runtime.executor import ExecResult, collect_outcomes, sort_replies
+from fedray.runtime.executor import ExecResult
 from fedray.runtime.messages import HostReply, HostTask
 from fedray.runtime.pool import ClientPool
-from fedray.runtime.tasks import UniformTasks
 
 log = logging.getLogger(__name__)
 
@@ -46,17 +45,16 @@ def hosts_sum(n_clients: int, n_hosts: int, min_clients: int = SUM_MIN_CLIENTS) 
 def execute_summed(pool: ClientPool, call: Call, per_actor: dict[int, Any], refs: list[Any],
                    get: Callable[[list[Any], str], list[Any]], fetch: Callable[[list[Any]], list[Any]]
                    ) -> ExecResult | None:
-    """Run a summed call over ``per_actor`` (actor -> its items) with the shared objects ``refs``; None when
+    """Run a summed call over ``per_actor`` (actor -> its :class:`~fedray.runtime.tasks.UniformTasks`, in
+    client order: :func:`~fedray.runtime.tasks.split_tasks`) with the shared objects ``refs``; None when
     it cannot (the caller runs the call as usual). ``get``: ``ray.get`` under the executor's deadline;
     ``fetch``: an answer's parts with those stored in the object store fetched."""
-    if not all(isinstance(v, UniformTasks) for v in per_actor.values()):
-        return None
     order = sorted(per_actor)  # actors own consecutive client ids: actor order is client order
     actors = pool.actors
     try:
         outs = get([actors[a].run.remote(HostTask(call.stream_round, per_actor[a], keep=True), *refs) for a in order],
                    call.label())
-        if any(not isinstance(o, HostReply) for o in outs):
+        if not all(o.ok for o in outs):
             return None  # a restarted actor: the usual call reports its clients and sets it up again
         if any(o.kept is None for o in outs):
             return _per_client(pool, order, outs, call, get, fetch)
@@ -85,7 +83,7 @@ def _per_client(pool: ClientPool, order: list[int], outs: list[HostReply], call:
     fetched = dict(zip(kept, get([pool.actors[a].take_kept.remote() for a in kept], call.label())))
     result = ExecResult(Replies())
     for a, o in zip(order, outs):
-        collect_outcomes(fetch((fetched[a] if a in fetched else o).parts), result)
-    sort_replies(result)
+        result.add_parts(fetch((fetched[a] if a in fetched else o).parts))
+    result.sort_replies()
     result.failed.sort()
     return result

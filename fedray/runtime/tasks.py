@@ -1,6 +1,9 @@
-"""What a host is asked to run, and the batches it makes of it.
+"""What a host is asked to run, how a call's tasks are planned for the hosts, and the batches a host
+makes of them.
 
-A host's tasks come in one of two forms: a list of ``(client_id, task, shared_index)`` items,
+A call's tasks (``{client id: Task}``) reach the hosts planned by :func:`plan_shared` (the distinct
+shared objects, sent once each, and each client's index into them) and :func:`split_tasks` (each
+host's items). A host's tasks come in one of two forms: a list of ``(client_id, task, shared_index)`` items,
 or :class:`UniformTasks` (one task and one shared object for many clients, with nothing per
 client). :func:`task_batches` turns either into the clients that run their plain function one
 by one and the :class:`Batch` es that run a batched form
@@ -10,12 +13,13 @@ or :class:`EachShared` (each client's own, for a form declared with ``shared="ea
 """
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections import defaultdict
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
 
-from fedray.core.contract import Task, batched_form, batched_shared
+from fedray.core.contract import CohortTasks, Task, batched_form, batched_shared, one_task
 
 Item = tuple[int, Task, int]
 
@@ -56,6 +60,73 @@ class UniformTasks:
         n, sidx = len(self), self.shared_index
         which: OneShared | EachShared = EachShared([sidx] * n) if batched_shared(fn) == "each" else OneShared(sidx)
         return [], [Batch(fn, self.ids, [self.task.payload] * n, which, self.task.evaluation, self)]
+
+
+def plan_shared(tasks: Mapping[int, Task]) -> tuple[list[Any], dict[int, int]]:
+    """Distinct shared objects (by identity) and, per client, the index of its one (-1: none)."""
+    shared: list[Any] = []
+    index_of: dict[int, int] = {}
+    which: dict[int, int] = {}
+    first = one_task(tasks)
+    if first is not None:  # one task for every client: one index for all (no entry per client)
+        if first.shared is None:
+            return shared, _Everyone(-1)
+        return [first.shared], _Everyone(0)
+    for cid, task in tasks.items():
+        if task.shared is None:
+            which[cid] = -1
+            continue
+        key = id(task.shared)
+        if key not in index_of:
+            index_of[key] = len(shared)
+            shared.append(task.shared)
+        which[cid] = index_of[key]
+    return shared, which
+
+
+class _Everyone(dict):
+    """``which`` of :func:`plan_shared` when every client has the same shared index."""
+
+    def __init__(self, index: int) -> None:
+        super().__init__()
+        self.index = index
+
+    def __missing__(self, cid: int) -> int:
+        return self.index
+
+
+def split_tasks(tasks: Mapping[int, Task], which: dict[int, int], owner: np.ndarray | None = None
+                ) -> tuple[dict[int, Any], bool]:
+    """Each host's items, in client-id order, and whether they are all :class:`UniformTasks`.
+
+    Where every client runs one task and the hosts own consecutive client ids, a host's items are one
+    :class:`UniformTasks` (nothing per client) and host order is client order (what a chain of hosts
+    adding a summed call's replies needs); otherwise a list of ``(client id, task, shared index)``.
+
+    Parameters
+    ----------
+    tasks : mapping client id -> Task
+    which : mapping client id -> shared index (:func:`plan_shared`)
+    owner : ndarray of int, optional
+        Client id -> index of the host that holds it; None: one host, index 0.
+    """
+    first = one_task(tasks)
+    if first is not None and len(tasks) > 1:
+        # a CohortTasks holds its ids as an array already, in order (no sort of a million Python ints)
+        ids = tasks.ids if isinstance(tasks, CohortTasks) else np.asarray(sorted(tasks), dtype=np.int64)
+        sidx = which[int(ids[0])]
+        if owner is None:
+            return {0: UniformTasks(ids, first, sidx)}, True
+        owners = owner[ids]
+        steps = np.diff(owners)
+        if np.all(steps >= 0):  # hosts own consecutive client ids: one slice each
+            cuts = np.flatnonzero(steps) + 1
+            return {int(owners[part[0]]): UniformTasks(ids[part], first, sidx)
+                    for part in np.split(np.arange(len(ids)), cuts)}, True
+    per_host: dict[int, Any] = defaultdict(list)
+    for cid in sorted(tasks):
+        per_host[0 if owner is None else int(owner[cid])].append((cid, tasks[cid], which[cid]))
+    return per_host, False
 
 
 def task_items(tasks: Any) -> list[Item]:

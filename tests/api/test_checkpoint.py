@@ -21,6 +21,7 @@ from fedray.core.contract import Task
 from fedray.core.errors import ConfigError
 from fedray.core.stats import Stats, total
 from fedray.tools.cli import main
+from tests import plugins
 
 BASE = dict(algorithm={"name": "kmeans", "params": {"n_clusters": 3, "init": "random-box", "tol": 1e-12,
                                                      "max_rounds": 9}},
@@ -29,11 +30,7 @@ BASE = dict(algorithm={"name": "kmeans", "params": {"n_clusters": 3, "init": "ra
             **{"output.plots": False})
 
 
-@pytest.fixture(autouse=True)
-def _quiet():
-    logging.getLogger("fedray").setLevel(logging.ERROR)
-    yield
-    logging.getLogger("fedray").setLevel(logging.NOTSET)
+pytestmark = pytest.mark.quiet_log(logging.ERROR)
 
 
 def counting_stats(payload: None, centers: np.ndarray, client) -> Stats:
@@ -58,19 +55,6 @@ class CountingKMeans(FederatedKMeans):
         return metrics
 
 
-def _interrupt_after(round_: int):
-    """Stop the driver right after the checkpoint of ``round_`` was written (as a kill would)."""
-    orig = checkpoint.Checkpointer.after_round
-
-    def after_round(self, r, snapshot):
-        path = orig(self, r, snapshot)
-        if r == round_:
-            assert path is not None
-            raise KeyboardInterrupt
-        return path
-
-    return mock.patch.object(checkpoint.Checkpointer, "after_round", after_round)
-
 
 def _run_counting(cfg, out):
     with Session(cfg) as s:
@@ -90,7 +74,7 @@ def test_interrupted_and_resumed_run_equals_the_uninterrupted_one(tmp_path):
                              **{**BASE, "output.messages": True})
     full = _run_counting(cfg, tmp_path / "full")
     assert full.history["clients_failed"].sum() > 0 and full.history["visits"].iloc[-1] > 4
-    with _interrupt_after(3), pytest.raises(KeyboardInterrupt):
+    with plugins.interrupt_after_checkpoint(3), pytest.raises(KeyboardInterrupt):
         _run_counting(cfg, tmp_path / "cut")
     # the interrupted run left what it had: the 4 rounds done, marked failed
     assert len(pd.read_parquet(tmp_path / "cut" / "rounds.parquet")) == 4
@@ -106,7 +90,7 @@ def test_interrupted_and_resumed_run_equals_the_uninterrupted_one(tmp_path):
 
 def test_cli_resume_on_ray_equals_an_uninterrupted_local_run(ray_session, tmp_path, capsys):
     cfg = fedray.make_config(runtime={"backend": "ray", "clients_per_actor": 4}, **BASE)
-    with _interrupt_after(1), pytest.raises(KeyboardInterrupt):
+    with plugins.interrupt_after_checkpoint(1), pytest.raises(KeyboardInterrupt):
         fedray.run(cfg, output=tmp_path / "cut")
     assert main(["run", "--resume", str(tmp_path / "cut"), "-q"]) == 0
     assert "outputs:" in capsys.readouterr().out
@@ -136,7 +120,7 @@ def test_a_run_given_another_algorithm_is_saved_and_resumed_as_that_algorithm(tm
     and the checkpoint name federated-fcm and its parameters, so new parameters for it are accepted on
     resume (they were checked against k-means', and refused, while the config named the session's)."""
     cfg = fedray.make_config(runtime={"backend": "local"}, **BASE)
-    with _interrupt_after(3), pytest.raises(KeyboardInterrupt), Session(cfg) as s:
+    with plugins.interrupt_after_checkpoint(3), pytest.raises(KeyboardInterrupt), Session(cfg) as s:
         s.run("federated-fcm", FCM, output=tmp_path / "cut")
     saved = checkpoint.load(tmp_path / "cut")["config"]["algorithm"]
     assert saved["name"] == "federated-fcm" and saved["params"]["m"] == 2.0
@@ -153,7 +137,7 @@ def test_a_checkpoint_whose_config_names_another_algorithm_takes_the_run_algorit
     parameters, the saved section is replaced by the algorithm in the checkpoint's state."""
     cfg = fedray.make_config(runtime={"backend": "local"}, **BASE)
     with mock.patch.object(Runner, "algorithm_entry", lambda self, alg: self.session.config.algorithm), \
-            _interrupt_after(3), pytest.raises(KeyboardInterrupt), Session(cfg) as s:
+            plugins.interrupt_after_checkpoint(3), pytest.raises(KeyboardInterrupt), Session(cfg) as s:
         s.run("federated-fcm", FCM, output=tmp_path / "old")
     assert checkpoint.load(tmp_path / "old")["config"]["algorithm"]["name"] == "kmeans"
     resumed = run_api.resume(tmp_path / "old", algorithm_params={"m": 1.5})

@@ -3,7 +3,6 @@ fails with a FedrayError — never a hang, never a Ray or Python traceback, neve
 from __future__ import annotations
 
 import contextlib
-import logging
 import math
 import signal
 import warnings
@@ -24,11 +23,7 @@ ALGORITHMS = ["kmeans", "federated-fcm", "fedkmeans", "kfed", "fedfcm"]
 VALUES = st.sampled_from(["normal", "constant", "duplicated", "huge", "tiny", "nan", "inf", "integers", "strings"])
 
 
-@pytest.fixture(autouse=True)
-def _quiet():
-    logging.getLogger("fedray").setLevel(logging.CRITICAL)
-    yield
-    logging.getLogger("fedray").setLevel(logging.NOTSET)
+pytestmark = pytest.mark.quiet_log()
 
 
 @contextlib.contextmanager

@@ -21,6 +21,22 @@ def _finished_run(out, files):
     outputs.release(out)
 
 
+def _resume_with_planted_summary(tmp_path, plant: str) -> None:
+    """A finished run whose summary.json is replaced by a link (``plant``: ``"symlink_to"`` or
+    ``"hardlink_to"``) to a file outside, resumed: refused in one line naming the link, and the file
+    outside keeps what it held."""
+    out, victim = tmp_path / "out", tmp_path / "victim.txt"
+    victim.write_text("precious")
+    _finished_run(out, {"summary.json": "{}"})
+    run_id = outputs.run_id_of(out)
+    (out / "summary.json").unlink()
+    getattr(out / "summary.json", plant)(victim)
+    named = r"summary.json \(hard link\)" if plant == "hardlink_to" else "summary.json"
+    with pytest.raises(ConfigError, match=rf"--resume: .* holds links fedray did not make \({named}\)"):
+        outputs.prepare(out, resuming=True, run_id=run_id)
+    assert victim.read_text() == "precious"
+
+
 def test_overwrite_never_deletes_through_a_folder_swapped_for_a_link(tmp_path):
     """plots/ is swapped for a link to the user's folder, which holds a file of the same name: the
     overwrite removes nothing there (on today's main it deleted the user's file)."""
@@ -41,15 +57,7 @@ def test_overwrite_never_deletes_through_a_folder_swapped_for_a_link(tmp_path):
 def test_a_resumed_run_refuses_a_folder_with_a_planted_link(tmp_path):
     """summary.json replaced by a link to a file outside: resuming would write through it; refused in
     one line naming the link (on today's main the folder was adopted)."""
-    out, victim = tmp_path / "out", tmp_path / "victim.txt"
-    victim.write_text("precious")
-    _finished_run(out, {"summary.json": "{}"})
-    run_id = outputs.run_id_of(out)
-    (out / "summary.json").unlink()
-    (out / "summary.json").symlink_to(victim)
-    with pytest.raises(ConfigError, match=r"--resume: .* holds links fedray did not make \(summary.json\)"):
-        outputs.prepare(out, resuming=True, run_id=run_id)
-    assert victim.read_text() == "precious"
+    _resume_with_planted_summary(tmp_path, "symlink_to")
 
 
 def test_sweep_claims_its_folder_and_never_overwrites_a_users_files(tmp_path):
@@ -80,17 +88,7 @@ def test_select_k_claims_its_folder_and_never_overwrites_a_users_files(tmp_path)
 def test_a_resumed_run_refuses_a_folder_with_a_hard_link(tmp_path):
     """summary.json replaced by a hard link to a file outside (no symbolic link to see): refused in one
     line naming it, and the outside file is untouched."""
-    out, victim = tmp_path / "out", tmp_path / "victim.txt"
-    victim.write_text("precious")
-    _finished_run(out, {"summary.json": "{}"})
-    run_id = outputs.run_id_of(out)
-    (out / "summary.json").unlink()
-    (out / "summary.json").hardlink_to(victim)
-    with pytest.raises(
-        ConfigError, match=r"--resume: .* holds links fedray did not make \(summary.json \(hard link\)\)"
-    ):
-        outputs.prepare(out, resuming=True, run_id=run_id)
-    assert victim.read_text() == "precious"
+    _resume_with_planted_summary(tmp_path, "hardlink_to")
 
 
 def test_outputs_are_written_under_a_fresh_name_and_moved_into_place_never_through_a_link(tmp_path):

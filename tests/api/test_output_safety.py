@@ -11,7 +11,6 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from unittest import mock
 
 import pytest
 
@@ -20,6 +19,7 @@ from fedray.api import checkpoint, outputs
 from fedray.api import run as run_api
 from fedray.core.errors import ConfigError
 from fedray.tools.cli import main
+from tests import plugins
 
 SMALL = {"algorithm": {"name": "kmeans", "params": {"n_clusters": 3}}, "data": {"dataset": "sklearn:iris"},
          "federation": {"n_clients": 4, "rounds": 3}, "runtime": {"backend": "local", "progress": False},
@@ -243,15 +243,7 @@ def test_resumed_checkpoints_go_to_the_folder_the_user_gives(tmp_path, checkpoin
     """checkpoint.directory read from the file never decides where the resumed run writes."""
     stored = tmp_path / "stored-checkpoints"
     cfg = {**SMALL, "federation": {"n_clients": 4, "rounds": 6}, "checkpoint": {"every": 2, "directory": str(stored)}}
-    orig = checkpoint.Checkpointer.after_round
-
-    def interrupt(self, r, snapshot):
-        path = orig(self, r, snapshot)
-        if r == 1:
-            raise KeyboardInterrupt
-        return path
-
-    with mock.patch.object(checkpoint.Checkpointer, "after_round", interrupt), pytest.raises(KeyboardInterrupt):
+    with plugins.interrupt_after_checkpoint(1), pytest.raises(KeyboardInterrupt):
         fedray.run(cfg, output=tmp_path / "cut")
     before = (stored / checkpoint.FILENAME).read_bytes()
     res = run_api.resume(stored, output=tmp_path / "new")

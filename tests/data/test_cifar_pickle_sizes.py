@@ -20,19 +20,25 @@ class _Declares:
         return _RECONSTRUCT, (np.ndarray, (200_000, 3072), b"B")
 
 
+def _peak_of_refused_read(tmp_path, batch: dict, match: str) -> int:
+    """``batch`` pickled as a CIFAR-10 batch file and read: the reader refuses it (``match``); the peak
+    bytes traced while it did."""
+    path = tmp_path / "data_batch_1"
+    path.write_bytes(pickle.dumps(batch))
+    tracemalloc.start()
+    try:
+        with pytest.raises(DataError, match=match):
+            read_cifar_pickle(path)
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
 def test_an_array_declaring_more_bytes_than_the_file_is_refused_before_it_is_allocated(tmp_path):
     """Property: reading a 0.4 MB batch never allocates the 614 MB it declares (on today's main the
     array was allocated before the shape check)."""
-    path = tmp_path / "data_batch_1"
-    path.write_bytes(pickle.dumps({b"data": _Declares(), b"labels": [0] * 100, b"pad": b"x" * 400_000}))
-    tracemalloc.start()
-    try:
-        with pytest.raises(DataError, match=r"declares 614400000 bytes, more than the file's"):
-            read_cifar_pickle(path)
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
-    assert peak < 50e6
+    batch = {b"data": _Declares(), b"labels": [0] * 100, b"pad": b"x" * 400_000}
+    assert _peak_of_refused_read(tmp_path, batch, r"declares 614400000 bytes, more than the file's") < 50e6
 
 
 def test_a_real_batch_still_reads(tmp_path):
@@ -65,13 +71,5 @@ def test_every_array_the_reader_builds_is_capped_also_a_direct_ndarray_call(tmp_
     """`numpy.ndarray` is an admitted global (a subtype argument), so a batch could call it to allocate
     any size (a 4 MB file declared 6.14 GB); and many arrays each under the cap could add up far
     beyond it. Both are refused before the allocation: peak memory stays small."""
-    path = tmp_path / "data_batch_1"
-    path.write_bytes(pickle.dumps({b"data": payload, b"labels": [0], b"pad": b"x" * 50_000}))
-    tracemalloc.start()
-    try:
-        with pytest.raises(DataError, match=rf"declares {declared} bytes.*more than the file's"):
-            read_cifar_pickle(path)
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
-    assert peak < 50e6
+    batch = {b"data": payload, b"labels": [0], b"pad": b"x" * 50_000}
+    assert _peak_of_refused_read(tmp_path, batch, rf"declares {declared} bytes.*more than the file's") < 50e6

@@ -19,11 +19,7 @@ BLOBS = dict(data={"dataset": "blobs", "options": {"n_centers": 3, "points_per_c
              federation={"n_clients": 6, "rounds": 4}, seed=5)
 
 
-@pytest.fixture(autouse=True)
-def _quiet():
-    logging.getLogger("fedray").setLevel(logging.ERROR)
-    yield
-    logging.getLogger("fedray").setLevel(logging.NOTSET)
+pytestmark = pytest.mark.quiet_log(logging.ERROR)
 
 
 def _strip(h: pd.DataFrame) -> pd.DataFrame:

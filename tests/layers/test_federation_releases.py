@@ -4,7 +4,6 @@ log); least squares over all of them must single out no client."""
 from __future__ import annotations
 
 import json
-import logging
 
 import numpy as np
 import pytest
@@ -31,11 +30,7 @@ def _twenty_clients() -> fedray.ArrayData:
     return fedray.from_arrays(X, clients=np.repeat(np.arange(20), 30))
 
 
-@pytest.fixture(autouse=True)
-def _quiet():
-    logging.getLogger("fedray").setLevel(logging.CRITICAL)
-    yield
-    logging.getLogger("fedray").setLevel(logging.NOTSET)
+pytestmark = pytest.mark.quiet_log()
 
 
 def _rows(log, n: int) -> np.ndarray:

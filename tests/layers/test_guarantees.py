@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import logging
 
 import numpy as np
 import pytest
@@ -19,28 +18,14 @@ from fedray.core.contract import Task
 from fedray.core.errors import DataError, ReleaseRefusedError, RoundFailedError
 from fedray.core.stats import Stats
 from fedray.layers.privacy import PrivacyLayer
+from tests import plugins
 
 LOCAL = {"backend": "local"}
 DATA = {"dataset": "blobs", "options": {"n_centers": 3, "points_per_client": 30}}
 KM = {"name": "kmeans", "params": {"n_clusters": 3, "max_rounds": 5}}
 
 
-@pytest.fixture(autouse=True)
-def _quiet():
-    logging.getLogger("fedray").setLevel(logging.CRITICAL)
-    yield
-    logging.getLogger("fedray").setLevel(logging.NOTSET)
-
-
-def _sums(payload, shared, client) -> Stats:
-    X = client.data.X
-    return Stats(s=X.sum(axis=0), n=np.array(float(X.shape[0])))
-
-
-def _crash(payload, shared, client) -> Stats:
-    if client.id in payload["crash"]:
-        raise RuntimeError(f"client {client.id} dropped out")
-    return _sums(payload, shared, client)
+pytestmark = pytest.mark.quiet_log()
 
 
 def _session(n_clients: int = 6, **privacy) -> Session:
@@ -68,9 +53,9 @@ def test_an_evaluation_over_everyone_cannot_be_differenced_with_a_training_sum_o
     with _session() as s:
         layer = PrivacyLayer(s.executor, privacy_settings(s.config), s.config.seed)
         five = [0, 2, 3, 4, 5]
-        first = layer.execute(train(1), {c: Task(_sums, None, None) for c in five})
-        second = layer.execute(evaluate(0), {c: Task(_sums, None, None) for c in range(6)})
-        client1 = _sums(None, None, s.executor.host.clients[1]).flat()
+        first = layer.execute(train(1), {c: Task(plugins.column_sums, None, None) for c in five})
+        second = layer.execute(evaluate(0), {c: Task(plugins.column_sums, None, None) for c in range(6)})
+        client1 = plugins.column_sums(None, None, s.executor.host.clients[1]).flat()
         diff = _total(second) - _total(first)
         assert not np.allclose(diff, client1)
         np.testing.assert_allclose(diff, 0.0, atol=1e-9)
@@ -165,7 +150,7 @@ def test_evaluation_retries_stay_inside_the_protocol_and_a_sum_short_of_someone_
     with _session() as s:
         layer = PrivacyLayer(s.executor, privacy_settings(s.config), s.config.seed)
         server = Server(s.make_algorithm(), layer, seed=5)
-        tasks = {c: Task(_crash, {"crash": (4,)}, None) for c in range(6)}
+        tasks = {c: Task(plugins.crash_listed, {"crash": (4,)}, None) for c in range(6)}
         with pytest.raises(RoundFailedError):
             server.gather(evaluate(0), tasks, need=6, ask_missing=2)
         assert layer.account["releases"] == [] and layer.account["release_rule"]["held"] == 3
@@ -305,7 +290,7 @@ def test_a_statistic_too_small_for_the_fixed_point_is_refused_in_one_line_naming
         with pytest.raises(DataError, match=r"statistic 'tiny' .* at most 3e-22.*data.scale") as err:
             layer.secure_sum(train(0), {c: Task(_tiny, None, None) for c in range(6)})
         assert "\n" not in str(err.value)
-        total = layer.secure_sum(train(1), {c: Task(_sums, None, None) for c in range(6)})
+        total = layer.secure_sum(train(1), {c: Task(plugins.column_sums, None, None) for c in range(6)})
         assert total["n"] == pytest.approx(6 * 30)
 
 

@@ -6,7 +6,6 @@ counts it."""
 from __future__ import annotations
 
 import json
-import logging
 
 import numpy as np
 import pandas as pd
@@ -22,6 +21,7 @@ from fedray.core.seeding import client_rng
 from fedray.core.stats import Stats
 from fedray.layers.messages import find_own_rows
 from fedray.layers.privacy import MOD, PrivacyLayer, decode
+from tests import plugins
 
 LOCAL = {"backend": "local"}
 START = [[-6.0, -6.0], [-6.0, 6.0], [6.0, -6.0], [6.0, 6.0]]
@@ -29,22 +29,7 @@ BLOBS = dict(data={"dataset": "blobs", "options": {"n_centers": 4, "points_per_c
              federation={"n_clients": 8, "rounds": 6}, seed=2, runtime=LOCAL)
 
 
-@pytest.fixture(autouse=True)
-def _quiet():
-    logging.getLogger("fedray").setLevel(logging.CRITICAL)
-    yield
-    logging.getLogger("fedray").setLevel(logging.NOTSET)
-
-
-def _column_sums(payload, shared, client) -> Stats:
-    X = client.data.X
-    return Stats(s=X.sum(axis=0), n=np.array(float(X.shape[0])))
-
-
-def _crash_some(payload, shared, client) -> Stats:
-    if client.id in payload["crash"]:
-        raise RuntimeError(f"client {client.id} dropped out after sharing its keys")
-    return _column_sums(payload, shared, client)
+pytestmark = pytest.mark.quiet_log()
 
 
 def _old_pair_mask(seed: int, i: int, j: int, round_: int, attempt: int, length: int) -> list[int]:
@@ -83,8 +68,8 @@ def test_the_server_cannot_compute_a_surviving_clients_mask():
     with _session() as s:
         layer = PrivacyLayer(s.executor, privacy_settings(s.config), s.config.seed)
         cohort = list(range(6))
-        res = layer.execute(train(3), {c: Task(_column_sums, None, None) for c in cohort})
-        truth = {cid: _column_sums(None, None, c).flat() for cid, c in s.executor.host.clients.items()}
+        res = layer.execute(train(3), {c: Task(plugins.column_sums, None, None) for c in cohort})
+        truth = {cid: plugins.column_sums(None, None, c).flat() for cid, c in s.executor.host.clients.items()}
         tr = layer.transcript
         u, L = 2, 3
         y = tr["masked"][u].ints()
@@ -124,10 +109,10 @@ def test_dropout_after_key_sharing_is_recovered_exactly_from_shares():
     dropped clients' keys and the total of the survivors is exact to 1e-9."""
     with _session() as s:
         layer = PrivacyLayer(s.executor, privacy_settings(s.config), s.config.seed)
-        tasks = {c: Task(_crash_some, {"crash": (1, 4)}, None) for c in range(6)}
+        tasks = {c: Task(plugins.crash_listed, {"crash": (1, 4)}, None) for c in range(6)}
         res = layer.execute(train(0), tasks)
         assert res.failed == [1, 4]
-        truth = {cid: _column_sums(None, None, c).flat() for cid, c in s.executor.host.clients.items()}
+        truth = {cid: plugins.column_sums(None, None, c).flat() for cid, c in s.executor.host.clients.items()}
         want = sum(truth[c] for c in (0, 2, 3, 5))
         got = sum(r.update.flat() for r in res.replies)
         np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-9)
@@ -142,8 +127,8 @@ def test_a_cohort_or_survivor_set_below_the_threshold_is_refused_never_unmasked(
     with _session(min_cohort=4) as s:
         layer = PrivacyLayer(s.executor, privacy_settings(s.config), s.config.seed)
         with pytest.raises(RoundFailedError, match=r"cohort of 3 client\(s\) is below privacy.min_cohort=4"):
-            layer.execute(train(0), {c: Task(_column_sums, None, None) for c in (0, 1, 2)})
-        res = layer.execute(train(1), {c: Task(_crash_some, {"crash": (0, 1, 2)}, None) for c in range(6)})
+            layer.execute(train(0), {c: Task(plugins.column_sums, None, None) for c in (0, 1, 2)})
+        res = layer.execute(train(1), {c: Task(plugins.crash_listed, {"crash": (0, 1, 2)}, None) for c in range(6)})
         assert res.replies == [] and res.failed == list(range(6))
         assert "secure aggregation refused" in res.errors[3]
         assert layer.account["refused_rounds"] == 2
@@ -297,7 +282,7 @@ def test_the_kfed_start_is_an_unprotected_message_and_is_counted(tmp_path):
 def test_privacy_account_is_json_and_holds_no_secret():
     with _session() as s:
         layer = PrivacyLayer(s.executor, privacy_settings(s.config), s.config.seed)
-        layer.execute(train(0), {c: Task(_crash_some, {"crash": (2,)}, None) for c in range(6)})
+        layer.execute(train(0), {c: Task(plugins.crash_listed, {"crash": (2,)}, None) for c in range(6)})
         rep = layer.report()["privacy"]
         text = json.dumps(rep)
         assert "instances" not in text and "s_sk" not in text

@@ -23,11 +23,7 @@ SMALL = {"n_clusters": 3, "max_rounds": 3, "epochs": 1, "local_epochs": 1, "fed_
 DATA = {"dataset": "blobs", "options": {"n_centers": 3, "points_per_client": 60}, "scale": "standard"}
 
 
-@pytest.fixture(autouse=True)
-def _quiet():
-    logging.getLogger("fedray").setLevel(logging.ERROR)
-    yield
-    logging.getLogger("fedray").setLevel(logging.NOTSET)
+pytestmark = pytest.mark.quiet_log(logging.ERROR)
 
 
 def _run_with_shards(cfg):

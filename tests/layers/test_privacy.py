@@ -22,11 +22,7 @@ BLOBS = dict(data={"dataset": "blobs", "options": {"n_centers": 4, "points_per_c
              federation={"n_clients": 8, "rounds": 8}, seed=2, runtime=LOCAL)
 
 
-@pytest.fixture(autouse=True)
-def _quiet():
-    logging.getLogger("fedray").setLevel(logging.ERROR)
-    yield
-    logging.getLogger("fedray").setLevel(logging.NOTSET)
+pytestmark = pytest.mark.quiet_log(logging.ERROR)
 
 
 def _payloads(res) -> dict[tuple[int, int, int], object]:

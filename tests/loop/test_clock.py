@@ -17,6 +17,7 @@ from fedray.core.contract import CohortTasks, Task
 from fedray.core.errors import ConfigError
 from fedray.data.deployment import Availability, make_availability
 from fedray.loop.clock import Clock
+from tests import plugins
 
 LOCAL = {"backend": "local", "progress": False}
 SIZES = (10, 20, 30, 40)  # rows of clients 0..3
@@ -197,9 +198,6 @@ def test_the_ray_runtime_gives_the_same_simulated_clock(ray_session):
 
 
 def test_a_resumed_run_continues_the_simulated_clock(tmp_path):
-    from unittest import mock
-
-    from fedray.api import checkpoint
     from fedray.api import run as run_api
 
     cfg = {"algorithm": {"name": "kmeans", "params": {"n_clusters": 3}}, "seed": 5, "runtime": LOCAL,
@@ -208,15 +206,7 @@ def test_a_resumed_run_continues_the_simulated_clock(tmp_path):
                           "availability": {"generator": "random", "period_s": 0.2, "online": 0.6},
                           "devices": {"speed": 2e5, "up": 1e5, "down": 1e5, "spread": 1.0}}}
     full = fedray.run(**cfg, output=tmp_path / "full")
-    orig = checkpoint.Checkpointer.after_round
-
-    def after_round(self, r, snapshot):
-        path = orig(self, r, snapshot)
-        if r == 2:
-            raise KeyboardInterrupt
-        return path
-
-    with mock.patch.object(checkpoint.Checkpointer, "after_round", after_round), pytest.raises(KeyboardInterrupt):
+    with plugins.interrupt_after_checkpoint(2), pytest.raises(KeyboardInterrupt):
         fedray.run(**cfg, output=tmp_path / "cut")
     resumed = run_api.resume(tmp_path / "cut", progress=False)
     cols = ["round", "clients_sampled", "clients_late", "sim_round_s", "sim_time_s"]

@@ -2,6 +2,7 @@
 transcribed notebook numbers are written once."""
 from __future__ import annotations
 
+import contextlib
 import json
 import warnings
 
@@ -23,16 +24,22 @@ def test_each_variant_of_the_robustness_tables_sets_its_parameter():
         assert (params["n_merge"], params["n_sep"], params["lr"], params["batch_size"]) == (2, 10, 0.1, 32)
 
 
-def test_a_quick_table6_run_records_both_similarities_with_alpha_min_cross(tmp_path):
-    claim = dict((c.id, c) for c in common.load_claims("mehta2023"))["table6-rotated-mnist"]
-    with warnings.catch_warnings():
+@contextlib.contextmanager
+def _quick_claim(tmp_path, claim_id: str):
+    """The lab's claim ``claim_id``, to run into scratch results under ``tmp_path``, warnings silenced."""
+    claim = {c.id: c for c in common.load_claims("mehta2023")}[claim_id]
+    with warnings.catch_warnings(), common.scratch_results(tmp_path):
         warnings.simplefilter("ignore")
-        with common.scratch_results(tmp_path):
-            robustness.run_claim(claim, "reduced", [0], quick=True, data_dir=None)
-            df = common.recorded("mehta2023", "robustness-rotated-mnist")
-            assert sorted(df["variant"]) == ["T=10", "gradients"]
-            robustness.run_claim(claim, "reduced", [0], quick=True, data_dir=None)  # resumes: nothing to run
-            assert len(common.recorded("mehta2023", "robustness-rotated-mnist")) == 2
+        yield claim
+
+
+def test_a_quick_table6_run_records_both_similarities_with_alpha_min_cross(tmp_path):
+    with _quick_claim(tmp_path, "table6-rotated-mnist") as claim:
+        robustness.run_claim(claim, "reduced", [0], quick=True, data_dir=None)
+        df = common.recorded("mehta2023", "robustness-rotated-mnist")
+        assert sorted(df["variant"]) == ["T=10", "gradients"]
+        robustness.run_claim(claim, "reduced", [0], quick=True, data_dir=None)  # resumes: nothing to run
+        assert len(common.recorded("mehta2023", "robustness-rotated-mnist")) == 2
     for _, r in df.iterrows():
         m = json.loads(r["metrics"])
         assert 0 <= m["accuracy"] <= 100 and len(m["alpha_min_cross"]) >= 1
@@ -44,12 +51,9 @@ def test_a_quick_table6_run_records_both_similarities_with_alpha_min_cross(tmp_p
 
 
 def test_a_quick_table1_run_records_flacc_fedavg_and_the_control(tmp_path):
-    claim = dict((c.id, c) for c in common.load_claims("mehta2023"))["table1-rotated-mnist"]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        with common.scratch_results(tmp_path):
-            table1.run_claim(claim, "reduced", [0], quick=True, data_dir=None)
-            df = common.recorded("mehta2023", "table1-rotated-mnist")
+    with _quick_claim(tmp_path, "table1-rotated-mnist") as claim:
+        table1.run_claim(claim, "reduced", [0], quick=True, data_dir=None)
+        df = common.recorded("mehta2023", "table1-rotated-mnist")
     assert sorted(df["method"]) == ["fedavg", "flacc", "flacc-control"]
     assert set(df["source"]) == {"run"} and (df["m:accuracy"].between(0, 100)).all()
     flacc = df[df["method"] == "flacc"].iloc[0]  # FLACC's records keep the similarity within and across groups

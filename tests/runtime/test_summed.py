@@ -129,9 +129,9 @@ def test_hosts_fold_in_chunks_as_one_pass(monkeypatch):
     a, b = ClientHost(RecipeRange(src, 0, 30), 3, False, (3,)), ClientHost(RecipeRange(src, 30, 50), 3, False, (3,))
     C = np.random.default_rng(1).normal(size=(4, 3))
     task = Task(lloyd_stats, None, C)
-    out_a = a.run_kept(0, UniformTasks(np.arange(30), task, 0), C)
-    out_b = b.run_kept(0, UniformTasks(np.arange(30, 50), task, 0), C)
-    assert out_a[0] == out_b[0] == "kept"
+    out_a = a.keep(0, UniformTasks(np.arange(30), task, 0), C)
+    out_b = b.keep(0, UniformTasks(np.arange(30, 50), task, 0), C)
+    assert out_a.kept is not None and out_b.kept is not None and not out_a.parts and not out_b.parts
     acc = b.fold_kept(a.fold_kept(None))
     whole = total([o.update for o in a.run(0, [(c, task, 0) for c in range(30)], C)]
                   + [o.update for o in b.run(0, [(c, task, 0) for c in range(30, 50)], C)])
@@ -215,13 +215,13 @@ def test_a_host_keeps_at_most_keep_bytes_and_sends_the_rest_on(monkeypatch):
         stored.append(part)
         return ("stored", len(stored) - 1)
 
-    assert host.run_kept(0, UniformTasks(np.arange(30), task, 0), C, store=store)[0] == "kept"
+    assert host.keep(0, UniformTasks(np.arange(30), task, 0), C, store=store).kept is not None
     assert not stored and len(host._kept) == 15
     per_chunk = sum(a.nbytes for a in host._kept[0].arrays.values())
     monkeypatch.setattr(host_mod, "KEEP_BYTES", 3 * per_chunk)  # three chunks are kept, the other 12 stored
-    out = host.run_kept(0, UniformTasks(np.arange(30), task, 0), C, store=store)
-    assert out[0] == "plain" and len(stored) == 12 and host._kept is None
-    parts = [stored[p[1]] if isinstance(p, tuple) else p for p in out[1]]
+    out = host.keep(0, UniformTasks(np.arange(30), task, 0), C, store=store)
+    assert out.kept is None and len(stored) == 12 and host._kept is None
+    parts = [stored[p[1]] if isinstance(p, tuple) else p for p in out.parts]
     got = {o.client_id: o.update for o in unpack_outcomes(parts)}
     assert sorted(got) == list(range(30))
     plain = {o.client_id: o.update for o in host.run(0, [(c, task, 0) for c in range(30)], C)}
