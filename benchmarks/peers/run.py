@@ -93,7 +93,7 @@ WORKLOADS: dict[str, Workload] = {
         clients=1000, per_round=50, rounds=1500, epochs=1, batch_size=10, lr=0.1, model="pfl_cnn",
         published="pfl-research 7-72x faster than other simulators", hardware="one A100 GPU, 10 CPUs",
         source="Granqvist et al. 2024, pfl-research (arXiv 2404.06430); benchmarks/image_classification",
-        quick={"clients": 1000, "per_round": 10, "rounds": 2}, gpu=True),
+        quick={"clients": 1000, "per_round": 10, "rounds": 3, "epochs": 5}, gpu=True),
 }
 CPU_WORKLOADS = [k for k, w in WORKLOADS.items() if not w.gpu]
 
