@@ -94,6 +94,8 @@ class Availability:
         if self.kind == "always":
             return np.full(len(ids), np.inf)
         if self.kind == "diurnal":
+            if self.on >= self.period:  # online the whole period: the spell never ends at its boundary
+                return np.full(len(ids), np.inf)
             return t + (self.on - np.mod(t + self.phase[ids], self.period))
         if self.kind == "random":
             if self.on >= 1.0:

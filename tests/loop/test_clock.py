@@ -212,3 +212,21 @@ def test_a_resumed_run_continues_the_simulated_clock(tmp_path):
     cols = ["round", "clients_sampled", "clients_late", "sim_round_s", "sim_time_s"]
     pd.testing.assert_frame_equal(resumed.history[cols], full.history[cols])
     assert resumed.summary["simulated"] == full.summary["simulated"]
+
+
+def test_a_diurnal_client_online_the_whole_period_never_goes_offline():
+    """online: 1.0 means always online: no spell ends at a period boundary (it did, and a client whose
+    training crossed its phase's boundary was made late); a shorter spell still ends where it should."""
+    def availability(online):
+        cfg = make_config(federation={"availability": {"generator": "diurnal", "period_s": 100.0, "online": online}})
+        return make_availability(cfg.federation.availability, 50, 3)
+
+    always = availability(1.0)
+    ids = np.arange(50)
+    for t in (0.0, 37.5, 99.9, 250.0):
+        assert always.online(t).all() and np.isinf(always.online_until(ids, t)).all()
+    half = availability(0.5)
+    on = np.flatnonzero(half.online(10.0))
+    ends = half.online_until(on, 10.0)
+    assert np.isfinite(ends).all() and (ends > 10.0).all() and (ends <= 60.0).all()
+    assert not half.online(ends.max() + 1e-6)[on[ends.argmax()]]
