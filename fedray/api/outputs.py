@@ -22,6 +22,7 @@ import errno
 import json
 import logging
 import os
+import re
 import secrets
 import socket
 import stat
@@ -108,9 +109,29 @@ def _protected(out: Path) -> str | None:
     return None
 
 
+#: the temporary names fedray writes a file under before moving it into place (a run killed meanwhile leaves one):
+#: ``.tmp-<hex>-<name>`` (:func:`atomic_path`) and ``.<name>.<hex>.tmp`` (the checkpoint and its key)
+_TEMPORARY = (re.compile(r"^\.tmp-[0-9a-f]{12}-(?P<name>.+)$"), re.compile(r"^\.(?P<name>.+)\.[0-9a-f]{8,16}\.tmp$"))
+
+
+def _leftovers(out: Path, doc: dict[str, Any]) -> list[str]:
+    """Temporary copies of files the marker lists, left by a run killed while it wrote them."""
+    files, found = set(doc["files"]), []
+    for dirpath, _, filenames in os.walk(out):
+        rel = Path(dirpath).relative_to(out)
+        for f in filenames:
+            for pattern in _TEMPORARY:
+                m = pattern.match(f)
+                if m and (rel / m.group("name")).as_posix() in files and not (Path(dirpath) / f).is_symlink():
+                    found.append((rel / f).as_posix())
+                    break
+    return found
+
+
 def _foreign(out: Path, doc: dict[str, Any]) -> list[str]:
-    """Entries of ``out`` that fedray did not write (its marker does not list them)."""
-    files = set(doc["files"])
+    """Entries of ``out`` that fedray did not write (neither its marker lists them nor are they temporary
+    copies of files it lists)."""
+    files = set(doc["files"]) | set(_leftovers(out, doc))
     dirs = {str(Path(f).parent.as_posix()) for f in files}
     dirs |= {p.as_posix() for f in files for p in Path(f).parents}
     extra = []
@@ -153,8 +174,9 @@ def _retire(out: Path, doc: dict[str, Any]) -> None:
 def _empty(out: Path, doc: dict[str, Any]) -> None:
     """Retire the marker (so that one run only goes on), then delete the files it lists and the
     folders they leave empty."""
+    leftovers = _leftovers(out, doc)
     _retire(out, doc)
-    for name in doc["files"]:
+    for name in [*doc["files"], *leftovers]:
         _remove_inside(out, name, os.unlink)
     for d in sorted({p for f in doc["files"] for p in Path(f).parents if p.parts}, key=lambda p: -len(p.parts)):
         _remove_inside(out, d.as_posix(), os.rmdir)

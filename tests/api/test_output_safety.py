@@ -81,6 +81,26 @@ def test_overwrite_deletes_only_the_files_fedray_wrote(tmp_path, checkpoint_key)
     assert (out / "summary.json").is_file()
 
 
+def test_overwrite_takes_the_temporary_copies_a_killed_run_left_of_its_own_files(tmp_path, checkpoint_key):
+    """A run killed while writing leaves its file under a temporary name (``.checkpoint.pkl.<hex>.tmp``,
+    ``.tmp-<hex>-summary.json``): --overwrite removes those with the rest; a look-alike of a file fedray never
+    listed is still the user's, and refused."""
+    out = tmp_path / "out"
+    fedray.run(SMALL, output=out, checkpoint={"every": 1})
+    left = [out / "checkpoint" / f".{checkpoint.FILENAME}.098d52a5.tmp", out / ".tmp-0123456789ab-summary.json"]
+    for f in left:
+        f.write_bytes(b"half a file")
+    mine = out / ".notes.txt.098d52a5.tmp"
+    mine.write_text("mine")
+    with pytest.raises(ConfigError, match=r"holds 1 entries fedray did not write \(.notes.txt.098d52a5.tmp\)"):
+        fedray.run(SMALL, output=out, **{"output.overwrite": True})
+    assert all(f.exists() for f in left)
+    mine.unlink()
+    fedray.run(SMALL, output=out, **{"output.overwrite": True})
+    assert not any(f.exists() for f in left) and not (out / "checkpoint").exists()
+    assert (out / "summary.json").is_file()
+
+
 @pytest.mark.parametrize("where", ["current folder", "home folder"])
 def test_overwrite_refuses_the_current_and_the_home_folder(tmp_path, monkeypatch, where):
     """Even a genuine fedray output folder is never emptied when it is `.` or the home folder."""
