@@ -84,6 +84,24 @@ class Replies(MutableSequence):
             return None
         return {k: [seg[1].arrays[k] for seg in self._segs] for k in first}
 
+    def column_sources(self) -> dict[str, list[Any]] | None:
+        """As :meth:`column_parts`, each segment of rows taken from a larger block given as (the block's
+        array, the rows) instead of a copy (:meth:`fedray.core.stats.TakenRows.sources`); for
+        :func:`fedray.core.stats.fold_rows`."""
+        parts = None if self._list is not None or not self._segs else self.column_parts_of(
+            [seg[1] for seg in self._segs])
+        return parts
+
+    def column_parts_of(self, blocks: list[Any]) -> dict[str, list[Any]] | None:
+        if self.summed_total is not None:
+            return None
+        srcs = [b.sources() if hasattr(b, "sources") else b.arrays for b in blocks]
+        shape = {k: (v[0] if isinstance(v, tuple) else v).shape[1:] for k, v in srcs[0].items()}
+        if any(s.keys() != shape.keys() or any((s[k][0] if isinstance(s[k], tuple) else s[k]).shape[1:] != shape[k]
+                                               for k in shape) for s in srcs):
+            return None
+        return {k: [s[k] for s in srcs] for k in shape}
+
     def without(self, drop: Any) -> Replies:
         """These replies less those of clients ``drop`` (column-wise where they are columns)."""
         drop = np.asarray(drop if isinstance(drop, (np.ndarray, list, tuple)) else list(drop), dtype=np.int64)
@@ -101,6 +119,29 @@ class Replies(MutableSequence):
         for ids, block, seconds, nbytes in self._segs:
             keep = np.flatnonzero(~np.isin(ids, drop))
             out.add_columns(ids[keep], block.take(keep), seconds[keep], nbytes[keep])
+        return out
+
+    def where(self, keep: np.ndarray) -> Replies:
+        """These replies less those where ``keep`` (bool, one per reply, in the order of :meth:`columns`)
+        is False; column-wise where they are columns, without searching for ids."""
+        keep = np.asarray(keep, dtype=bool)
+        if keep.shape != (len(self),):
+            raise ValueError(f"Replies.where: {keep.shape} flags for {len(self)} replies")
+        if self.summed_total is not None:
+            return self.without([])  # refuses: a sum holds no client's reply
+        out = Replies()
+        if self._list is not None:
+            out._list = [r for r, k in zip(self._list, keep.tolist()) if k]
+            return out
+        lo = 0
+        for ids, block, seconds, nbytes in self._segs:
+            part = keep[lo:lo + len(ids)]
+            lo += len(ids)
+            if part.all():
+                out.add_columns(ids, block, seconds, nbytes)
+                continue
+            idx = np.flatnonzero(part)
+            out.add_columns(ids[idx], block.take(idx), seconds[idx], nbytes[idx])
         return out
 
     # --- the list protocol ---

@@ -163,11 +163,8 @@ class StatsBlock:
         return v.astype(np.float64) if name in self.narrow else v
 
     def take(self, idx: np.ndarray) -> StatsBlock:
-        """The rows ``idx`` as a new block."""
-        out = StatsBlock.__new__(StatsBlock)
-        out.arrays = {k: v[idx] for k, v in self.arrays.items()}
-        out.n, out.narrow = len(idx), self.narrow
-        return out
+        """The rows ``idx`` as a block; the rows are copied only when read (:class:`TakenRows`)."""
+        return TakenRows(self, np.asarray(idx, dtype=np.int64))
 
     def narrowed(self) -> StatsBlock:
         """The same block with each array whose values are all small non-negative integers (counts,
@@ -198,6 +195,32 @@ class StatsBlock:
         return f"StatsBlock({self.n} x {shapes})"
 
 
+class TakenRows(StatsBlock):
+    """Rows ``idx`` of a :class:`StatsBlock`, copied out only when first read (:attr:`arrays`).
+
+    A round that drops its late clients keeps most of its rows; :func:`total` sums them straight
+    from the source block a chunk at a time (:meth:`sources`), so the kept rows are never copied
+    as a whole."""
+
+    __slots__ = ("src", "idx", "_taken")
+
+    def __init__(self, src: StatsBlock, idx: np.ndarray) -> None:  # noqa: D107 - see the class
+        if isinstance(src, TakenRows):  # rows of rows: of the first source
+            src, idx = src.src, src.idx[idx]
+        self.src, self.idx, self._taken = src, idx, None
+        self.n, self.narrow = len(idx), src.narrow
+
+    @property  # type: ignore[override]
+    def arrays(self) -> dict[str, np.ndarray]:
+        if self._taken is None:
+            self._taken = {k: np.take(v, self.idx, axis=0) for k, v in self.src.arrays.items()}
+        return self._taken
+
+    def sources(self) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        """Per statistic, (the source's array, the rows taken), nothing copied."""
+        return {k: (v, self.idx) for k, v in self.src.arrays.items()}
+
+
 def _reduce(stacked: dict[str, np.ndarray]) -> Stats:
     return Stats(**{k: np.add.reduce(v, axis=0) for k, v in stacked.items()})
 
@@ -206,26 +229,37 @@ def _reduce(stacked: dict[str, np.ndarray]) -> Stats:
 FOLD_ROWS = 1 << 14
 
 
-def fold_rows(parts: list[np.ndarray], start: np.ndarray | None = None) -> np.ndarray:
+def fold_rows(parts: list[Any], start: np.ndarray | None = None) -> np.ndarray:
     """``np.add.reduce(np.concatenate(parts), axis=0)``, the same bits, without stacking every part.
 
     Along the first axis numpy adds rows one after another whenever a row has two or more
     values (the inner loop runs along the row), so the sum continues over each further part
     from the running total; a row of one value is summed pairwise, which needs the whole
     column (small: one number per client). ``start``: a running total to continue from (rows of two
-    or more values only), e.g. the sum of the clients before these."""
-    wide = all(p.dtype == np.float64 for p in parts)
-    if len(parts) == 1 and wide and start is None:
-        return np.add.reduce(parts[0], axis=0)
-    if int(np.prod(parts[0].shape[1:])) < 2:
-        return np.add.reduce(np.concatenate(parts).astype(np.float64, copy=False), axis=0)
+    or more values only), e.g. the sum of the clients before these. A part may also be a pair
+    (array, rows): those rows of the array (:meth:`TakenRows.sources`), taken a chunk at a time."""
+    def size(p: Any) -> int:
+        return len(p[1]) if isinstance(p, tuple) else len(p)
+
+    def chunk(p: Any, lo: int, hi: int) -> np.ndarray:
+        rows = np.take(p[0], p[1][lo:hi], axis=0) if isinstance(p, tuple) else p[lo:hi]
+        return rows.astype(np.float64, copy=False)  # narrowed parts widen a chunk at a time
+
+    def whole(p: Any) -> np.ndarray:
+        return np.take(p[0], p[1], axis=0) if isinstance(p, tuple) else p
+
+    first = parts[0][0] if isinstance(parts[0], tuple) else parts[0]
+    if len(parts) == 1 and start is None and first.dtype == np.float64:
+        return np.add.reduce(whole(parts[0]), axis=0)
+    if int(np.prod(first.shape[1:])) < 2:
+        return np.add.reduce(np.concatenate([whole(p) for p in parts]).astype(np.float64, copy=False), axis=0)
     acc = start
     for part in parts:
-        for lo in range(0, len(part), FOLD_ROWS):
-            rows = part[lo:lo + FOLD_ROWS].astype(np.float64, copy=False)  # narrowed parts widen a chunk at a time
+        for lo in range(0, size(part), FOLD_ROWS):
+            rows = chunk(part, lo, lo + FOLD_ROWS)
             acc = np.add.reduce(rows if acc is None else np.concatenate([acc[None], rows]), axis=0)
     if acc is None:
-        return np.add.reduce(np.concatenate(parts).astype(np.float64, copy=False), axis=0)
+        return np.add.reduce(np.concatenate([whole(p) for p in parts]).astype(np.float64, copy=False), axis=0)
     return acc
 
 
@@ -246,7 +280,7 @@ def total(items: Iterable[Stats]) -> Stats:
     summed = getattr(items, "summed_total", None)
     if summed is not None:  # a call whose hosts added their clients' updates (Task.summed)
         return summed
-    parts_of = getattr(items, "column_parts", None)
+    parts_of = getattr(items, "column_sources", None)
     if parts_of is not None:  # a round's Replies kept column-wise: no per-client object
         parts = parts_of()
         if parts is not None:

@@ -73,13 +73,37 @@ class Availability:
     phase: np.ndarray | None = field(default=None, compare=False)
     key: int = 0
     intervals: np.ndarray | None = field(default=None, compare=False)
+    #: The last answer of :meth:`online` (its time and a read-only array): a round asks for one time
+    #: several times (sampling, the tasks, the late clients), each a pass over every client.
+    _last: list = field(default_factory=list, compare=False, repr=False)
 
     def online(self, t: float) -> np.ndarray:
-        """Bool (n_clients,): who is online at simulated time ``t``."""
+        """Bool (n_clients,), read-only: who is online at simulated time ``t``."""
+        last = self._last
+        if not last or last[0] != t:
+            last[:] = [t, *self._online(t)]
+            last[1].setflags(write=False)
+        return last[1]
+
+    def _in_period(self, t: float) -> np.ndarray:
+        """Diurnal: each client's position in its period at ``t``, ``(t + phase) mod period`` (read-only,
+        kept with :meth:`online`'s answer for the same ``t``)."""
+        if not self._last or self._last[0] != t:
+            self.online(t)
+        return self._last[2]
+
+    def _online(self, t: float) -> tuple[np.ndarray, np.ndarray | None]:
         if self.kind == "always":
-            return np.ones(self.n_clients, dtype=bool)
+            return np.ones(self.n_clients, dtype=bool), None
         if self.kind == "diurnal":
-            return np.mod(t + self.phase, self.period) < self.on
+            x = np.add(self.phase, t)  # t + phase, in place below: one temporary, not two
+            # phase >= 0 and t >= 0: fmod is mod there (the same bits, without mod's sign fix-up)
+            (np.fmod if t >= 0 else np.mod)(x, self.period, out=x)
+            x.setflags(write=False)
+            return x < self.on, x
+        return self._online_other(t), None
+
+    def _online_other(self, t: float) -> np.ndarray:
         if self.kind == "random":
             return _slot_on(self.key, np.arange(self.n_clients), math.floor(t / self.period), self.on)
         iv = self.intervals
@@ -96,7 +120,10 @@ class Availability:
         if self.kind == "diurnal":
             if self.on >= self.period:  # online the whole period: the spell never ends at its boundary
                 return np.full(len(ids), np.inf)
-            return t + (self.on - np.mod(t + self.phase[ids], self.period))
+            x = self._in_period(t)
+            n = self.n_clients
+            every = len(ids) == n and n and ids[0] == 0 and ids[-1] == n - 1  # every client, in order
+            return t + (self.on - (x if every else x[ids]))
         if self.kind == "random":
             if self.on >= 1.0:
                 return np.full(len(ids), np.inf)

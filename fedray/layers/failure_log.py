@@ -76,9 +76,15 @@ class FailureLog:
             self.add(round_, attempt, "failed", res.failed, [last_line(res.errors.get(c, "")) for c in res.failed])
         if not res.late:
             return True
-        late = np.asarray(res.late, dtype=np.int64)
+        late = getattr(res.late, "array", None)  # the ids as an array too, where the list keeps them
+        if late is None or len(late) != len(res.late):
+            late = np.asarray(res.late, dtype=np.int64)
         waited = f"no answer within runtime.round_timeout={round_timeout}"
-        spill = np.isin(late, np.asarray(res.spillover, dtype=np.int64))
+        if clock_late is not None and len(clock_late) == len(late) and np.array_equal(clock_late.ids, late):
+            # every late client is the simulated clock's (the usual case): its codes as they are
+            self.add_coded(round_, attempt, "late", late, clock_late.codes, (*reasons, waited, waited + SPILLOVER))
+            return True
+        spill = np.isin(late, np.asarray(res.spillover, dtype=np.int64)) if res.spillover else np.zeros(len(late), bool)
         codes = np.where(spill, len(reasons) + 1, len(reasons)).astype(np.int32)
         sim = np.zeros(len(late), dtype=bool)
         if clock_late is not None:

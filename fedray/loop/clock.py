@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from fedray.core.contract import CohortTasks, Task, one_task
+from fedray.core.replies import Replies
 from fedray.core.seeding import SAMPLING_STREAM, n_sampled, sample_clients, server_rng
 from fedray.core.sizes import nbytes_of
 from fedray.data.deployment import Availability, Devices
@@ -63,6 +64,7 @@ class Clock:
     deadline: float | None = None
     flops_per_sample: float | None = None
     epochs: int = 1
+    _memo: dict = field(default_factory=dict, compare=False, repr=False)  # see :meth:`times`
 
     # --- 1. sampling ------------------------------------------------------------------
     def sample(self, seed: int, round_: int, fraction: float, now: float) -> tuple[np.ndarray, float]:
@@ -102,11 +104,23 @@ class Clock:
         """Simulated seconds of clients ``ids`` (answered, in order) that sent ``bytes_up``."""
         if self.devices is None:
             return np.zeros(len(ids))
+        d, n = self.devices, len(self.n_samples)
+        up = np.asarray(bytes_up, dtype=np.float64)
+        one = one_task(tasks)
+        if one is not None and len(ids) == n and n and ids[0] == 0 and ids[-1] == n - 1:
+            # every client, in order (full participation), one task: each client's compute and download
+            # seconds depend only on the task's bytes, the same from round to round; kept (the same bits)
+            down1 = float(_task_bytes(one))
+            cost = self.flops_per_sample if self.flops_per_sample is not None else FLOPS_PER_VALUE * down1 / 8.0
+            memo = self._memo
+            if memo.get("key") != (cost, down1):
+                memo["key"] = (cost, down1)
+                memo["base"] = self.n_samples * float(self.epochs) * cost / d.speed + down1 / d.down
+            return memo["base"] + up / d.up
         down = _bytes_down_each(tasks, ids)
         cost = self.flops_per_sample if self.flops_per_sample is not None else FLOPS_PER_VALUE * down / 8.0
-        d = self.devices
         work = self.n_samples[ids] * float(self.epochs) * cost
-        return work / d.speed[ids] + down / d.down[ids] + np.asarray(bytes_up, dtype=np.float64) / d.up[ids]
+        return work / d.speed[ids] + down / d.down[ids] + up / d.up[ids]
 
     def reasons(self) -> tuple[str, str]:
         """Why a client is late, by code (:meth:`late`): 0 past the deadline, 1 gone offline."""
@@ -207,3 +221,30 @@ def unsummed(tasks: Any) -> Any:
         ids = tasks.ids if isinstance(tasks, CohortTasks) else np.fromiter(tasks, dtype=np.int64)
         return tasks if not one.summed else CohortTasks(ids, dataclasses.replace(one, summed=False))
     return {c: (dataclasses.replace(t, summed=False) if t.summed else t) for c, t in tasks.items()}
+
+
+def without_late(replies: Any, late: np.ndarray, timed: np.ndarray | None = None) -> Any:
+    """A round's ``replies`` less the late ones: ``late`` flags the timed replies (``timed``: which of the
+    replies were timed, as flags; None: all of them), in order; column-wise where the replies are columns."""
+    if timed is None:
+        keep = ~late
+    else:  # flags over every reply: the untimed (evaluation) ones stay
+        keep = np.ones(len(timed), dtype=bool)
+        keep[np.flatnonzero(timed)[late]] = False
+    if isinstance(replies, Replies):
+        return replies.where(keep)
+    return [r for r, k in zip(replies, keep.tolist()) if k]
+
+
+class IdList(list):
+    """Client ids as a list (``ExecResult.late``) that also keeps them as the array they came from
+    (``.array``, read by the failures log: a deadline may make many thousands late a round)."""
+
+    def __init__(self, ids: np.ndarray) -> None:
+        super().__init__(ids.tolist())
+        self.array = ids
+
+
+def sorted_ids(ids: np.ndarray) -> np.ndarray:
+    """``ids`` in increasing order (the replies' ids usually are already: no sort then)."""
+    return ids if ids.size < 2 or bool(np.all(ids[1:] >= ids[:-1])) else np.sort(ids)

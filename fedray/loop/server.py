@@ -24,7 +24,7 @@ from fedray.core.replies import reply_columns
 from fedray.core.seeding import sample_blocks, sample_clients
 from fedray.core.sizes import nbytes_of
 from fedray.layers.failure_log import FailureLog, last_line
-from fedray.loop.clock import LateSet, trained, unsummed
+from fedray.loop.clock import IdList, LateSet, sorted_ids, trained, unsummed, without_late
 from fedray.loop.settings import ServerSettings
 from fedray.runtime.executor import ExecResult, Executor
 
@@ -209,18 +209,18 @@ class Server:
     def _time_clients(self, tasks: dict[int, Task], res: ExecResult) -> None:
         """Time the answering clients of a training call on the simulated clock; those past the deadline or
         their online spell become late (their replies dropped), as injected stragglers do."""
-        ids, _, up = reply_columns(res.replies)
-        train = trained(tasks, ids)
-        ids, up = (ids, up) if train.all() else (ids[train], up[train])
+        all_ids, _, up = reply_columns(res.replies)
+        train = trained(tasks, all_ids)
+        every = bool(train.all())
+        ids, up = (all_ids, up) if every else (all_ids[train], up[train])
         t = self.clock.times(tasks, ids, up)
         late, why = self.clock.late(ids, t, self.sim_time + self._wait)
         self._timed.append(t[~late])
         if late.any():
             gone = ids[late]
             self._sim_late.add(gone, why)
-            out = None if hasattr(res.replies, "without") else set(gone.tolist())
-            res.replies = res.replies.without(gone) if out is None else [r for r in res.replies if r.client_id not in out]
-            res.late = (np.union1d(_ids(res.late), gone) if len(res.late) else np.sort(gone)).tolist()
+            res.replies = without_late(res.replies, late, None if every else train)
+            res.late = IdList(np.union1d(_ids(res.late), gone) if len(res.late) else sorted_ids(gone))
 
     def _advance_clock(self, wait: float) -> dict[str, float]:
         """Move the simulated clock past this round; its history columns."""
@@ -339,9 +339,9 @@ class Server:
         if res.failed:
             log.warning("%s: client(s) %s failed: %s", call.label(), _some(res.failed),
                         last_line(res.errors.get(res.failed[0], "")))
-        if res.late:  # the simulated clock's late clients are expected: said at info level
-            log.log(logging.INFO if expected else logging.WARNING, "%s: client(s) %s late", call.label(),
-                    _some(res.late))
+        level = logging.INFO if expected else logging.WARNING  # the simulated clock's late clients are expected
+        if res.late and log.isEnabledFor(level):
+            log.log(level, "%s: client(s) %s late", call.label(), _some(res.late))
 
     def run(self) -> list[dict[str, Any]]:
         while self.step() is not None:

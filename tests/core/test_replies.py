@@ -77,3 +77,22 @@ def test_list_operations_work_as_on_a_list():
 def test_an_empty_round_sums_to_an_error():
     with pytest.raises(ValueError, match="empty"):
         fedray.total(Replies())
+
+
+def test_dropping_replies_by_flags_keeps_the_rest_and_their_sum_bit_for_bit():
+    """Replies.where (a deadline's late clients leave the round) keeps exactly the unflagged replies;
+    their sum, read straight from the source blocks, equals the sum of the kept Reply objects."""
+    cols = _two_hosts_out_of_order()
+    keep = np.array([True, False, True, True, False, True, True, True, False])
+    kept = cols.where(keep)
+    assert reply_columns(kept)[0].tolist() == [0, 2, 3, 5, 6, 7]
+    assert kept.where(np.array([True, True, False, True, True, True])).columns()[0].tolist() == [0, 2, 5, 6, 7]
+    objs = [r for r, k in zip(_two_hosts_out_of_order(), keep) if k]
+    a, b = fedray.total(kept), fedray.total(r.update for r in objs)
+    for k in ("sums", "counts", "sse"):
+        assert np.array_equal(a[k], b[k])
+    assert [r.client_id for r in kept] == [0, 2, 3, 5, 6, 7]  # read as a list: the same replies
+    with pytest.raises(ValueError, match="flags for 9 replies"):
+        cols.where(np.ones(4, dtype=bool))
+    as_list = Replies(list(_two_hosts_out_of_order())).where(keep)
+    assert [r.client_id for r in as_list] == [0, 2, 3, 5, 6, 7]

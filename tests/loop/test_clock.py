@@ -230,3 +230,36 @@ def test_a_diurnal_client_online_the_whole_period_never_goes_offline():
     ends = half.online_until(on, 10.0)
     assert np.isfinite(ends).all() and (ends > 10.0).all() and (ends <= 60.0).all()
     assert not half.online(ends.max() + 1e-6)[on[ends.argmax()]]
+
+
+def test_the_clocks_shortcuts_give_the_same_bits_as_its_formulas():
+    """What makes the clock cheap at 10^5 clients must not change a single value: the kept compute and
+    download seconds of a full cohort, the remembered diurnal answer for a time, and the remainder
+    taken by fmod where the values are not negative, equal the formulas computed afresh."""
+    from fedray.data.deployment import Devices
+
+    rng = np.random.default_rng(4)
+    n = 1000
+    dev = Devices(speed=rng.lognormal(13, 1, n), up=rng.lognormal(11, 1, n), down=rng.lognormal(11, 1, n),
+                  profile=np.zeros(n, dtype=np.int64))
+    n_samples = rng.integers(1, 500, n).astype(np.float64)
+    clock = Clock(n_samples=n_samples, devices=dev, deadline=1.0, epochs=3)
+    tasks = CohortTasks(np.arange(n), Task(print, None, np.zeros(7)))  # 56 bytes down
+    every = np.arange(n)
+    for up in (rng.integers(50, 90, n), rng.integers(10, 20, n)):  # the kept part reused with other replies
+        cost = 6.0 * 56 / 8.0
+        formula = n_samples * 3.0 * cost / dev.speed + 56.0 / dev.down + up / dev.up
+        assert np.array_equal(clock.times(tasks, every, up), formula)
+        some = every[::3]  # not the whole cohort: computed per client
+        assert np.array_equal(clock.times(tasks, some, up[::3]), formula[::3])
+
+    cfg = make_config(federation={"availability": {"generator": "diurnal", "period_s": 86400.0, "online": 0.4}})
+    av = make_availability(cfg.federation.availability, n, 11)
+    for t in (0.0, 5e3, 86399.75, 3.3e5):
+        x = np.mod(t + av.phase, av.period)
+        first = av.online(t)
+        assert np.array_equal(first, x < av.on) and av.online(t) is first  # asked again: the same answer
+        assert not first.flags.writeable  # a remembered answer cannot be changed by whoever reads it
+        on = np.flatnonzero(first)
+        assert np.array_equal(av.online_until(on, t), t + (av.on - x[on]))
+        assert np.array_equal(av.online_until(every, t), t + (av.on - x))
