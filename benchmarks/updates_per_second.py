@@ -104,11 +104,12 @@ def _select_k(cfg: Any, spec: dict[str, Any]) -> dict[str, Any]:
     from fedray.analysis.kselect import select_k
     from fedray.analysis.sweep import PeakMemory
     from fedray.api.session import Session
+    from fedray.api.settings import ship_settings
     from fedray.runtime.ray_executor import ensure_ray
 
     with PeakMemory(0.2, include_ray=True) as mem:
         t0 = time.perf_counter()
-        ensure_ray(cfg.runtime.address, cfg.runtime.num_cpus, cfg=cfg)
+        ensure_ray(ship=ship_settings(cfg))
         with Session(cfg) as session:
             startup = time.perf_counter() - t0
             trained, index = count_replies(session)

@@ -77,6 +77,7 @@ _LAZY = {
     "adhoc_call": ("fedray.core.calls", "adhoc"),  # Session.call(fedray.adhoc_call("purpose"), tasks)
     "load_checkpoint": ("fedray.api.checkpoint", "load"),
     "CHECKPOINT_FILE": ("fedray.api.checkpoint", "FILENAME"),
+    "client_bundles": "fedray.api.settings",  # a Ray Tune trial's placement group (docs/tuning.md)
 }
 
 
@@ -105,5 +106,5 @@ __all__ = [
     "load_dataset", "assign", "lloyd", "fcm", "contingency", "ari_from_table", "acc_from_table",
     "best_permutation_distance", "client_rng", "data_rng", "SharedSamplesWarning", "select_k", "choose_k",
     "local_index_curve", "central_curve", "knowledge_gap", "federated_variance", "adhoc_call", "load_checkpoint",
-    "CHECKPOINT_FILE", "Layer",
+    "CHECKPOINT_FILE", "Layer", "client_bundles",
 ]

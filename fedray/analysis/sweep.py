@@ -54,6 +54,7 @@ from fedray.api.outputs import prepare, record, release
 from fedray.api.overrides import parse_override
 from fedray.api.progress import Activity, clock
 from fedray.api.session import Session
+from fedray.api.settings import ship_settings
 from fedray.core.errors import ConfigError, FedrayError
 from fedray.plots.style import grid_size, new_figure, panel_grid, save_figure, styled
 from fedray.runtime.ray_executor import ensure_ray
@@ -222,7 +223,7 @@ def measure_run(config: ExperimentConfig, *, memory_interval: float = 0.25) -> d
         if cfg.runtime.backend == "ray":
             with Activity("start-up", cfg.runtime.progress) as act:
                 act.stage("starting Ray" if not cfg.runtime.address else f"connecting to Ray at {cfg.runtime.address}")
-                if ensure_ray(cfg.runtime.address, cfg.runtime.num_cpus, cfg=cfg):
+                if ensure_ray(ship=ship_settings(cfg)):
                     ray_init_s = time.perf_counter() - t0
         t1 = time.perf_counter()
         with Session(cfg) as session:

@@ -73,9 +73,9 @@ from fedray.api.checkpoint import FILENAME, KEY_ENV, load, signing_key
 from fedray.api.config import ExperimentConfig, make_config
 from fedray.api.progress import HEADLINE
 from fedray.api.run import resume, run
+from fedray.api.settings import client_bundles
 from fedray.api.tracking import flatten, numeric_items
 from fedray.core.errors import ConfigError
-from fedray.runtime.placement import client_bundles
 
 log = logging.getLogger(__name__)
 

@@ -27,7 +27,7 @@ from fedray.api.progress import Activity, startup_line
 from fedray.api.results import Result
 from fedray.api.runner import Runner
 from fedray.api.scale import all_answered, total_in_parts
-from fedray.api.settings import privacy_settings, runtime_settings, stack_layers
+from fedray.api.settings import privacy_settings, runtime_settings, ship_settings, stack_layers
 from fedray.core import calls
 from fedray.core.calls import Call
 from fedray.core.contract import Algorithm, Task
@@ -78,8 +78,8 @@ class Session:
             if rt.backend == "ray":
                 act.stage(f"connecting to Ray at {rt.address}" if rt.address else "starting Ray on this machine",
                           "Ray")
-                self._started_ray = ensure_ray(rt.address, rt.num_cpus, cfg=cfg)
-                self.runtime_env = actor_runtime_env(cfg)
+                self._started_ray = ensure_ray(ship=(ship := ship_settings(cfg)))
+                self.runtime_env = actor_runtime_env(ship)
                 self.runner.prestart()  # the first run's server: its process starts while the shards are built
         except BaseException:
             act.close()

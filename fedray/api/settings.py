@@ -14,13 +14,15 @@ from typing import Any
 
 from fedray.core.errors import ConfigError
 from fedray.core.plugins import first_line, load_reference
+from fedray.core.registry import plugin_modules
 from fedray.layers.base import Layer, check_layer
 from fedray.layers.faults import FaultInjector
 from fedray.layers.messages import MessageLog
 from fedray.layers.privacy import PrivacyLayer
 from fedray.layers.settings import DPSettings, FaultSettings, PrivacySettings
 from fedray.runtime.executor import Executor
-from fedray.runtime.settings import ClientResourceSettings, RuntimeSettings
+from fedray.runtime.placement import client_bundles as _bundles
+from fedray.runtime.settings import ClientResourceSettings, RuntimeSettings, ShipSettings
 
 
 def privacy_settings(cfg: Any) -> PrivacySettings:
@@ -52,6 +54,31 @@ def runtime_settings(cfg: Any) -> RuntimeSettings:
     fields = {k: getattr(rt, k) for k in RuntimeSettings.__dataclass_fields__ if k != "client_resources"}
     return RuntimeSettings(**fields, client_resources=ClientResourceSettings(
         num_cpus=res.num_cpus, num_gpus=res.num_gpus, custom=dict(res.custom)))
+
+
+def ship_settings(cfg: Any) -> ShipSettings:
+    """What ``cfg``'s run ships to Ray's workers: the modules its code comes from (the algorithm, a model
+    factory in ``algorithm.params.model``, the user's layers) and the ``runtime`` keys of the same name."""
+    rt = cfg.runtime
+    modules = plugin_modules(cfg.algorithm.name, (cfg.algorithm.params or {}).get("model"), getattr(cfg, "layers", ()))
+    return ShipSettings(modules=tuple(modules), ship_code=rt.ship_code, ship_max_mb=rt.ship_max_mb,
+                        runtime_env=dict(rt.runtime_env or {}), address=rt.address, num_cpus=rt.num_cpus)
+
+
+def client_bundles(config: Any, n_clients: int | None = None, total_cpus: float | None = None
+                   ) -> list[dict[str, float]]:
+    """The placement group bundles of a run's client actors, one per actor (``fedray.client_bundles``).
+
+    ``config`` is an experiment configuration (its ``runtime`` and ``federation.n_clients``) or a
+    runtime configuration with ``n_clients`` given. ``total_cpus`` fixes the CPUs an ``"auto"`` layout
+    fills (e.g. a Ray Tune trial's share of the cluster); None asks the connected cluster. A run inside a
+    placement group with ``[{"CPU": 1}] + client_bundles(config, total_cpus=T)`` lays its clients out
+    the same way (its group's client bundles hold T CPUs).
+    """
+    runtime = getattr(config, "runtime", config)
+    if n_clients is None:
+        n_clients = getattr(getattr(config, "federation", None), "n_clients", None)
+    return _bundles(runtime, n_clients, total_cpus)
 
 
 def user_layers(cfg: Any) -> list[Any]:

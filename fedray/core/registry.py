@@ -14,7 +14,7 @@ import importlib.util
 import inspect
 import logging
 import pkgutil
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
@@ -308,18 +308,17 @@ def load_entry_point(name: str, key: str = "algorithm.name") -> type:
     return check_algorithm_class(obj, f"{name} = {ep.value}", key)
 
 
-def plugin_modules(cfg: Any) -> list[str]:
-    """Top-level modules, other than fedray, that the configuration's code comes from.
+def plugin_modules(algorithm: str, model: Any = None, layers: Sequence[Any] = ()) -> list[str]:
+    """Top-level modules, other than fedray, that a run's code comes from.
 
-    The algorithm's class (by reference, entry point or registration), a model
-    factory reference in ``algorithm.params.model`` and the user's layers (``layers``). The runtime ships these to the
+    The class of ``algorithm`` (by reference, entry point or registration), a model factory
+    reference ``model`` (``algorithm.params.model``) and the user's ``layers``. The runtime ships these to the
     processes that host clients and the server.
     """
-    names: list[str] = [get_algorithm(cfg.algorithm.name).__module__]
-    model = (cfg.algorithm.params or {}).get("model")
+    names: list[str] = [get_algorithm(algorithm).__module__]
     if is_reference(model):
         names.append(model.partition(":")[0])
-    for layer in getattr(cfg, "layers", ()):  # the user's layers: by reference, or objects from Python
+    for layer in layers:  # the user's layers: by reference, or objects from Python
         ref = getattr(layer, "name", None)
         by_ref = hasattr(layer, "params") and is_reference(ref)
         names.append(ref.partition(":")[0] if by_ref else type(layer).__module__)

@@ -11,9 +11,10 @@ Inside a placement group that is already there (a Ray Tune trial whose resources
 are a ``PlacementGroupFactory``), no new group is made: the client actors go into
 that group's bundles 1, 2, ... (bundle 0 is the trial's driver), and a group too
 small for them fails in one line. Such a trial asks for
-``[{"CPU": 1}] + client_bundles(config)``.
+``[{"CPU": 1}] + fedray.client_bundles(config)``.
 
-Public helpers: :func:`client_bundles` (the bundles a configuration needs),
+Public helpers: :func:`client_bundles` (the bundles of a runtime layout; users call
+:func:`fedray.client_bundles` with their configuration),
 :func:`resolve_layout`, :func:`client_capacity`, :class:`Placement`.
 """
 from __future__ import annotations
@@ -137,20 +138,12 @@ def layout_for(runtime: Any, n_clients: int, total_cpus: float | None = None,
     return Layout(n_clients, cpa, cpus, float(res.num_gpus or 0.0), dict(res.custom))
 
 
-def client_bundles(config: Any, n_clients: int | None = None, total_cpus: float | None = None
-                   ) -> list[dict[str, float]]:
-    """The placement group bundles of a run's client actors, one per actor.
-
-    ``config`` is an experiment configuration (``config.runtime``,
-    ``config.federation.n_clients``) or a runtime configuration with ``n_clients``
-    given. ``total_cpus`` fixes the CPUs an ``"auto"`` layout fills (e.g. a Ray Tune
-    trial's share of the cluster); None asks the connected cluster. A run inside a
-    placement group with ``[{"CPU": 1}] + client_bundles(config, total_cpus=T)``
-    lays its clients out the same way (its group's client bundles hold T CPUs).
-    """
-    runtime = getattr(config, "runtime", config)
-    if n_clients is None:
-        n_clients = getattr(getattr(config, "federation", None), "n_clients", None)
+def client_bundles(runtime: Any, n_clients: int, total_cpus: float | None = None) -> list[dict[str, float]]:
+    """The placement group bundles of a run's client actors, one per actor, for ``n_clients`` clients
+    laid out by ``runtime`` (:class:`~fedray.runtime.settings.RuntimeSettings`, or the configuration's
+    ``runtime`` section). ``total_cpus`` fixes the CPUs an ``"auto"`` layout fills (e.g. a Ray Tune
+    trial's share of the cluster); None asks the connected cluster. Users call
+    :func:`fedray.client_bundles` with their configuration."""
     if not n_clients:
         raise ConfigError("federation.n_clients: the client bundles need the number of clients; give n_clients")
     layout = layout_for(runtime, int(n_clients), total_cpus)
@@ -319,5 +312,5 @@ def fit_into(specs: list[dict[str, float]], bundles: list[dict[str, float]]) -> 
             raise ConfigError(
                 f"runtime: this run is inside a placement group (a Ray Tune trial?) whose client bundles "
                 f"{specs[1:]} cannot hold its {len(bundles)} client actors ({_fmt(_sum(bundles))}); request "
-                "[{'CPU': 1}] + fedray.runtime.placement.client_bundles(config) for the trial")
+                "[{'CPU': 1}] + fedray.client_bundles(config) for the trial")
     return out

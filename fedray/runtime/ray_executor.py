@@ -36,6 +36,7 @@ from fedray.runtime.executor import ExecResult, Executor
 from fedray.runtime.messages import HostFailure, HostTask
 from fedray.runtime.placement import Placement, layout_for, reserve
 from fedray.runtime.pool import ClientPool
+from fedray.runtime.settings import ShipSettings
 from fedray.runtime.shipping import connect_for
 from fedray.runtime.startup import actor_options, set_up_again, start_actors
 from fedray.runtime.summed import execute_summed, hosts_sum
@@ -44,17 +45,17 @@ from fedray.runtime.tasks import plan_shared
 log = logging.getLogger(__name__)
 
 
-def ensure_ray(address: str | None = None, num_cpus: int | None = None, cfg: Any = None) -> bool:
+def ensure_ray(address: str | None = None, num_cpus: int | None = None, ship: ShipSettings | None = None) -> bool:
     """Connect to Ray (``address``) or start an embedded local instance; True if started here.
 
     Without ``address`` fedray starts its own instance even when another Ray
     cluster runs on this machine; an address is probed first so that a wrong
-    one fails in seconds (see :mod:`fedray.runtime.connect`). With the experiment's
-    ``cfg``, a Ray Client connection also carries the code to ship
+    one fails in seconds (see :mod:`fedray.runtime.connect`). With the run's
+    ``ship`` settings (their address and CPUs), a Ray Client connection also carries the code to ship
     (:func:`fedray.runtime.shipping.connect_for`).
     """
-    if cfg is not None:
-        return connect_for(cfg)
+    if ship is not None:
+        return connect_for(ship)
     return connect(address, num_cpus)
 
 

@@ -45,3 +45,19 @@ class RuntimeSettings:
     ship_code: Literal["auto", "always", "never"] = "auto"
     ship_max_mb: float = 50.0
     runtime_env: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ShipSettings:
+    """What a run ships to Ray's workers, and how it joins Ray (:mod:`fedray.runtime.shipping`).
+
+    ``modules``: the top-level modules, other than fedray, that the run's code comes from (the
+    algorithm's class, a model factory named in ``algorithm.params.model``, the user's layers); the
+    rest are the keys of the same name under ``runtime``."""
+
+    modules: tuple[str, ...] = ()
+    ship_code: Literal["auto", "always", "never"] = "auto"
+    ship_max_mb: float = 50.0
+    runtime_env: dict[str, Any] = field(default_factory=dict)
+    address: str | None = None
+    num_cpus: int | None = None

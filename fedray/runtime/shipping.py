@@ -59,8 +59,8 @@ from pathlib import Path
 from typing import Any
 
 from fedray.core.errors import ConfigError
-from fedray.core.registry import plugin_modules as from_config
 from fedray.runtime.connect import CLIENT_PREFIX, connect, resolve_address
+from fedray.runtime.settings import ShipSettings
 from fedray.runtime.ship_files import check_size, plugin_files
 
 #: Patterns (.gitignore syntax) never uploaded from a user's ``working_dir`` either: dotfiles and
@@ -186,12 +186,6 @@ def shipped_size(path: Path) -> tuple[int, int]:
 
 
 # --- plug-in modules --------------------------------------------------------------------
-def plugin_modules(cfg: Any) -> list[str]:
-    """Top-level modules (not fedray) that the configuration's code comes from."""
-
-    return [n for n in from_config(cfg) if n != "fedray"]
-
-
 def module_path(name: str) -> Path:
     """The directory of package ``name`` or the file of single-file module ``name``."""
     try:
@@ -230,19 +224,19 @@ def _installed(path: Path) -> bool:
 
 
 # --- runtime_env -------------------------------------------------------------------------
-def code_paths(cfg: Any, on_cluster: bool) -> list[Path]:
-    """Local paths fedray ships for ``cfg`` (fedray's staging folder first, then plug-ins)."""
-    mode = cfg.runtime.ship_code
+def code_paths(ship: ShipSettings, on_cluster: bool) -> list[Path]:
+    """Local paths fedray ships for a run (fedray's staging folder first, then its plug-in modules)."""
+    mode = ship.ship_code
     if mode == "never":
         return []
     paths: list[Path] = []
     if mode == "always" or on_cluster:
         paths.append(fedray_package_dir())
-    for name in plugin_modules(cfg):
+    for name in ship.modules:
         p = module_path(name)
         if mode == "auto" and not on_cluster and _installed(p):
             continue  # workers on this machine import it from the same site-packages
-        paths.append(stage_plugin(name, p, cfg.runtime.ship_max_mb))
+        paths.append(stage_plugin(name, p, ship.ship_max_mb))
     return paths
 
 
@@ -257,15 +251,15 @@ def merge_runtime_env(user: dict[str, Any] | None, py_modules: list[str]) -> dic
     return env
 
 
-def build_runtime_env(cfg: Any, on_cluster: bool) -> dict[str, Any] | None:
+def build_runtime_env(ship: ShipSettings, on_cluster: bool) -> dict[str, Any] | None:
     """The ``runtime_env`` every fedray actor of this run is created with (None: none needed).
 
     Must be called with Ray initialised: local paths (fedray's staging folder,
     plug-ins, the user's ``working_dir`` / ``py_modules``) are uploaded to the
     cluster and replaced by their ``gcs://`` URIs.
     """
-    paths = code_paths(cfg, on_cluster)
-    env = merge_runtime_env(cfg.runtime.runtime_env, [str(p) for p in paths])
+    paths = code_paths(ship, on_cluster)
+    env = merge_runtime_env(ship.runtime_env, [str(p) for p in paths])
     if not env:
         return None
     for p in paths:
@@ -323,8 +317,8 @@ def _client_connected() -> bool:
         return False
 
 
-def connect_for(cfg: Any) -> bool:
-    """Start or join Ray for ``cfg`` (see :func:`fedray.runtime.connect.connect`); True if connected here.
+def connect_for(ship: ShipSettings) -> bool:
+    """Start or join Ray for a run (see :func:`fedray.runtime.connect.connect`); True if connected here.
 
     Through Ray Client the code to ship is given to ``ray.init`` as the job's
     ``runtime_env``; every actor of the job inherits it.
@@ -333,12 +327,12 @@ def connect_for(cfg: Any) -> bool:
     import ray
 
 
-    rt = cfg.runtime
+    rt = ship
     if ray.is_initialized():
         return False
     target = resolve_address(rt.address)
     if target and target.startswith(CLIENT_PREFIX):
-        env = merge_runtime_env(rt.runtime_env, [str(p) for p in code_paths(cfg, on_cluster=True)])
+        env = merge_runtime_env(rt.runtime_env, [str(p) for p in code_paths(ship, on_cluster=True)])
         started = connect(rt.address, rt.num_cpus, **({"runtime_env": env} if env else {}))
         _client_job_env = env
         return started
@@ -346,14 +340,14 @@ def connect_for(cfg: Any) -> bool:
     return connect(rt.address, rt.num_cpus)
 
 
-def actor_runtime_env(cfg: Any) -> dict[str, Any] | None:
+def actor_runtime_env(ship: ShipSettings) -> dict[str, Any] | None:
     """The ``runtime_env`` to create fedray's actors with, uploading local paths (None: none needed)."""
     if _client_connected():
         if _client_job_env is not None:
             return None  # given to the job when fedray connected: the actors inherit it
-        if cfg.runtime.ship_code != "never" and (code_paths(cfg, on_cluster=True) or cfg.runtime.runtime_env):
+        if ship.ship_code != "never" and (code_paths(ship, on_cluster=True) or ship.runtime_env):
             raise ConfigError("runtime.ship_code: code cannot be shipped through a Ray Client connection opened "
                               "before fedray; let fedray connect (runtime.address: ray://HOST:PORT), or pass the "
                               "runtime_env to ray.init yourself and set runtime.ship_code: never")
         return None
-    return build_runtime_env(cfg, on_cluster(cfg.runtime.address))
+    return build_runtime_env(ship, on_cluster(ship.address))

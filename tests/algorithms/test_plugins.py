@@ -231,13 +231,19 @@ def test_installed_plugins_are_found_by_entry_point(tmp_path, monkeypatch):
 
 
 def test_plugin_modules_names_what_must_travel_to_the_nodes(toy_module):
-    from fedray.core.registry import plugin_modules
+    from fedray.api.settings import ship_settings
 
-    assert plugin_modules(fedray.make_config(algorithm={"name": "kmeans"})) == []
+    def modules(cfg):
+        return list(ship_settings(cfg).modules)
+
+    assert modules(fedray.make_config(algorithm={"name": "kmeans"})) == []
     cfg = fedray.make_config(algorithm={"name": f"{toy_module}:FederatedMoments"})
-    assert plugin_modules(cfg) == [toy_module]
+    assert modules(cfg) == [toy_module]
     cfg = fedray.make_config(algorithm={"name": "examples.plugins.kmedians:FederatedKMedians"})
-    assert plugin_modules(cfg) == ["examples"]
+    assert modules(cfg) == ["examples"]
+    cfg = fedray.make_config(algorithm={"name": "kmeans"},
+                             layers=[{"name": "examples.plugins.layers:DropClient", "params": {"client_id": 0}}])
+    assert modules(cfg) == ["examples"]  # a user's layer names its module too
 
 
 # --- the worked k-medians plug-in -----------------------------------------------------

@@ -16,14 +16,8 @@ from fedray.runtime.settings import ClientResourceSettings, RuntimeSettings
 
 PACKAGE = Path(fedray.__file__).resolve().parent
 BELOW_API = ("core", "runtime", "layers", "loop")
-#: Functions below the API that still take the whole configuration (``cfg: Any``): the code shipped to a
-#: cluster is named by the algorithm and its plug-ins, read there. The list may only shrink.
-STILL_RAW = {
-    "core/registry.py:plugin_modules", "runtime/shipping.py:plugin_modules", "runtime/shipping.py:code_paths",
-    "runtime/shipping.py:build_runtime_env", "runtime/shipping.py:connect_for",
-    "runtime/shipping.py:actor_runtime_env", "runtime/ray_executor.py:ensure_ray",
-    "runtime/placement.py:client_bundles",
-}
+#: Functions below the API that still take the whole configuration (``cfg: Any``): none.
+STILL_RAW: set[str] = set()
 
 
 def _raw_config_parameters() -> set[str]:

@@ -17,9 +17,10 @@ import pytest
 
 import fedray
 from fedray.api.config import ExperimentConfig
+from fedray.api.settings import client_bundles
 from fedray.core.errors import ConfigError, RoundFailedError
 from fedray.runtime import placement
-from fedray.runtime.placement import client_bundles, fit_into, layout_for, reserve
+from fedray.runtime.placement import fit_into, layout_for, reserve
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 
@@ -112,7 +113,7 @@ def test_a_second_run_of_this_process_that_could_never_start_fails_in_one_line()
 def test_fit_into_a_trials_group():
     trial = [{"CPU": 1.0}, {"CPU": 1.0}, {"CPU": 0.5, "GPU": 1.0}]
     assert fit_into(trial, [{"CPU": 0.5}] * 3) == [1, 1, 2]  # bundle 0 (the trial's driver) is never used
-    with pytest.raises(ConfigError, match=r"client_bundles\(config\)"):
+    with pytest.raises(ConfigError, match=r"fedray.client_bundles\(config\)"):
         fit_into(trial, [{"CPU": 1.0}] * 3)
     with pytest.raises(ConfigError):
         fit_into([{"CPU": 4.0}], [{"CPU": 0.1}])  # only the driver's bundle

@@ -20,8 +20,10 @@ import numpy as np
 import pytest
 
 import fedray
+from fedray.api.settings import ship_settings
 from fedray.core.errors import ConfigError
-from fedray.runtime.shipping import code_paths, fedray_package_dir, merge_runtime_env
+from fedray.runtime.shipping import code_paths as _code_paths
+from fedray.runtime.shipping import fedray_package_dir, merge_runtime_env
 from tests import plugins
 
 
@@ -69,6 +71,11 @@ def plugin_on_path(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))
     yield f"{name}:Mean"
     sys.modules.pop(name, None)
+
+
+def code_paths(cfg, on_cluster: bool):
+    """The paths shipped for experiment configuration ``cfg`` (its ship settings, as a session reads them)."""
+    return _code_paths(ship_settings(cfg), on_cluster)
 
 
 def _cfg(algorithm: str, **runtime) -> dict:
