@@ -88,19 +88,17 @@ class Replies(MutableSequence):
         """As :meth:`column_parts`, each segment of rows taken from a larger block given as (the block's
         array, the rows) instead of a copy (:meth:`fedray.core.stats.TakenRows.sources`); for
         :func:`fedray.core.stats.fold_rows`."""
-        parts = None if self._list is not None or not self._segs else self.column_parts_of(
-            [seg[1] for seg in self._segs])
-        return parts
+        if self._list is not None or not self._segs or self.summed_total is not None:
+            return None
+        srcs = [b.sources() if hasattr(b, "sources") else b.arrays for b in (seg[1] for seg in self._segs)]
 
-    def column_parts_of(self, blocks: list[Any]) -> dict[str, list[Any]] | None:
-        if self.summed_total is not None:
+        def rest(v: Any) -> tuple[int, ...]:  # the shape of one client's statistic
+            return (v[0] if isinstance(v, tuple) else v).shape[1:]
+
+        first = srcs[0]
+        if any(s.keys() != first.keys() or any(rest(s[k]) != rest(first[k]) for k in first) for s in srcs):
             return None
-        srcs = [b.sources() if hasattr(b, "sources") else b.arrays for b in blocks]
-        shape = {k: (v[0] if isinstance(v, tuple) else v).shape[1:] for k, v in srcs[0].items()}
-        if any(s.keys() != shape.keys() or any((s[k][0] if isinstance(s[k], tuple) else s[k]).shape[1:] != shape[k]
-                                               for k in shape) for s in srcs):
-            return None
-        return {k: [s[k] for s in srcs] for k in shape}
+        return {k: [s[k] for s in srcs] for k in first}
 
     def without(self, drop: Any) -> Replies:
         """These replies less those of clients ``drop`` (column-wise where they are columns)."""

@@ -220,6 +220,16 @@ class TakenRows(StatsBlock):
         """Per statistic, (the source's array, the rows taken), nothing copied."""
         return {k: (v, self.idx) for k, v in self.src.arrays.items()}
 
+    def __reduce__(self) -> tuple[Any, ...]:  # pickled (and copied) as the plain block of its rows
+        return _plain_block, (self.arrays, self.narrow)
+
+
+def _plain_block(arrays: dict[str, np.ndarray], narrow: frozenset[str]) -> StatsBlock:
+    out = StatsBlock.__new__(StatsBlock)
+    out.arrays, out.narrow = dict(arrays), frozenset(narrow)
+    out.n = len(next(iter(arrays.values()))) if arrays else 0
+    return out
+
 
 def _reduce(stacked: dict[str, np.ndarray]) -> Stats:
     return Stats(**{k: np.add.reduce(v, axis=0) for k, v in stacked.items()})

@@ -96,3 +96,16 @@ def test_dropping_replies_by_flags_keeps_the_rest_and_their_sum_bit_for_bit():
         cols.where(np.ones(4, dtype=bool))
     as_list = Replies(list(_two_hosts_out_of_order())).where(keep)
     assert [r.client_id for r in as_list] == [0, 2, 3, 5, 6, 7]
+
+
+def test_replies_less_the_late_ones_pickle_as_their_rows():
+    """Replies kept by flags travel (a checkpoint, a Ray actor) as the plain rows they keep."""
+    import pickle
+
+    keep = np.array([False, True, True, False, True, True, True, True, True])
+    kept = _two_hosts_out_of_order().where(keep)
+    back = pickle.loads(pickle.dumps(kept))
+    assert [r.client_id for r in back] == [1, 2, 4, 5, 6, 7, 8]
+    a, b = fedray.total(kept), fedray.total(r.update for r in back)
+    for k in ("sums", "counts", "sse"):
+        assert np.array_equal(a[k], b[k])
