@@ -83,7 +83,8 @@ class Claim:
     reason : for ``not attempted`` (and optional otherwise): why, and what it would take.
     runner : ``module:function`` called as ``fn(claim=, scale=, seeds=, quick=, data_dir=)``.
     records : the results file stem (default ``id``), so several claims can read one file.
-    select : extra equality filters on the records' columns (``{"variant": "T=10"}``).
+    select : extra filters on the records' columns: a value (``{"variant": "T=10"}``) or a tuple of values
+        (``{"seed": (0, 1, 2)}``).
     digits : decimals shown for ours.
     note : one short line shown under the table.
     """
@@ -308,7 +309,10 @@ def claim_records(paper: str, claim: Claim) -> pd.DataFrame:
     for key, value in claim.select.items():
         if key not in df.columns:
             raise LabError(f"{paper}/{claim.id}: select names {key!r}, which the records do not have")
-        df = df[df[key].astype(str) == str(value)]
+        if isinstance(value, (tuple, list, set, frozenset)):  # any of these values (e.g. the seeds every variant has)
+            df = df[df[key].astype(str).isin([str(v) for v in value])]
+        else:
+            df = df[df[key].astype(str) == str(value)]
     return df
 
 

@@ -144,6 +144,20 @@ def test_the_verdict_is_derived_from_the_records(tmp_path):
         assert flipped.derived == "reversed" and common.check_claim(flipped)
 
 
+def test_a_claim_reads_only_the_records_it_selects(tmp_path):
+    """select takes a value or a tuple of values: seeds outside it do not enter the means."""
+    with common.scratch_results(tmp_path):
+        for s, (a, b) in enumerate([(0.9, 0.5), (0.8, 0.6), (0.1, 0.9)]):
+            _record("a", s, a)
+            _record("b", s, b)
+        row = common.summarise("barcena2021", _claim(select={"seed": (0, 1)}))
+        assert row.ours["a"][2] == 2 and row.ours["a"][0] == pytest.approx(0.85) and row.derived == "same ordering"
+        one = common.summarise("barcena2021", _claim(select={"seed": 2}, verdict="reversed"))
+        assert one.ours["b"][0] == pytest.approx(0.9) and one.derived == "reversed"
+        every = common.summarise("barcena2021", _claim(verdict="reversed"))
+        assert every.ours["a"][2] == 3 and every.derived == "reversed"  # 0.6 against 0.667
+
+
 def test_a_claimed_result_needs_records(tmp_path):
     with common.scratch_results(tmp_path):
         row = common.summarise("barcena2021", _claim(order=(), verdict="same ordering"))
