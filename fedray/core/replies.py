@@ -100,25 +100,6 @@ class Replies(MutableSequence):
             return None
         return {k: [s[k] for s in srcs] for k in first}
 
-    def without(self, drop: Any) -> Replies:
-        """These replies less those of clients ``drop`` (column-wise where they are columns)."""
-        drop = np.asarray(drop if isinstance(drop, (np.ndarray, list, tuple)) else list(drop), dtype=np.int64)
-        if drop.size > 1 and not np.all(drop[1:] > drop[:-1]):  # sorted and distinct already: as it is
-            drop = np.unique(drop)
-        if self.summed_total is not None:
-            raise FedrayError(
-                "these replies hold only their sum (Task(summed=True)): no client's reply can be taken out"
-            )
-        out = Replies()
-        if self._list is not None:
-            gone = set(drop.tolist())
-            out._list = [r for r in self._list if r.client_id not in gone]
-            return out
-        for ids, block, seconds, nbytes in self._segs:
-            keep = np.flatnonzero(~np.isin(ids, drop))
-            out.add_columns(ids[keep], block.take(keep), seconds[keep], nbytes[keep])
-        return out
-
     def where(self, keep: np.ndarray) -> Replies:
         """These replies less those where ``keep`` (bool, one per reply, in the order of :meth:`columns`)
         is False; column-wise where they are columns, without searching for ids."""
@@ -126,7 +107,9 @@ class Replies(MutableSequence):
         if keep.shape != (len(self),):
             raise ValueError(f"Replies.where: {keep.shape} flags for {len(self)} replies")
         if self.summed_total is not None:
-            return self.without([])  # refuses: a sum holds no client's reply
+            raise FedrayError(
+                "these replies hold only their sum (Task(summed=True)): no client's reply can be taken out"
+            )
         out = Replies()
         if self._list is not None:
             out._list = [r for r, k in zip(self._list, keep.tolist()) if k]

@@ -9,6 +9,7 @@ import pytest
 
 import fedray
 from fedray.core.contract import Reply
+from fedray.core.errors import FedrayError
 from fedray.core.replies import Replies, reply_columns
 from fedray.core.stats import StatsBlock
 
@@ -96,6 +97,9 @@ def test_dropping_replies_by_flags_keeps_the_rest_and_their_sum_bit_for_bit():
         cols.where(np.ones(4, dtype=bool))
     as_list = Replies(list(_two_hosts_out_of_order())).where(keep)
     assert [r.client_id for r in as_list] == [0, 2, 3, 5, 6, 7]
+    summed = Replies.summed(np.arange(3), np.zeros(3), np.ones(3, dtype=np.int64), fedray.total(objs))
+    with pytest.raises(FedrayError, match="hold only their sum"):  # a sum gives no client's reply back
+        summed.where(np.array([True, False, True]))
 
 
 def test_replies_less_the_late_ones_pickle_as_their_rows():
