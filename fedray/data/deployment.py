@@ -55,6 +55,13 @@ def assign_devices(cfg: Any, n_clients: int, seed: int) -> Devices:
                    np.zeros(n_clients, dtype=np.int64))
 
 
+def every_client(ids: np.ndarray, n_clients: int) -> bool:
+    """Whether ``ids`` is every client id 0 .. n_clients - 1 in order (a per-client column can then be used as it
+    is, not gathered)."""
+    return (len(ids) == n_clients > 0 and ids[0] == 0 and ids[-1] == n_clients - 1
+            and bool(np.all(ids[1:] > ids[:-1])))
+
+
 # --- availability -----------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Availability:
@@ -121,9 +128,7 @@ class Availability:
             if self.on >= self.period:  # online the whole period: the spell never ends at its boundary
                 return np.full(len(ids), np.inf)
             x = self._in_period(t)
-            n = self.n_clients
-            every = len(ids) == n and n and ids[0] == 0 and ids[-1] == n - 1  # every client, in order
-            return t + (self.on - (x if every else x[ids]))
+            return t + (self.on - (x if every_client(ids, self.n_clients) else x[ids]))
         if self.kind == "random":
             if self.on >= 1.0:
                 return np.full(len(ids), np.inf)

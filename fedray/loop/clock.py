@@ -35,7 +35,7 @@ from fedray.core.contract import CohortTasks, Task, one_task
 from fedray.core.replies import Replies
 from fedray.core.seeding import SAMPLING_STREAM, n_sampled, sample_clients, server_rng
 from fedray.core.sizes import nbytes_of
-from fedray.data.deployment import Availability, Devices
+from fedray.data.deployment import Availability, Devices, every_client
 
 #: FLOPs a sample costs per value of the model, when ``federation.devices.flops_per_sample`` is unset.
 FLOPS_PER_VALUE = 6.0
@@ -107,7 +107,7 @@ class Clock:
         d, n = self.devices, len(self.n_samples)
         up = np.asarray(bytes_up, dtype=np.float64)
         one = one_task(tasks)
-        if one is not None and len(ids) == n and n and ids[0] == 0 and ids[-1] == n - 1:
+        if one is not None and every_client(ids, n):
             # every client, in order (full participation), one task: each client's compute and download
             # seconds depend only on the task's bytes, the same from round to round; kept (the same bits)
             down1 = float(_task_bytes(one))

@@ -263,3 +263,12 @@ def test_the_clocks_shortcuts_give_the_same_bits_as_its_formulas():
         on = np.flatnonzero(first)
         assert np.array_equal(av.online_until(on, t), t + (av.on - x[on]))
         assert np.array_equal(av.online_until(every, t), t + (av.on - x))
+
+
+def test_every_client_means_every_id_once_in_order():
+    """The shortcut that reads per-client columns as they are holds only for 0 .. n - 1 in order."""
+    from fedray.data.deployment import every_client
+
+    assert every_client(np.arange(5), 5)
+    assert not every_client(np.array([0, 2, 1, 3, 4]), 5)  # same ends, not in order
+    assert not every_client(np.arange(4), 5) and not every_client(np.zeros(0, dtype=np.int64), 0)
